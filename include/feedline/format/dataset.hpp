@@ -1,0 +1,321 @@
+// feedline/format/dataset.hpp: many token shards -> one dataset with global document numbering.
+// Accepts a directory, a glob, a Megatron prefix (or a list of them) or an llm.c shard pattern, opens
+// every shard up front (a missing or corrupt shard fails here, not mid-epoch) in O(shards) time, and
+// turns "tokens [a, b) of document d" into read requests for a storage backend. Fed by format/megatron.hpp
+// and format/llmc.hpp; feeds the sampler and the workers.
+#pragma once
+
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <feedline/format/dtype.hpp>
+#include <feedline/format/llmc.hpp>
+#include <feedline/format/megatron.hpp>
+#include <feedline/storage/read_request.hpp>
+
+namespace feedline {
+
+enum class dataset_format { megatron, llmc };
+
+inline std::string_view to_string(dataset_format f) noexcept { return f == dataset_format::megatron ? "megatron" : "llmc"; }
+
+// Where a document's tokens live. For llm.c the tokens may run on into the following shards.
+struct document_span {
+    std::uint32_t shard = 0;
+    std::uint64_t first_token = 0;  // index of the document's first token within `shard`
+    std::uint64_t length = 0;       // tokens
+};
+
+namespace detail {
+
+inline bool path_exists(const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0;
+}
+
+inline bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+inline std::vector<std::string> glob_paths(const std::string& pattern) {
+    glob_t g{};
+    std::vector<std::string> out;
+    int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+    if (rc == 0)
+        for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+    ::globfree(&g);
+    return out;  // glob sorts its results
+}
+
+inline bool ends_with(const std::string& s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+inline std::string strip_suffix(const std::string& s, std::string_view suffix) {
+    return ends_with(s, suffix) ? s.substr(0, s.size() - suffix.size()) : s;
+}
+
+// Is this .bin an llm.c shard (by its magic), rather than a Megatron .bin?
+inline bool looks_like_llmc(const std::string& path) {
+    if (path_exists(strip_suffix(path, ".bin") + ".idx")) return false;
+    file f(path);
+    std::int32_t magic = 0;
+    if (f.size() < 4) return false;
+    pread_exact(f.fd(), f.path(), &magic, 4, 0);
+    return magic == llmc_layout::magic_uint16 || magic == llmc_layout::magic_uint32;
+}
+
+}  // namespace detail
+
+// Resolves a dataset spec into shard paths: Megatron prefixes (without extension) or llm.c files.
+struct resolved_spec {
+    dataset_format format = dataset_format::megatron;
+    std::vector<std::string> shards;
+};
+
+// Resolves one or more specs. Each is a Megatron prefix, a .idx/.bin path, an llm.c .bin, a directory
+// (all *.idx prefixes, else all llm.c *.bin files, sorted by name) or a glob. Throws io_error when
+// nothing matches and config_error when the specs mix formats.
+inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs) {
+    resolved_spec out;
+    bool have_format = false;
+    auto add = [&](dataset_format f, std::string shard, const std::string& spec) {
+        if (have_format && f != out.format)
+            throw config_error("dataset", "'" + spec + "' is " + std::string(to_string(f)) + " but earlier shards are " +
+                                              std::string(to_string(out.format)) + "; one dataset holds one format");
+        out.format = f;
+        have_format = true;
+        out.shards.push_back(std::move(shard));
+    };
+    auto add_files = [&](const std::vector<std::string>& files, const std::string& spec) {
+        bool any_idx = std::any_of(files.begin(), files.end(), [](auto& p) { return detail::ends_with(p, ".idx"); });
+        std::size_t before = out.shards.size();
+        for (const auto& p : files) {
+            if (any_idx) {
+                if (detail::ends_with(p, ".idx")) add(dataset_format::megatron, detail::strip_suffix(p, ".idx"), spec);
+            } else if (detail::ends_with(p, ".bin") && detail::looks_like_llmc(p)) {
+                add(dataset_format::llmc, p, spec);
+            }
+        }
+        if (out.shards.size() == before)
+            throw io_error(spec, ENOENT, "no Megatron .idx or llm.c .bin shards found");
+    };
+    for (const auto& spec : specs) {
+        std::error_code ec;
+        if (detail::has_glob_chars(spec)) {
+            auto files = detail::glob_paths(spec);
+            if (files.empty()) throw io_error(spec, ENOENT, "pattern matches no file");
+            // A pattern naming .bin files of a Megatron dataset means their prefixes.
+            std::vector<std::string> expanded;
+            for (auto& p : files)
+                expanded.push_back(detail::ends_with(p, ".bin") && detail::path_exists(detail::strip_suffix(p, ".bin") + ".idx")
+                                       ? detail::strip_suffix(p, ".bin") + ".idx"
+                                       : p);
+            add_files(expanded, spec);
+        } else if (std::filesystem::is_directory(spec, ec)) {
+            std::vector<std::string> files;
+            for (const auto& e : std::filesystem::directory_iterator(spec))
+                if (e.is_regular_file()) files.push_back(e.path().string());
+            std::sort(files.begin(), files.end());
+            add_files(files, spec);
+        } else if (detail::path_exists(spec + ".idx")) {
+            add(dataset_format::megatron, spec, spec);
+        } else if (detail::ends_with(spec, ".idx")) {
+            add(dataset_format::megatron, detail::strip_suffix(spec, ".idx"), spec);
+        } else if (detail::ends_with(spec, ".bin") && detail::path_exists(detail::strip_suffix(spec, ".bin") + ".idx")) {
+            add(dataset_format::megatron, detail::strip_suffix(spec, ".bin"), spec);
+        } else if (detail::path_exists(spec)) {
+            add(dataset_format::llmc, spec, spec);  // validated (magic, size) when opened
+        } else {
+            throw io_error(spec, ENOENT, "no such dataset (expected a Megatron prefix with .idx/.bin, an llm.c .bin, a directory or a glob)");
+        }
+    }
+    if (out.shards.empty()) throw config_error("dataset", "no dataset given");
+    return out;
+}
+
+// A read-only token dataset over one or more shards of one format and dtype. Thread-safe after
+// construction (document_index() for llm.c builds its index once, under a lock).
+class token_dataset {
+public:
+    struct shard_info {
+        std::string path;  // Megatron prefix or llm.c file
+        const file* bin = nullptr;
+        std::uint64_t tokens = 0;
+        std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
+    };
+
+    // Opens and validates every shard (headers and, for Megatron, the .idx arrays; never the tokens).
+    // Throws io_error for missing files, format_error for corrupt ones, config_error for mixed dtypes.
+    explicit token_dataset(const std::vector<std::string>& specs) : token_dataset(resolve_dataset_spec(specs)) {}
+    explicit token_dataset(const std::string& spec) : token_dataset(std::vector<std::string>{spec}) {}
+    explicit token_dataset(resolved_spec spec) : format_(spec.format) {
+        for (const auto& s : spec.shards) {
+            shard_info info;
+            info.path = s;
+            if (format_ == dataset_format::megatron) {
+                auto& m = *megatron_.emplace_back(std::make_unique<megatron_shard>(s));
+                info.bin = &m.bin();
+                info.tokens = m.index().total_tokens();
+                info.documents = m.index().sequence_count();
+                check_dtype(m.dtype(), s);
+            } else {
+                auto& l = *llmc_.emplace_back(std::make_unique<llmc_shard>(s));
+                info.bin = &l.bin();
+                info.tokens = l.tokens();
+                check_dtype(l.header().dtype, s);
+                if (llmc_.size() == 1) delimiter_ = l.header().delimiter;
+            }
+            total_tokens_ += info.tokens;
+            shards_.push_back(std::move(info));
+        }
+        if (format_ == dataset_format::megatron) {
+            document_starts_.reserve(shards_.size() + 1);
+            document_starts_.push_back(0);
+            for (auto& s : shards_) document_starts_.push_back(document_starts_.back() + s.documents);
+        }
+    }
+
+    dataset_format format() const noexcept { return format_; }
+    token_dtype dtype() const noexcept { return dtype_; }
+    std::size_t shard_count() const noexcept { return shards_.size(); }
+    const shard_info& shard(std::size_t i) const { return shards_.at(i); }
+    std::uint64_t total_tokens() const noexcept { return total_tokens_; }
+    // The llm.c document delimiter (from the first shard's header, or llm.c's default for its magic).
+    std::uint32_t delimiter() const noexcept { return delimiter_; }
+    // Replaces the llm.c delimiter before the document index is built. Throws config_error afterwards.
+    void set_delimiter(std::uint32_t d) {
+        std::lock_guard lock(index_mutex_);
+        if (llmc_indexed_) throw config_error("delimiter", "set it before the document index is built");
+        delimiter_ = d;
+    }
+
+    // Documents in the dataset. Megatron: O(1). llm.c: builds the document index on first call by
+    // scanning the tokens for the delimiter (O(tokens) once, O(documents) memory).
+    std::uint64_t document_count() const {
+        if (format_ == dataset_format::llmc) ensure_llmc_index();
+        return document_starts_.empty() ? llmc_docs_.size() : document_starts_.back();
+    }
+
+    // Where document `d` lives. Megatron: O(log shards). Throws std::out_of_range for a bad index.
+    document_span document(std::uint64_t d) const {
+        if (format_ == dataset_format::llmc) {
+            ensure_llmc_index();
+            return llmc_docs_.at(d);
+        }
+        if (d >= document_starts_.back())
+            throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(document_starts_.back()));
+        auto it = std::upper_bound(document_starts_.begin(), document_starts_.end(), d);
+        auto shard = static_cast<std::uint32_t>(it - document_starts_.begin() - 1);
+        const auto& idx = megatron_[shard]->index();
+        std::uint64_t local = d - document_starts_[shard];
+        return {shard, idx.pointer(local) / dtype_size(dtype_), idx.length(local)};
+    }
+
+    // Appends the read requests that copy tokens [first, first + count) of `doc`, in the file's dtype,
+    // to `dest` (count * dtype_size bytes). llm.c documents that run on into the next shard give one
+    // request per shard. Throws std::out_of_range when the range is outside the document.
+    void append_requests(const document_span& doc, std::uint64_t first, std::uint64_t count, std::byte* dest,
+                         std::vector<read_request>& out) const {
+        if (first > doc.length || count > doc.length - first)
+            throw std::out_of_range("tokens [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                    ") outside a document of " + std::to_string(doc.length));
+        append_stream_requests(doc.shard, doc.first_token + first, count, dest, out);
+    }
+
+    // As append_requests, for `count` tokens starting at token `first` of `shard`, running on into the
+    // following shards (the concatenated token stream, as llm.c reads it).
+    void append_stream_requests(std::uint32_t shard, std::uint64_t first, std::uint64_t count, std::byte* dest,
+                                std::vector<read_request>& out) const {
+        const std::size_t item = dtype_size(dtype_);
+        while (count > 0) {
+            if (shard >= shards_.size())
+                throw std::out_of_range("token range runs past the last shard");
+            const auto& s = shards_[shard];
+            if (first >= s.tokens && format_ == dataset_format::llmc) {
+                first -= s.tokens;
+                ++shard;
+                continue;
+            }
+            std::uint64_t n = format_ == dataset_format::llmc ? std::min(count, s.tokens - first) : count;
+            out.push_back(read_request{s.bin, token_byte_offset(first), n * item, dest});
+            dest += n * item;
+            count -= n;
+            first += n;
+        }
+    }
+
+    // Byte offset of token `i` within a shard file.
+    std::uint64_t token_byte_offset(std::uint64_t i) const noexcept {
+        return (format_ == dataset_format::llmc ? llmc_layout::header_bytes : 0) + i * dtype_size(dtype_);
+    }
+
+    // Reads tokens [first, first + count) of `doc` through `r`, converted to T. Convenience for tools
+    // and tests; workers batch append_requests() calls into one read instead.
+    template <class T, class Reader>
+    void read_tokens(Reader& r, const document_span& doc, std::uint64_t first, std::uint64_t count, T* out) const {
+        std::vector<std::byte> raw(count * dtype_size(dtype_));
+        std::vector<read_request> reqs;
+        append_requests(doc, first, count, raw.data(), reqs);
+        r.read(reqs);
+        convert_tokens(raw.data(), dtype_, count, out);
+    }
+
+private:
+    void check_dtype(token_dtype t, const std::string& path) {
+        if (shards_.empty()) {
+            dtype_ = t;
+            return;
+        }
+        if (t != dtype_)
+            throw config_error("dataset", path + " holds " + std::string(to_string(t)) + " tokens but earlier shards hold " +
+                                              std::string(to_string(dtype_)));
+    }
+
+    // llm.c has no document index: find each delimiter. Documents begin with the delimiter; tokens
+    // before the first delimiter of the first shard form a document of their own.
+    void ensure_llmc_index() const {
+        std::lock_guard lock(index_mutex_);
+        if (llmc_indexed_) return;
+        std::vector<document_span> docs;
+        bool open_doc = false;
+        for (std::uint32_t s = 0; s < shards_.size(); ++s) {
+            file_mapping map(*shards_[s].bin, access_pattern::sequential);
+            const std::byte* tokens = map.bytes().data() + llmc_layout::header_bytes;
+            for (std::uint64_t i = 0; i < shards_[s].tokens; ++i) {
+                auto t = load_token<std::uint32_t>(tokens, dtype_, i);
+                if (t == delimiter_ || !open_doc) {
+                    docs.push_back({s, i, 0});
+                    open_doc = true;
+                }
+                ++docs.back().length;
+            }
+        }
+        llmc_docs_ = std::move(docs);
+        std::vector<std::uint64_t> counts(shards_.size(), 0);
+        for (auto& d : llmc_docs_) ++counts[d.shard];
+        for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].documents = counts[s];
+        llmc_indexed_ = true;
+    }
+
+    dataset_format format_;
+    token_dtype dtype_ = token_dtype::uint16;
+    std::uint32_t delimiter_ = llmc_layout::gpt2_eot;
+    std::uint64_t total_tokens_ = 0;
+    mutable std::vector<shard_info> shards_;
+    std::vector<std::unique_ptr<megatron_shard>> megatron_;
+    std::vector<std::unique_ptr<llmc_shard>> llmc_;
+    std::vector<std::uint64_t> document_starts_;  // Megatron: first global document of each shard
+    mutable std::mutex index_mutex_;
+    mutable bool llmc_indexed_ = false;
+    mutable std::vector<document_span> llmc_docs_;
+};
+
+}  // namespace feedline

@@ -1,0 +1,160 @@
+// feedline/format/dtype.hpp: the element types token files use, and the conversions between them.
+// Megatron's .idx stores a dtype code; llm.c implies one by its magic number. Readers hand tokens to
+// the pipeline as fixed-width integers; writers pick the narrowest type the vocabulary fits in.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <feedline/error.hpp>
+
+namespace feedline {
+
+enum class token_dtype : std::uint8_t { uint8, int8, int16, int32, int64, float64, float32, uint16, uint32 };
+
+inline constexpr std::size_t dtype_size(token_dtype t) noexcept {
+    switch (t) {
+        case token_dtype::uint8:
+        case token_dtype::int8: return 1;
+        case token_dtype::int16:
+        case token_dtype::uint16: return 2;
+        case token_dtype::int32:
+        case token_dtype::uint32:
+        case token_dtype::float32: return 4;
+        case token_dtype::int64:
+        case token_dtype::float64: return 8;
+    }
+    return 0;
+}
+
+inline constexpr std::string_view to_string(token_dtype t) noexcept {
+    switch (t) {
+        case token_dtype::uint8: return "uint8";
+        case token_dtype::int8: return "int8";
+        case token_dtype::int16: return "int16";
+        case token_dtype::int32: return "int32";
+        case token_dtype::int64: return "int64";
+        case token_dtype::float64: return "float64";
+        case token_dtype::float32: return "float32";
+        case token_dtype::uint16: return "uint16";
+        case token_dtype::uint32: return "uint32";
+    }
+    return "?";
+}
+
+// Parses a dtype name as written by to_string. Throws config_error naming the value.
+inline token_dtype parse_dtype(std::string_view s) {
+    for (auto t : {token_dtype::uint8, token_dtype::int8, token_dtype::int16, token_dtype::int32, token_dtype::int64,
+                   token_dtype::float64, token_dtype::float32, token_dtype::uint16, token_dtype::uint32})
+        if (to_string(t) == s) return t;
+    throw config_error("dtype", "unknown dtype '" + std::string(s) + "'");
+}
+
+// Megatron-LM's DType codes (megatron/core/datasets/indexed_dataset.py). uint32 has no code there.
+inline std::optional<token_dtype> dtype_from_megatron_code(std::uint8_t code) noexcept {
+    switch (code) {
+        case 1: return token_dtype::uint8;
+        case 2: return token_dtype::int8;
+        case 3: return token_dtype::int16;
+        case 4: return token_dtype::int32;
+        case 5: return token_dtype::int64;
+        case 6: return token_dtype::float64;
+        case 7: return token_dtype::float32;
+        case 8: return token_dtype::uint16;
+        default: return std::nullopt;
+    }
+}
+
+inline std::optional<std::uint8_t> megatron_code(token_dtype t) noexcept {
+    switch (t) {
+        case token_dtype::uint8: return 1;
+        case token_dtype::int8: return 2;
+        case token_dtype::int16: return 3;
+        case token_dtype::int32: return 4;
+        case token_dtype::int64: return 5;
+        case token_dtype::float64: return 6;
+        case token_dtype::float32: return 7;
+        case token_dtype::uint16: return 8;
+        case token_dtype::uint32: return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+// Megatron's DType.optimal_dtype: uint16 while the vocabulary fits with headroom, else int32.
+inline token_dtype megatron_optimal_dtype(std::uint64_t vocab_size) noexcept {
+    return vocab_size < 65500 ? token_dtype::uint16 : token_dtype::int32;
+}
+
+// Reads element `i` of a little-endian array of `t` starting at `src` (no alignment needed) as T.
+template <class T>
+inline T load_token(const std::byte* src, token_dtype t, std::size_t i) noexcept {
+    auto get = [&]<class U>(U) {
+        U v;
+        std::memcpy(&v, src + i * sizeof(U), sizeof(U));
+        return static_cast<T>(v);
+    };
+    switch (t) {
+        case token_dtype::uint8: return get(std::uint8_t{});
+        case token_dtype::int8: return get(std::int8_t{});
+        case token_dtype::int16: return get(std::int16_t{});
+        case token_dtype::uint16: return get(std::uint16_t{});
+        case token_dtype::int32: return get(std::int32_t{});
+        case token_dtype::uint32: return get(std::uint32_t{});
+        case token_dtype::int64: return get(std::int64_t{});
+        case token_dtype::float32: return get(float{});
+        case token_dtype::float64: return get(double{});
+    }
+    return T{};
+}
+
+// Converts `count` tokens of type `t` at `src` to T. Same-type integer copies become one memcpy.
+template <class T>
+inline void convert_tokens(const std::byte* src, token_dtype t, std::size_t count, T* out) noexcept {
+    if ((t == token_dtype::uint16 && std::is_same_v<T, std::uint16_t>) ||
+        (t == token_dtype::uint32 && std::is_same_v<T, std::uint32_t>) ||
+        (t == token_dtype::int32 && std::is_same_v<T, std::int32_t>) ||
+        (t == token_dtype::int64 && std::is_same_v<T, std::int64_t>)) {
+        std::memcpy(out, src, count * sizeof(T));
+        return;
+    }
+    if (t == token_dtype::uint16) {  // the common case gets its own loop so it vectorises
+        for (std::size_t i = 0; i < count; ++i) {
+            std::uint16_t v;
+            std::memcpy(&v, src + 2 * i, 2);
+            out[i] = static_cast<T>(v);
+        }
+        return;
+    }
+    for (std::size_t i = 0; i < count; ++i) out[i] = load_token<T>(src, t, i);
+}
+
+// Stores `value` as element `i` of a `t` array at `dst`. Returns false when it does not fit exactly.
+template <class T>
+inline bool store_token(std::byte* dst, token_dtype t, std::size_t i, T value) noexcept {
+    auto put = [&]<class U>(U) {
+        auto v = static_cast<U>(value);
+        if (static_cast<T>(v) != value) return false;
+        if constexpr (std::is_integral_v<T> && std::is_integral_v<U>)
+            if ((value < T{}) != (v < U{})) return false;
+        std::memcpy(dst + i * sizeof(U), &v, sizeof(U));
+        return true;
+    };
+    switch (t) {
+        case token_dtype::uint8: return put(std::uint8_t{});
+        case token_dtype::int8: return put(std::int8_t{});
+        case token_dtype::int16: return put(std::int16_t{});
+        case token_dtype::uint16: return put(std::uint16_t{});
+        case token_dtype::int32: return put(std::int32_t{});
+        case token_dtype::uint32: return put(std::uint32_t{});
+        case token_dtype::int64: return put(std::int64_t{});
+        case token_dtype::float32: return put(float{});
+        case token_dtype::float64: return put(double{});
+    }
+    return false;
+}
+
+}  // namespace feedline

@@ -1,0 +1,254 @@
+// feedline/format/megatron.hpp: Megatron-LM's indexed dataset (<prefix>.bin + <prefix>.idx), read and written.
+// Layout (megatron/core/datasets/indexed_dataset.py, little-endian, arrays unaligned from byte 34):
+//   9-byte magic "MMIDIDX\0\0" | u64 version = 1 | u8 dtype code | u64 sequence count S |
+//   u64 document count D | int32 lengths[S] | int64 byte pointers[S] | int64 document indices[D]
+//   (| int8 modes[S] for multimodal data). D counts the leading 0: document j is sequences [idx[j], idx[j+1]).
+// feedline samples sequences (what Megatron's GPTDataset calls documents); the document index is
+// validated and exposed. Fed by storage/, feeds format/dataset.hpp.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <feedline/detail/output_file.hpp>
+#include <feedline/format/dtype.hpp>
+#include <feedline/storage/file.hpp>
+#include <feedline/storage/mmap_reader.hpp>
+
+namespace feedline {
+
+namespace megatron_layout {
+inline constexpr std::array<char, 9> magic = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+inline constexpr std::uint64_t version = 1;
+inline constexpr std::uint64_t version_offset = 9;
+inline constexpr std::uint64_t dtype_offset = 17;
+inline constexpr std::uint64_t sequence_count_offset = 18;
+inline constexpr std::uint64_t document_count_offset = 26;
+inline constexpr std::uint64_t header_size = 34;
+}  // namespace megatron_layout
+
+// A validated .idx, parsed from bytes. Keeps only offsets into the bytes, so opening an index with
+// 10^8 sequences costs one validation pass and no copies. The bytes must outlive the view.
+class megatron_index_view {
+public:
+    // Validates everything that can be checked without the .bin: magic, version, dtype code, that the
+    // array sizes add up to the file size, and that the document index starts at 0, never decreases
+    // and ends at S. `bin_size` (when known) also bounds every sequence. Throws format_error naming
+    // `path`, the byte offset and what was expected.
+    megatron_index_view(std::span<const std::byte> bytes, std::string path,
+                        std::optional<std::uint64_t> bin_size = std::nullopt)
+        : bytes_(bytes), path_(std::move(path)) {
+        using namespace megatron_layout;
+        if (bytes_.size() < header_size)
+            fail(bytes_.size(), "truncated index: " + std::to_string(bytes_.size()) + " bytes, the header alone needs " +
+                                    std::to_string(header_size));
+        if (std::memcmp(bytes_.data(), magic.data(), magic.size()) != 0)
+            fail(0, "wrong magic: expected \"MMIDIDX\\0\\0\" (a Megatron-LM .idx file)");
+        if (auto v = u64(version_offset); v != version)
+            fail(version_offset, "unknown version " + std::to_string(v) + " (expected 1)");
+        auto code = static_cast<std::uint8_t>(bytes_[dtype_offset]);
+        auto dt = dtype_from_megatron_code(code);
+        if (!dt) fail(dtype_offset, "unknown dtype code " + std::to_string(code) + " (expected 1-8)");
+        dtype_ = *dt;
+        sequences_ = u64(sequence_count_offset);
+        documents_ = u64(document_count_offset);
+        // Guard the size arithmetic against counts that would overflow (a corrupt header).
+        const std::uint64_t limit = std::uint64_t(1) << 56;
+        if (sequences_ > limit || documents_ > limit)
+            fail(sequences_ > limit ? sequence_count_offset : document_count_offset,
+                 "implausible count (sequences " + std::to_string(sequences_) + ", documents " +
+                     std::to_string(documents_) + ")");
+        const std::uint64_t expected = header_size + sequences_ * 12 + documents_ * 8;
+        if (bytes_.size() == expected + sequences_ && sequences_ > 0)
+            has_modes_ = true;  // multimodal datasets append one int8 mode per sequence
+        else if (bytes_.size() != expected)
+            fail(std::min<std::uint64_t>(bytes_.size(), expected),
+                 "sizes do not add up: " + std::to_string(sequences_) + " sequences and " + std::to_string(documents_) +
+                     " document indices need " + std::to_string(expected) + " bytes, the file has " +
+                     std::to_string(bytes_.size()) + (bytes_.size() < expected ? " (truncated)" : ""));
+        if (documents_ == 0) fail(document_count_offset, "document index is empty (it must hold at least the leading 0)");
+        validate(bin_size);
+    }
+
+    token_dtype dtype() const noexcept { return dtype_; }
+    std::uint64_t sequence_count() const noexcept { return sequences_; }
+    // Number of entries in the document index, including its leading 0 (as Megatron stores it).
+    std::uint64_t document_index_size() const noexcept { return documents_; }
+    bool has_modes() const noexcept { return has_modes_; }
+
+    std::uint32_t length(std::uint64_t i) const noexcept {
+        std::int32_t v;
+        std::memcpy(&v, bytes_.data() + lengths_offset() + 4 * i, 4);
+        return static_cast<std::uint32_t>(v);
+    }
+    std::uint64_t pointer(std::uint64_t i) const noexcept {
+        return static_cast<std::uint64_t>(i64(pointers_offset() + 8 * i));
+    }
+    std::uint64_t document_index(std::uint64_t j) const noexcept {
+        return static_cast<std::uint64_t>(i64(documents_offset() + 8 * j));
+    }
+    std::uint64_t total_tokens() const noexcept { return total_tokens_; }
+
+    std::uint64_t lengths_offset() const noexcept { return megatron_layout::header_size; }
+    std::uint64_t pointers_offset() const noexcept { return lengths_offset() + 4 * sequences_; }
+    std::uint64_t documents_offset() const noexcept { return pointers_offset() + 8 * sequences_; }
+
+private:
+    [[noreturn]] void fail(std::uint64_t offset, const std::string& what) const { throw format_error(path_, offset, what); }
+    std::uint64_t u64(std::uint64_t off) const noexcept {
+        std::uint64_t v;
+        std::memcpy(&v, bytes_.data() + off, 8);
+        return v;
+    }
+    std::int64_t i64(std::uint64_t off) const noexcept {
+        std::int64_t v;
+        std::memcpy(&v, bytes_.data() + off, 8);
+        return v;
+    }
+
+    void validate(std::optional<std::uint64_t> bin_size) {
+        const std::uint64_t item = dtype_size(dtype_);
+        for (std::uint64_t i = 0; i < sequences_; ++i) {
+            std::int32_t len;
+            std::memcpy(&len, bytes_.data() + lengths_offset() + 4 * i, 4);
+            if (len < 0) fail(lengths_offset() + 4 * i, "sequence " + std::to_string(i) + " has negative length " + std::to_string(len));
+            std::int64_t ptr = i64(pointers_offset() + 8 * i);
+            if (ptr < 0 || static_cast<std::uint64_t>(ptr) % item != 0)
+                fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " has invalid byte pointer " +
+                                                    std::to_string(ptr) + " (must be >= 0 and a multiple of " +
+                                                    std::to_string(item) + ")");
+            std::uint64_t end = static_cast<std::uint64_t>(ptr) + static_cast<std::uint64_t>(len) * item;
+            if (bin_size && end > *bin_size)
+                fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " spans bytes [" + std::to_string(ptr) +
+                                                    ", " + std::to_string(end) + ") beyond the .bin size " +
+                                                    std::to_string(*bin_size));
+            total_tokens_ += static_cast<std::uint64_t>(len);
+        }
+        std::int64_t prev = 0;
+        for (std::uint64_t j = 0; j < documents_; ++j) {
+            std::int64_t d = i64(documents_offset() + 8 * j);
+            if (j == 0 && d != 0) fail(documents_offset(), "document index must start at 0, found " + std::to_string(d));
+            if (d < prev)
+                fail(documents_offset() + 8 * j, "document index decreases: entry " + std::to_string(j) + " is " +
+                                                     std::to_string(d) + " after " + std::to_string(prev));
+            if (static_cast<std::uint64_t>(d) > sequences_)
+                fail(documents_offset() + 8 * j, "document index entry " + std::to_string(j) + " = " + std::to_string(d) +
+                                                     " exceeds the sequence count " + std::to_string(sequences_));
+            prev = d;
+        }
+        if (static_cast<std::uint64_t>(prev) != sequences_)
+            fail(documents_offset() + 8 * (documents_ - 1), "document index ends at " + std::to_string(prev) +
+                                                                 ", expected the sequence count " + std::to_string(sequences_));
+    }
+
+    std::span<const std::byte> bytes_;
+    std::string path_;
+    token_dtype dtype_ = token_dtype::uint16;
+    std::uint64_t sequences_ = 0, documents_ = 0, total_tokens_ = 0;
+    bool has_modes_ = false;
+};
+
+// One Megatron shard opened for reading: <prefix>.idx mapped and validated, <prefix>.bin open.
+// Immutable after construction; thread-safe to share between readers.
+class megatron_shard {
+public:
+    // Throws io_error when a file is missing and format_error when the index is invalid.
+    explicit megatron_shard(const std::string& prefix)
+        : prefix_(prefix), idx_file_(prefix + ".idx"), bin_(prefix + ".bin"), idx_map_(idx_file_, access_pattern::sequential),
+          index_(idx_map_.bytes(), idx_file_.path(), bin_.size()) {}
+
+    const std::string& prefix() const noexcept { return prefix_; }
+    const megatron_index_view& index() const noexcept { return index_; }
+    const file& bin() const noexcept { return bin_; }
+    token_dtype dtype() const noexcept { return index_.dtype(); }
+
+private:
+    std::string prefix_;
+    file idx_file_;
+    file bin_;
+    file_mapping idx_map_;
+    megatron_index_view index_;
+};
+
+// Writes a Megatron dataset exactly as Megatron-LM's IndexedDatasetBuilder does: one sequence per
+// document, document index with its leading 0. Files appear under their final names only after
+// finish(); destroying an unfinished writer removes its temporary files.
+class megatron_writer {
+public:
+    // Throws config_error when the dtype has no Megatron code (uint32), io_error when a file cannot
+    // be created.
+    megatron_writer(std::string prefix, token_dtype dtype)
+        : prefix_(std::move(prefix)), dtype_(dtype), bin_(prefix_ + ".bin"), document_index_{0} {
+        if (!megatron_code(dtype)) throw config_error("dtype", std::string(to_string(dtype)) + " has no Megatron dtype code; use int32");
+    }
+
+    // Appends one document. Throws config_error when a token does not fit the dtype, io_error when the
+    // write fails (ENOSPC names the path). Not thread-safe.
+    template <class T>
+    void add_document(std::span<const T> tokens) {
+        if (tokens.size() > 0x7fffffffu) throw config_error("document", "longer than 2^31-1 tokens (int32 length)");
+        scratch_.resize(tokens.size() * dtype_size(dtype_));
+        for (std::size_t i = 0; i < tokens.size(); ++i)
+            if (!store_token(scratch_.data(), dtype_, i, tokens[i]))
+                throw config_error("dtype", "token " + std::to_string(tokens[i]) + " does not fit " + std::string(to_string(dtype_)) +
+                                                " (document " + std::to_string(lengths_.size()) + ")");
+        pointers_.push_back(static_cast<std::int64_t>(bin_.size()));
+        lengths_.push_back(static_cast<std::int32_t>(tokens.size()));
+        bin_.write(scratch_.data(), scratch_.size());
+        document_index_.push_back(static_cast<std::int64_t>(lengths_.size()));
+    }
+    template <class T>
+    void add_document(const std::vector<T>& tokens) { add_document(std::span<const T>(tokens)); }
+
+    std::uint64_t documents() const noexcept { return lengths_.size(); }
+    std::uint64_t bytes_written() const noexcept { return bin_.size(); }
+
+    // Writes the .idx and closes both files under temporary names. Throws io_error.
+    void close() {
+        using namespace megatron_layout;
+        if (idx_) return;
+        idx_.emplace(prefix_ + ".idx");
+        idx_->write(magic.data(), magic.size());
+        std::uint64_t v = version;
+        idx_->write(&v, 8);
+        std::uint8_t code = *megatron_code(dtype_);
+        idx_->write(&code, 1);
+        std::uint64_t s = lengths_.size(), d = document_index_.size();
+        idx_->write(&s, 8);
+        idx_->write(&d, 8);
+        idx_->write(lengths_.data(), lengths_.size() * 4);
+        idx_->write(pointers_.data(), pointers_.size() * 8);
+        idx_->write(document_index_.data(), document_index_.size() * 8);
+        bin_.close_pending();
+        idx_->close_pending();
+    }
+
+    // Moves both files to their final names (.bin first, so a crash in between leaves no .idx and thus
+    // no dataset). Writers of several shards close() them all, then commit() them all.
+    void commit() {
+        close();
+        bin_.commit();
+        idx_->commit();
+    }
+
+    // close() then commit().
+    void finish() { commit(); }
+
+private:
+    std::string prefix_;
+    token_dtype dtype_;
+    detail::output_file bin_;
+    std::vector<std::int32_t> lengths_;
+    std::vector<std::int64_t> pointers_;
+    std::vector<std::int64_t> document_index_;
+    std::vector<std::byte> scratch_;
+    std::optional<detail::output_file> idx_;
+};
+
+}  // namespace feedline

@@ -1,0 +1,186 @@
+// feedline/format/text.hpp: JSONL and plain-text documents, streamed (one line or block at a time).
+// These are the inputs of tokenization: feedline-pack turns them into token shards offline, and the
+// pipeline's workers tokenize them on the fly. A JSONL line is {"text": "..."} (field name configurable);
+// plain text is one document per file or per blank-line-separated block. Feeds transform/tokenizer.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#if FEEDLINE_HAS_JSON
+#include <nlohmann/json.hpp>
+#endif
+
+#include <feedline/error.hpp>
+#include <feedline/format/dataset.hpp>
+
+namespace feedline {
+
+struct text_document {
+    std::string text;
+    std::uint64_t number = 0;  // 0-based position in the source, counting skipped lines too
+    std::uint64_t line = 0;    // 1-based line where it starts
+    std::uint64_t offset = 0;  // byte offset where it starts
+};
+
+enum class text_split { whole_file, blank_lines, lines };
+
+struct text_options {
+    std::string field = "text";     // JSONL field that holds the document
+    bool skip_invalid = false;      // count and skip bad JSONL lines instead of throwing
+    text_split split = text_split::whole_file;  // plain text only
+};
+
+// Reads documents from one JSONL or plain-text file without loading it whole (a whole-file document is
+// one document, so it is loaded). Files ending in .jsonl / .json / .ndjson are JSONL. Not thread-safe.
+class text_reader {
+public:
+    // Throws io_error when the file cannot be opened, config_error for JSONL without JSON support built.
+    explicit text_reader(std::string path, text_options options = {})
+        : path_(std::move(path)), opt_(std::move(options)), in_(path_, std::ios::binary) {
+        if (!in_) throw io_error(path_, errno, "cannot open");
+        jsonl_ = detail::ends_with(path_, ".jsonl") || detail::ends_with(path_, ".json") || detail::ends_with(path_, ".ndjson");
+#if !FEEDLINE_HAS_JSON
+        if (jsonl_) throw config_error("input", path_ + ": JSONL support not built (nlohmann_json was not found when feedline was configured)");
+#endif
+    }
+
+    // Reads the next document into `doc`; false at end of file. Throws format_error naming the file,
+    // the byte offset and the line for invalid JSON or a missing/non-string field (unless skip_invalid).
+    bool next(text_document& doc) {
+        if (jsonl_) return next_jsonl(doc);
+        switch (opt_.split) {
+            case text_split::whole_file: return next_whole(doc);
+            case text_split::blank_lines: return next_block(doc);
+            case text_split::lines: return next_line(doc);
+        }
+        return false;
+    }
+    bool is_jsonl() const noexcept { return jsonl_; }
+    std::uint64_t skipped() const noexcept { return skipped_; }
+    const std::string& path() const noexcept { return path_; }
+
+private:
+    bool getline(std::string& line) {
+        line_offset_ = offset_;
+        if (!std::getline(in_, line)) return false;
+        ++line_no_;
+        offset_ += line.size() + (in_.eof() ? 0 : 1);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        return true;
+    }
+
+    bool next_jsonl(text_document& doc) {
+#if FEEDLINE_HAS_JSON
+        std::string line;
+        while (getline(line)) {
+            if (std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); })) continue;
+            auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+            std::string problem;
+            if (j.is_discarded())
+                problem = "not valid JSON";
+            else if (!j.is_object() || !j.contains(opt_.field))
+                problem = "no \"" + opt_.field + "\" field";
+            else if (!j[opt_.field].is_string())
+                problem = "field \"" + opt_.field + "\" is not a string";
+            if (!problem.empty()) {
+                if (!opt_.skip_invalid) throw format_error(path_, line_offset_, "line " + std::to_string(line_no_) + ": " + problem);
+                ++skipped_;
+                ++number_;
+                continue;
+            }
+            doc.text = j[opt_.field].get<std::string>();
+            doc.line = line_no_;
+            doc.offset = line_offset_;
+            doc.number = number_++;
+            return true;
+        }
+        return false;
+#else
+        (void)doc;
+        return false;
+#endif
+    }
+
+    bool next_whole(text_document& doc) {
+        if (done_) return false;
+        done_ = true;
+        doc.text.assign(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
+        if (in_.bad()) throw io_error(path_, errno, "read failed");
+        doc.line = 1;
+        doc.offset = 0;
+        doc.number = number_++;
+        return true;
+    }
+
+    bool next_line(text_document& doc) {
+        if (!getline(doc.text)) return false;
+        doc.line = line_no_;
+        doc.offset = line_offset_;
+        doc.number = number_++;
+        return true;
+    }
+
+    bool next_block(text_document& doc) {
+        std::string line;
+        doc.text.clear();
+        bool started = false;
+        while (getline(line)) {
+            bool blank = std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); });
+            if (blank) {
+                if (started) break;
+                continue;
+            }
+            if (!started) {
+                doc.line = line_no_;
+                doc.offset = line_offset_;
+                started = true;
+            } else {
+                doc.text += '\n';
+            }
+            doc.text += line;
+        }
+        if (!started) return false;
+        doc.number = number_++;
+        return true;
+    }
+
+    std::string path_;
+    text_options opt_;
+    std::ifstream in_;
+    bool jsonl_ = false;
+    bool done_ = false;
+    std::uint64_t line_no_ = 0, offset_ = 0, line_offset_ = 0, number_ = 0, skipped_ = 0;
+};
+
+// Expands text inputs (files, directories, globs) into a sorted list of files. Throws io_error when
+// a path does not exist or a pattern matches nothing.
+inline std::vector<std::string> resolve_text_inputs(const std::vector<std::string>& inputs) {
+    std::vector<std::string> out;
+    for (const auto& in : inputs) {
+        std::error_code ec;
+        if (detail::has_glob_chars(in)) {
+            auto files = detail::glob_paths(in);
+            if (files.empty()) throw io_error(in, ENOENT, "pattern matches no file");
+            out.insert(out.end(), files.begin(), files.end());
+        } else if (std::filesystem::is_directory(in, ec)) {
+            std::vector<std::string> files;
+            for (const auto& e : std::filesystem::directory_iterator(in))
+                if (e.is_regular_file()) files.push_back(e.path().string());
+            std::sort(files.begin(), files.end());
+            out.insert(out.end(), files.begin(), files.end());
+        } else if (detail::path_exists(in)) {
+            out.push_back(in);
+        } else {
+            throw io_error(in, ENOENT, "no such file");
+        }
+    }
+    return out;
+}
+
+}  // namespace feedline

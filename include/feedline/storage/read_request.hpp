@@ -1,0 +1,50 @@
+// feedline/storage/read_request.hpp: what every storage backend is asked to do.
+// Datasets turn "tokens [a, b) of document d" into byte ranges of shard files; a backend fills
+// caller-owned buffers with exactly those bytes. Fed by format/, feeds the workers' batch assembly.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include <feedline/storage/file.hpp>
+
+namespace feedline {
+
+// One contiguous byte range of one file, to be copied into `dest` (which must hold `length` bytes).
+struct read_request {
+    const file* source = nullptr;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    std::byte* dest = nullptr;
+};
+
+// How a reader expects to be used; mmap turns this into madvise hints.
+enum class access_pattern { sequential, random };
+
+// A storage backend: fills every request of a batch, in any order, before returning.
+// Contract for implementations: not thread-safe (one reader per worker thread); read() either fills
+// every byte of every request or throws (format_error for ranges beyond the end of a file, io_error
+// for system failures) after all in-flight I/O has finished, so no buffer is written after it returns.
+template <class R>
+concept reader = requires(R& r, std::span<const read_request> requests) {
+    { r.read(requests) } -> std::same_as<void>;
+    { r.name() } -> std::convertible_to<std::string_view>;
+};
+
+namespace detail {
+
+// Rejects a request that does not lie inside its file; shared by every backend so all of them
+// report out-of-range requests identically.
+inline void check_in_file(const read_request& r) {
+    if (r.source == nullptr) throw config_error("read_request.source", "is null");
+    if (r.offset > r.source->size() || r.length > r.source->size() - r.offset)
+        throw format_error(r.source->path(), r.offset,
+                           "read of " + std::to_string(r.length) + " bytes goes past the end of the file (size " +
+                               std::to_string(r.source->size()) + ")");
+}
+
+}  // namespace detail
+}  // namespace feedline

@@ -1,0 +1,53 @@
+# Builds and runs a tiny trainer-like project that uses feedline the way users do.
+#   MODE=fetchcontent: FetchContent_Declare(feedline SOURCE_DIR <this tree>) + FetchContent_MakeAvailable
+#   MODE=find_package: cmake --install feedline to a prefix, then find_package(feedline REQUIRED)
+# Usage: cmake -DSOURCE_DIR=... -DWORK_DIR=... -DMODE=... -P run_consumer.cmake
+cmake_minimum_required(VERSION 3.25)
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR}/consumer)
+file(COPY ${CMAKE_CURRENT_LIST_DIR}/main.cpp DESTINATION ${WORK_DIR}/consumer)
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+if(MODE STREQUAL "fetchcontent")
+  file(WRITE ${WORK_DIR}/consumer/CMakeLists.txt "
+cmake_minimum_required(VERSION 3.25)
+project(consumer LANGUAGES CXX)
+include(FetchContent)
+FetchContent_Declare(feedline SOURCE_DIR \"${SOURCE_DIR}\")
+FetchContent_MakeAvailable(feedline)
+if(TARGET test_storage OR TARGET feedline-pack OR TARGET bench_read_throughput)
+  message(FATAL_ERROR \"feedline built its tests/tools as a subproject\")
+endif()
+add_executable(consumer main.cpp)
+target_link_libraries(consumer PRIVATE feedline::all)
+")
+elseif(MODE STREQUAL "find_package")
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/feedline-build -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix
+      -DFEEDLINE_BUILD_TESTS=OFF -DFEEDLINE_BUILD_EXAMPLES=OFF -DFEEDLINE_BUILD_BENCHMARKS=OFF)
+  run(${CMAKE_COMMAND} --install ${WORK_DIR}/feedline-build)
+  file(WRITE ${WORK_DIR}/consumer/CMakeLists.txt "
+cmake_minimum_required(VERSION 3.25)
+project(consumer LANGUAGES CXX)
+find_package(feedline 0.1 REQUIRED)
+add_executable(consumer main.cpp)
+target_link_libraries(consumer PRIVATE feedline::feedline feedline::uring feedline::json)
+")
+  set(extra -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+else()
+  message(FATAL_ERROR "MODE must be fetchcontent or find_package")
+endif()
+
+run(${CMAKE_COMMAND} -S ${WORK_DIR}/consumer -B ${WORK_DIR}/consumer-build ${extra})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
+run(${WORK_DIR}/consumer-build/consumer ${WORK_DIR})
+message(STATUS "${last_output}")
+if(NOT last_output MATCHES "consumer ok")
+  message(FATAL_ERROR "consumer printed: ${last_output}")
+endif()

@@ -1,0 +1,93 @@
+// Shard sets: directories, globs and prefix lists open as one dataset with global document numbering;
+// mixed formats or dtypes and missing paths are refused with the offending path named.
+#include <doctest/doctest.h>
+
+#include <feedline/format/dataset.hpp>
+#include <feedline/storage/reader.hpp>
+
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+// Three Megatron shards; shard k holds documents with lengths k+1, 0, 2k+3 and tokens 100*k + i.
+std::vector<std::string> three_shards(const ft::scratch_dir& dir, token_dtype dt = token_dtype::uint16) {
+    std::vector<std::string> prefixes;
+    for (std::uint32_t k = 0; k < 3; ++k) {
+        std::string p = dir / ("part_" + std::to_string(k));
+        megatron_writer w(p, dt);
+        for (std::uint32_t len : {k + 1, 0u, 2 * k + 3}) {
+            std::vector<std::uint32_t> doc(len);
+            for (std::uint32_t i = 0; i < len; ++i) doc[i] = 100 * k + i;
+            w.add_document(doc);
+        }
+        w.finish();
+        prefixes.push_back(p);
+    }
+    return prefixes;
+}
+}  // namespace
+
+TEST_CASE("Dataset.Specs.DirectoryGlobAndPrefixListAgree") {
+    ft::scratch_dir dir;
+    auto prefixes = three_shards(dir);
+    token_dataset by_dir(dir.path().string());
+    token_dataset by_glob(dir / "part_*.idx");
+    token_dataset by_bin_glob(dir / "part_*.bin");
+    token_dataset by_list(prefixes);
+    for (const token_dataset* ds : {&by_dir, &by_glob, &by_bin_glob, &by_list}) {
+        CHECK(ds->shard_count() == 3);
+        CHECK(ds->document_count() == 9);
+        CHECK(ds->total_tokens() == (1 + 3) + (2 + 5) + (3 + 7));
+    }
+    // Global numbering: document 3*k + j is document j of shard k.
+    pread_reader r;
+    for (std::uint64_t d = 0; d < 9; ++d) {
+        auto span = by_list.document(d);
+        CHECK(span.shard == d / 3);
+        std::vector<std::uint32_t> got(span.length);
+        by_list.read_tokens(r, span, 0, span.length, got.data());
+        for (std::uint32_t i = 0; i < span.length; ++i) CHECK(got[i] == 100 * span.shard + i);
+    }
+    CHECK_THROWS_AS(by_list.document(9), std::out_of_range);
+}
+
+TEST_CASE("Dataset.Specs.PartialReadsStayInsideTheDocument") {
+    ft::scratch_dir dir;
+    token_dataset ds(three_shards(dir));
+    auto span = ds.document(8);  // shard 2, last document: 7 tokens 200..206
+    pread_reader r;
+    std::vector<std::int64_t> got(3);
+    ds.read_tokens(r, span, 2, 3, got.data());
+    CHECK(got == std::vector<std::int64_t>{202, 203, 204});
+    CHECK_THROWS_AS(ds.read_tokens(r, span, 5, 3, got.data()), std::out_of_range);
+}
+
+TEST_CASE("Dataset.Specs.MixedDtypesAreRefused") {
+    ft::scratch_dir a, b;
+    auto p16 = three_shards(a, token_dtype::uint16);
+    auto p32 = three_shards(b, token_dtype::int32);
+    try {
+        token_dataset ds(std::vector<std::string>{p16[0], p32[0]});
+        FAIL("opened mixed dtypes");
+    } catch (const config_error& e) {
+        CHECK(std::string(e.what()).find(p32[0]) != std::string::npos);
+    }
+}
+
+TEST_CASE("Dataset.Specs.MixedFormatsAreRefused") {
+    ft::scratch_dir dir;
+    auto prefixes = three_shards(dir);
+    llmc_writer w(dir / "llmc", token_dtype::uint16, 1);
+    w.add_document(std::vector<std::uint16_t>{1, 2});
+    auto shards = w.finish();
+    CHECK_THROWS_AS(token_dataset(std::vector<std::string>{prefixes[0], shards[0]}), config_error);
+}
+
+TEST_CASE("Dataset.Specs.MissingPathsAreIoErrors") {
+    ft::scratch_dir dir;
+    CHECK_THROWS_AS(token_dataset(dir / "nothing"), io_error);
+    CHECK_THROWS_AS(token_dataset(dir / "nothing_*.bin"), io_error);
+    CHECK_THROWS_AS(token_dataset(dir.path().string()), io_error);  // empty directory
+}

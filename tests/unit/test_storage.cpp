@@ -1,0 +1,206 @@
+// Storage backends: every backend returns the same bytes for the same requests, out-of-range requests
+// fail with format_error naming the file, and backend selection records why it chose what it chose.
+#include <doctest/doctest.h>
+
+#include <feedline/storage/reader.hpp>
+
+#include <algorithm>
+#include <random>
+
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+
+struct fixture {
+    ft::scratch_dir dir;
+    std::vector<std::vector<std::byte>> contents;
+    std::vector<file> files;
+    fixture() {
+        // Sizes hit the awkward cases: empty, one byte, just under/over a page, not a multiple of 4096,
+        // and larger than the io_uring chunk so requests are split.
+        for (std::uint64_t size : {0ull, 1ull, 4095ull, 4097ull, 3ull * 1024 * 1024 + 123}) {
+            auto bytes = ft::patterned_bytes(size, contents.size() + 1);
+            std::string path = dir / ("f" + std::to_string(contents.size()));
+            ft::write_bytes(path, bytes.data(), bytes.size());
+            contents.push_back(std::move(bytes));
+        }
+        for (std::size_t i = 0; i < contents.size(); ++i) files.emplace_back(dir / ("f" + std::to_string(i)));
+    }
+
+    // Random requests over all files, including zero-length ones and ones ending exactly at EOF.
+    std::vector<read_request> random_requests(std::mt19937_64& rng, std::vector<std::byte>& buffer, std::size_t n) {
+        std::vector<std::pair<std::size_t, std::pair<std::uint64_t, std::uint64_t>>> spec;
+        std::uint64_t total = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::size_t f = rng() % files.size();
+            std::uint64_t size = files[f].size();
+            std::uint64_t off = size ? rng() % (size + 1) : 0;
+            std::uint64_t len = size - off;
+            switch (rng() % 4) {
+                case 0: len = std::min<std::uint64_t>(len, rng() % 64); break;
+                case 1: len = std::min<std::uint64_t>(len, rng() % 8192); break;
+                case 2: break;  // to the end of the file
+                default: len = std::min<std::uint64_t>(len, rng() % (2 << 20)); break;
+            }
+            spec.push_back({f, {off, len}});
+            total += len + 3;  // odd gaps: destinations are deliberately unaligned
+        }
+        buffer.assign(total, std::byte{0});
+        std::vector<read_request> reqs;
+        std::uint64_t at = 0;
+        for (auto& [f, r] : spec) {
+            reqs.push_back({&files[f], r.first, r.second, buffer.data() + at});
+            at += r.second + 3;  // matches the gap above
+        }
+        return reqs;
+    }
+
+    void check(const std::vector<read_request>& reqs) {
+        for (const auto& r : reqs) {
+            std::size_t f = static_cast<std::size_t>(r.source - files.data());
+            REQUIRE(std::equal(r.dest, r.dest + r.length, contents[f].begin() + static_cast<std::ptrdiff_t>(r.offset)));
+        }
+    }
+};
+
+template <class Reader>
+void random_agreement(Reader& reader, std::uint64_t seed) {
+    fixture fx;
+    std::mt19937_64 rng(seed);
+    for (int round = 0; round < 20; ++round) {
+        std::vector<std::byte> buffer;
+        auto reqs = fx.random_requests(rng, buffer, 1 + rng() % 40);
+        reader.read(reqs);
+        fx.check(reqs);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("Storage.Pread.RandomRequestsReturnFileBytes") {
+    pread_reader r;
+    random_agreement(r, 1);
+}
+
+TEST_CASE("Storage.Mmap.RandomRequestsReturnFileBytes") {
+    mmap_reader r(access_pattern::random);
+    random_agreement(r, 2);
+    mmap_reader s(access_pattern::sequential);
+    random_agreement(s, 3);
+}
+
+#if FEEDLINE_HAS_URING
+TEST_CASE("Storage.Uring.RandomRequestsReturnFileBytes") {
+    if (auto why = io_uring_unavailable_reason()) ft::skip(*why);
+    for (unsigned depth : {1u, 2u, 32u}) {  // depth 1 and 2: the ring is full all the time
+        uring_reader r(uring_options{.queue_depth = depth, .max_chunk = 64 * 1024});
+        random_agreement(r, 10 + depth);
+    }
+}
+
+TEST_CASE("Storage.Uring.DirectIoHandlesUnalignedRanges") {
+    if (auto why = io_uring_unavailable_reason()) ft::skip(*why);
+    for (bool registered : {false, true}) {
+        uring_reader r(uring_options{.queue_depth = 8, .max_chunk = 64 * 1024, .direct = true, .register_buffers = registered});
+        random_agreement(r, 20 + registered);
+    }
+}
+
+TEST_CASE("Storage.Uring.DirectIoAlignedRequestsReadInPlace") {
+    if (auto why = io_uring_unavailable_reason()) ft::skip(*why);
+    fixture fx;
+    const file& big = fx.files.back();
+    void* mem = nullptr;
+    REQUIRE(::posix_memalign(&mem, 4096, 1 << 20) == 0);
+    std::unique_ptr<std::byte, decltype(&std::free)> buf(static_cast<std::byte*>(mem), &std::free);
+    uring_reader r(uring_options{.queue_depth = 4, .direct = true});
+    read_request req{&big, 8192, 1 << 20, buf.get()};
+    r.read(std::span(&req, 1));
+    fx.check({req});
+}
+#endif
+
+TEST_CASE("Storage.AllBackends.AgreeByteForByte") {
+    fixture fx;
+    std::vector<any_reader> readers;
+    readers.push_back(make_reader({.backend = io_backend::pread}));
+    readers.push_back(make_reader({.backend = io_backend::mmap}));
+    if (!io_uring_unavailable_reason()) {
+        readers.push_back(make_reader({.backend = io_backend::io_uring}));
+        readers.push_back(make_reader({.backend = io_backend::io_uring, .direct = true}));
+    }
+    std::mt19937_64 rng(99);
+    for (int round = 0; round < 10; ++round) {
+        std::vector<std::byte> first;
+        auto reqs = fx.random_requests(rng, first, 30);
+        readers[0].read(reqs);
+        for (std::size_t k = 1; k < readers.size(); ++k) {
+            std::vector<std::byte> other(first.size(), std::byte{0});
+            auto moved = reqs;
+            for (auto& r : moved) r.dest = other.data() + (r.dest - first.data());
+            readers[k].read(moved);
+            for (std::size_t i = 0; i < reqs.size(); ++i)
+                REQUIRE_MESSAGE(std::equal(reqs[i].dest, reqs[i].dest + reqs[i].length, moved[i].dest), readers[k].name());
+        }
+    }
+}
+
+TEST_CASE("Storage.AllBackends.RangePastEndOfFileIsFormatError") {
+    fixture fx;
+    const file& f = fx.files[3];  // 4097 bytes
+    std::vector<std::byte> buf(8192);
+    std::vector<io_backend> backends = {io_backend::pread, io_backend::mmap};
+    if (!io_uring_unavailable_reason()) backends.push_back(io_backend::io_uring);
+    for (auto b : backends) {
+        auto r = make_reader({.backend = b});
+        read_request bad{&f, 4000, 200, buf.data()};
+        try {
+            r.read(std::span(&bad, 1));
+            FAIL("no exception from " << r.name());
+        } catch (const format_error& e) {
+            CHECK(e.file() == f.path());
+            CHECK(e.offset() == 4000);
+            CHECK(std::string(e.what()).find("past the end") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("Storage.File.MissingFileIsIoErrorNamingThePath") {
+    ft::scratch_dir dir;
+    try {
+        file f(dir / "does-not-exist.bin");
+        FAIL("opened a missing file");
+    } catch (const io_error& e) {
+        CHECK(e.error_code() == ENOENT);
+        CHECK(std::string(e.what()).find("does-not-exist.bin") != std::string::npos);
+    }
+}
+
+TEST_CASE("Storage.Selection.AutoPrefersUringAndSaysWhy") {
+    auto r = make_reader();
+    if (auto why = io_uring_unavailable_reason()) {
+        CHECK(r.backend() == io_backend::mmap);
+        CHECK(r.reason().find(*why) != std::string::npos);
+    } else {
+        CHECK(r.backend() == io_backend::io_uring);
+        CHECK(r.reason() == "io_uring: available");
+    }
+    auto d = make_reader({.direct = true});
+    CHECK(d.backend() != io_backend::mmap);  // mmap cannot bypass the page cache
+    CHECK(parse_io_backend("uring") == io_backend::io_uring);
+    CHECK_THROWS_AS(parse_io_backend("nfs"), config_error);
+}
+
+TEST_CASE("Storage.Mmap.PrefetchAndViewSeeTheSameBytes") {
+    fixture fx;
+    mmap_reader r(access_pattern::random);
+    const file& f = fx.files.back();
+    std::vector<read_request> reqs = {{&f, 100, 5000, nullptr}, {&f, f.size() - 10, 10, nullptr}};
+    r.prefetch(reqs);
+    auto v = r.view(f, 100, 5000);
+    CHECK(std::equal(v.begin(), v.end(), fx.contents.back().begin() + 100));
+    CHECK_THROWS_AS(r.view(f, f.size() - 1, 2), format_error);
+}

@@ -1,0 +1,102 @@
+// Text inputs: JSONL with a configurable field, bad lines reported with their line number (or
+// skipped and counted), plain text as whole files, blank-line blocks or lines.
+#include <doctest/doctest.h>
+
+#include <feedline/format/text.hpp>
+
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+std::vector<text_document> read_all(text_reader& r) {
+    std::vector<text_document> out;
+    text_document d;
+    while (r.next(d)) out.push_back(d);
+    return out;
+}
+}  // namespace
+
+#if FEEDLINE_HAS_JSON
+TEST_CASE("Text.Jsonl.ReadsTheFieldInOrderKeepingEmptyDocuments") {
+    ft::scratch_dir dir;
+    ft::write_text(dir / "a.jsonl", "{\"text\": \"hello\"}\n\n{\"text\": \"\", \"id\": 2}\r\n{\"text\": \"caf\\u00e9 \\n two\"}");
+    text_reader r(dir / "a.jsonl");
+    auto docs = read_all(r);
+    REQUIRE(docs.size() == 3);
+    CHECK(docs[0].text == "hello");
+    CHECK(docs[1].text.empty());
+    CHECK(docs[1].line == 3);
+    CHECK(docs[2].text == "caf\xc3\xa9 \n two");
+    CHECK(docs[2].number == 2);
+}
+
+TEST_CASE("Text.Jsonl.CustomField") {
+    ft::scratch_dir dir;
+    ft::write_text(dir / "b.jsonl", "{\"content\": \"x\", \"text\": 5}\n");
+    text_reader r(dir / "b.jsonl", text_options{.field = "content"});
+    auto docs = read_all(r);
+    REQUIRE(docs.size() == 1);
+    CHECK(docs[0].text == "x");
+}
+
+TEST_CASE("Text.Jsonl.BadLinesNameFileLineAndOffset") {
+    ft::scratch_dir dir;
+    const std::string good = "{\"text\": \"ok\"}\n";
+    struct bad_case {
+        std::string line, words;
+    };
+    for (const auto& c : {bad_case{"{\"text\": \"unterminated}", "not valid JSON"}, bad_case{"{\"body\": \"x\"}", "no \"text\" field"},
+                          bad_case{"{\"text\": 42}", "field \"text\" is not a string"}, bad_case{"[1, 2]", "no \"text\" field"}}) {
+        CAPTURE(c.line);
+        ft::write_text(dir / "c.jsonl", good + good + c.line + "\n" + good);
+        text_reader r(dir / "c.jsonl");
+        try {
+            read_all(r);
+            FAIL("no error");
+        } catch (const format_error& e) {
+            CHECK(e.file() == dir / "c.jsonl");
+            CHECK(e.offset() == 2 * good.size());
+            CHECK(std::string(e.what()).find("line 3: " + c.words) != std::string::npos);
+        }
+        text_reader skipping(dir / "c.jsonl", text_options{.skip_invalid = true});
+        auto docs = read_all(skipping);
+        CHECK(docs.size() == 3);
+        CHECK(skipping.skipped() == 1);
+        CHECK(docs[2].number == 3);  // numbering counts the skipped line
+    }
+}
+#endif
+
+TEST_CASE("Text.Plain.WholeFileBlocksAndLines") {
+    ft::scratch_dir dir;
+    ft::write_text(dir / "t.txt", "first para\nline two\n\n\nsecond\n  \nthird\n");
+    text_reader whole(dir / "t.txt");
+    auto w = read_all(whole);
+    REQUIRE(w.size() == 1);
+    CHECK(w[0].text == "first para\nline two\n\n\nsecond\n  \nthird\n");
+
+    text_reader blocks(dir / "t.txt", text_options{.split = text_split::blank_lines});
+    auto b = read_all(blocks);
+    REQUIRE(b.size() == 3);
+    CHECK(b[0].text == "first para\nline two");
+    CHECK(b[1].text == "second");
+    CHECK(b[1].line == 5);
+    CHECK(b[2].text == "third");
+
+    text_reader lines(dir / "t.txt", text_options{.split = text_split::lines});
+    CHECK(read_all(lines).size() == 7);
+}
+
+TEST_CASE("Text.Inputs.GlobsDirectoriesAndMissingFiles") {
+    ft::scratch_dir dir;
+    ft::write_text(dir / "b.txt", "b");
+    ft::write_text(dir / "a.txt", "a");
+    auto files = resolve_text_inputs({dir.path().string()});
+    REQUIRE(files.size() == 2);
+    CHECK(files[0] == dir / "a.txt");
+    CHECK(resolve_text_inputs({dir / "*.txt"}).size() == 2);
+    CHECK_THROWS_AS(resolve_text_inputs({dir / "missing.txt"}), io_error);
+    CHECK_THROWS_AS(text_reader(dir / "missing.txt"), io_error);
+}
