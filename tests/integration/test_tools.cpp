@@ -1,0 +1,173 @@
+// The tools, run as a user runs them: feedline-pack tokenizes like spm_encode, keeps input order and
+// empty documents whatever the thread count, writes the same tokens in both formats, and never leaves
+// valid-looking output behind when it fails; feedline-inspect summarises, dumps and rejects bad input.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "test_support.hpp"
+
+namespace ft = feedline::test;
+
+namespace {
+
+const std::string bin = FEEDLINE_BIN_DIR;
+
+struct result {
+    int code = -1;
+    std::string out, err;
+};
+
+// Runs a shell command, capturing stdout and stderr.
+result run(const std::string& cmd, const ft::scratch_dir& dir) {
+    std::string err_path = dir / "stderr.txt";
+    FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
+    REQUIRE(p != nullptr);
+    result r;
+    char buf[65536];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+    int status = ::pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::ifstream e(err_path);
+    r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+    return r;
+}
+
+std::vector<std::uint32_t> as_u32(const std::string& bytes) {
+    std::vector<std::uint32_t> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), v.size() * 4);
+    return v;
+}
+
+// A corpus plus a model trained on it, shared by the tests that only need "some packed data".
+struct corpus {
+    ft::scratch_dir dir;
+    std::string jsonl = dir / "corpus.jsonl";
+    std::string model = dir / "base.model";
+    explicit corpus(int docs = 300) {
+        auto r = run(bin + "/feedline-make-corpus --output " + jsonl + " --documents " + std::to_string(docs) + " --seed 7", dir);
+        REQUIRE_MESSAGE(r.code == 0, r.err);
+        r = run(bin + "/feedline-pack --quiet --input " + jsonl + " --train-model 400 --output " + (dir / "base"), dir);
+        REQUIRE_MESSAGE(r.code == 0, r.err);
+    }
+    result pack(const std::string& args) { return run(bin + "/feedline-pack --quiet --input " + jsonl + " --model " + model + " " + args, dir); }
+    result inspect(const std::string& args) { return run(bin + "/feedline-inspect " + args, dir); }
+};
+
+}  // namespace
+
+TEST_CASE("Tools.Pack.IdsEqualSpmEncode") {
+    if (std::system("command -v spm_encode >/dev/null 2>&1") != 0) ft::skip("spm_encode not installed (Debian package sentencepiece)");
+    corpus c;
+    REQUIRE(c.pack("--output " + (c.dir / "m") + " --threads 2").code == 0);
+    // The same texts, one per line, through sentencepiece's own command-line encoder.
+    std::ifstream in(c.jsonl);
+    std::ofstream lines(c.dir / "lines.txt");
+    std::string line;
+    std::size_t docs = 0;
+    while (std::getline(in, line)) {
+        lines << nlohmann::json::parse(line)["text"].get<std::string>() << "\n";
+        ++docs;
+    }
+    lines.close();
+    auto spm = run("spm_encode --model=" + c.model + " --output_format=id < " + (c.dir / "lines.txt"), c.dir);
+    REQUIRE(spm.code == 0);
+    std::vector<std::uint32_t> expected;
+    std::istringstream ids(spm.out);
+    std::string row;
+    std::size_t rows = 0;
+    while (std::getline(ids, row)) {
+        std::istringstream r(row);
+        std::uint32_t id;
+        while (r >> id) expected.push_back(id);
+        ++rows;
+    }
+    REQUIRE(rows == docs);
+    auto dump = c.inspect("--dump-tokens " + (c.dir / "m"));
+    REQUIRE(dump.code == 0);
+    CHECK(as_u32(dump.out) == expected);
+    auto summary = nlohmann::json::parse(c.inspect("--json " + (c.dir / "m")).out);
+    CHECK(summary["documents"] == docs);
+    CHECK(summary["tokens"] == expected.size());
+    CHECK(summary["dtype"] == "uint16");
+}
+
+TEST_CASE("Tools.Pack.ThreadCountDoesNotChangeTheOutput") {
+    corpus c;
+    REQUIRE(c.pack("--output " + (c.dir / "t1") + " --threads 1").code == 0);
+    REQUIRE(c.pack("--output " + (c.dir / "t3") + " --threads 3").code == 0);
+    CHECK(ft::read_bytes(c.dir / "t1.bin") == ft::read_bytes(c.dir / "t3.bin"));
+    CHECK(ft::read_bytes(c.dir / "t1.idx") == ft::read_bytes(c.dir / "t3.idx"));
+}
+
+TEST_CASE("Tools.Pack.LlmcAndMegatronHoldTheSameTokens") {
+    corpus c;
+    REQUIRE(c.pack("--output " + (c.dir / "meg") + " --append-eos").code == 0);
+    // Tiny shards so documents continue into the next shard.
+    REQUIRE(c.pack("--output " + (c.dir / "small_train") + " --format llmc --shard-size 3000").code == 0);
+    auto meg = as_u32(c.inspect("--dump-tokens " + (c.dir / "meg")).out);
+    auto llmc_summary = nlohmann::json::parse(c.inspect("--json '" + (c.dir / "small_train_*.bin") + "'").out);
+    CHECK(llmc_summary["shards"].get<int>() > 3);
+    auto llmc = as_u32(c.inspect("--dump-tokens '" + (c.dir / "small_train_*.bin") + "'").out);
+    // Megatron with --append-eos: d0 eos d1 eos ...; llm.c: eos d0 eos d1 ... (the delimiter leads).
+    REQUIRE(!llmc.empty());
+    std::vector<std::uint32_t> rotated(llmc.begin() + 1, llmc.end());
+    rotated.push_back(llmc.front());
+    CHECK(rotated == meg);
+    CHECK(llmc_summary["documents"] == nlohmann::json::parse(c.inspect("--json " + (c.dir / "meg")).out)["documents"]);
+}
+
+TEST_CASE("Tools.Pack.EmptyDocumentStaysADocument") {
+    corpus c;
+    ft::write_text(c.dir / "e.jsonl", "{\"text\": \"The farmer sees the river.\"}\n{\"text\": \"\"}\n{\"text\": \"A bird.\"}\n");
+    auto r = run(bin + "/feedline-pack --quiet --input " + (c.dir / "e.jsonl") + " --model " + c.model + " --output " + (c.dir / "e"), c.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    auto s = nlohmann::json::parse(c.inspect("--json " + (c.dir / "e")).out);
+    CHECK(s["documents"] == 3);
+    CHECK(s["smallest_document"] == 0);
+}
+
+TEST_CASE("Tools.Pack.BadInputFailsAndLeavesNoFiles") {
+    corpus c;
+    ft::write_text(c.dir / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": broken}\n");
+    auto r = run(bin + "/feedline-pack --quiet --input " + (c.dir / "bad.jsonl") + " --model " + c.model + " --output " + (c.dir / "bad"), c.dir);
+    CHECK(r.code == 1);
+    CHECK(r.err.find("bad.jsonl @ byte 17: line 2: not valid JSON") != std::string::npos);
+    for (const auto& e : std::filesystem::directory_iterator(c.dir.path()))
+        CHECK_MESSAGE((e.path().filename().string().rfind("bad.", 0) != 0 || e.path().extension() == ".jsonl"), e.path());
+}
+
+TEST_CASE("Tools.Pack.DiskFullIsAnIoErrorAndLeavesNoFiles") {
+    corpus c(2000);
+    // A file-size limit makes write() fail with EFBIG exactly as a full disk fails with ENOSPC.
+    // SIGXFSZ is ignored so the write returns the error instead of killing the process.
+    auto r = run("bash -c \"trap '' XFSZ; ulimit -f 64; exec " + bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " +
+                     c.model + " --output " + (c.dir / "full") + "\"",
+                 c.dir);
+    CHECK(r.code == 1);
+    CHECK(r.err.find(c.dir / "full.bin") != std::string::npos);
+    CHECK(r.err.find("write failed") != std::string::npos);
+    for (const auto& e : std::filesystem::directory_iterator(c.dir.path()))
+        CHECK_MESSAGE(e.path().filename().string().rfind("full", 0) != 0, e.path());
+}
+
+TEST_CASE("Tools.Inspect.RejectsCorruptInputNamingFileAndOffset") {
+    corpus c;
+    REQUIRE(c.pack("--output " + (c.dir / "x")).code == 0);
+    std::fstream f(c.dir / "x.idx", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(17);
+    f.put(char(42));  // dtype code
+    f.close();
+    auto r = c.inspect(c.dir / "x");
+    CHECK(r.code == 1);
+    CHECK(r.err.find("x.idx @ byte 17: unknown dtype code 42") != std::string::npos);
+    auto missing = c.inspect(c.dir / "nothing-here");
+    CHECK(missing.code == 1);
+    CHECK(missing.err.find("nothing-here") != std::string::npos);
+}
