@@ -1,0 +1,223 @@
+// feedline/exec/queue.hpp: bounded queues between threads, lock-free at the core, blocking on top.
+// The core is Boost.Lockfree (spsc_queue for one producer and one consumer, queue for many); the
+// blocking layer spins briefly, yields, then sleeps on a futex, so an idle pipeline burns no CPU.
+// Move-only payloads travel as slot indices through the lock-free core (Boost needs trivially
+// copyable types). Fed by the worker pool and readers; feeds the reorder window and the stager.
+#pragma once
+
+#include <boost/lockfree/queue.hpp>
+#include <boost/lockfree/spsc_queue.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <feedline/detail/futex.hpp>
+#include <feedline/error.hpp>
+
+namespace feedline {
+
+enum class queue_kind { spsc, mpmc };
+
+namespace detail {
+
+// The lock-free core for a trivially copyable type.
+template <class T, queue_kind Kind>
+class lockfree_core;
+
+template <class T>
+class lockfree_core<T, queue_kind::spsc> {
+public:
+    explicit lockfree_core(std::size_t capacity) : q_(capacity) {}
+    bool push(const T& v) noexcept { return q_.push(v); }
+    bool pop(T& v) noexcept { return q_.pop(v); }
+    bool empty() noexcept { return q_.read_available() == 0; }
+
+private:
+    boost::lockfree::spsc_queue<T> q_;
+};
+
+template <class T>
+class lockfree_core<T, queue_kind::mpmc> {
+public:
+    // Boost's fixed-size queue keeps one node as a dummy: reserve one more than the capacity.
+    explicit lockfree_core(std::size_t capacity) : q_(capacity + 1), capacity_(capacity) {}
+    bool push(const T& v) noexcept {
+        // bounded_push never allocates: the node pool reserved at construction is the bound. The
+        // size counter keeps the bound exact (Boost may hand out a spare node).
+        if (size_.fetch_add(1) >= capacity_) {
+            size_.fetch_sub(1);
+            return false;
+        }
+        if (q_.bounded_push(v)) return true;
+        size_.fetch_sub(1);
+        return false;
+    }
+    bool pop(T& v) noexcept {
+        if (!q_.pop(v)) return false;
+        size_.fetch_sub(1);
+        return true;
+    }
+    bool empty() noexcept { return size_.load() == 0; }
+
+private:
+    boost::lockfree::queue<T, boost::lockfree::fixed_sized<true>> q_;
+    std::size_t capacity_;
+    std::atomic<std::size_t> size_{0};
+};
+
+template <class T>
+inline constexpr bool lockfree_storable =
+    std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T> && std::is_default_constructible_v<T>;
+
+}  // namespace detail
+
+// A bounded queue of T. `Kind` says how many threads may push and pop concurrently: spsc = one pusher
+// and one popper (any threads, one at a time each), mpmc = any number. Capacity is fixed at
+// construction; nothing grows. close() wakes every waiter: later pushes fail, pops drain what is left
+// and then report closed (nullopt).
+template <class T, queue_kind Kind = queue_kind::mpmc>
+class bounded_queue {
+    static constexpr bool direct = detail::lockfree_storable<T>;
+    // Boost's fixed-size MPMC queue addresses nodes with 16-bit indices.
+    static constexpr std::size_t max_capacity = Kind == queue_kind::mpmc ? 65534 : (std::size_t(1) << 31);
+
+public:
+    // Allocates all storage. Throws config_error when capacity is 0 or too large.
+    explicit bounded_queue(std::size_t capacity)
+        : capacity_(capacity), items_(checked(capacity)), free_(direct ? 1 : capacity) {
+        if constexpr (!direct) {
+            slots_ = std::make_unique<std::optional<T>[]>(capacity);
+            for (std::uint32_t i = 0; i < capacity; ++i) free_.push(i);
+        }
+    }
+    bounded_queue(const bounded_queue&) = delete;
+    bounded_queue& operator=(const bounded_queue&) = delete;
+
+    // Never blocks. False when full or closed; `value` is then left untouched. Never allocates.
+    bool try_push(T&& value) { return push_impl(value); }
+    bool try_push(const T& value) requires std::is_copy_constructible_v<T> {
+        T copy(value);
+        return push_impl(copy);
+    }
+
+    // Blocks while full. False only when the queue is closed (the value is dropped).
+    bool push(T value) { return push_until(value, std::chrono::steady_clock::time_point::max()); }
+
+    // Blocks while full, at most `timeout`. False on timeout or when closed (check closed()).
+    template <class Rep, class Period>
+    bool push_for(T value, std::chrono::duration<Rep, Period> timeout) {
+        return push_until(value, std::chrono::steady_clock::now() + timeout);
+    }
+
+    // Never blocks. nullopt when empty (closed or not).
+    std::optional<T> try_pop() {
+        std::optional<T> out;
+        pop_impl(out);
+        return out;
+    }
+
+    // Blocks while empty and open. nullopt only when closed and drained.
+    std::optional<T> pop() { return pop_until(std::chrono::steady_clock::time_point::max()); }
+
+    // Blocks while empty and open, at most `timeout`. nullopt on timeout or when closed and drained.
+    template <class Rep, class Period>
+    std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
+        return pop_until(std::chrono::steady_clock::now() + timeout);
+    }
+
+    // Wakes every waiter; later pushes fail, pops drain what is left. Idempotent; thread-safe.
+    void close() noexcept {
+        closed_.store(true);
+        not_empty_.notify();
+        not_full_.notify();
+    }
+    bool closed() const noexcept { return closed_.load(); }
+    std::size_t capacity() const noexcept { return capacity_; }
+    // Items in the queue right now (approximate under concurrency: for stats, not for control).
+    std::size_t size_approx() const noexcept { return count_.load(std::memory_order_relaxed); }
+
+private:
+    static std::size_t checked(std::size_t capacity) {
+        if (capacity == 0 || capacity > max_capacity)
+            throw config_error("queue capacity", "must be in [1, " + std::to_string(max_capacity) + "], got " + std::to_string(capacity));
+        return capacity;
+    }
+
+    bool push_impl(T& value) {
+        if (closed_.load(std::memory_order_acquire)) return false;
+        bool ok;
+        if constexpr (direct) {
+            ok = items_.push(value);
+        } else {
+            std::uint32_t slot;
+            if (!free_.pop(slot)) return false;
+            slots_[slot].emplace(std::move(value));
+            ok = items_.push(slot);  // cannot fail: there are as many slots as places in items_
+        }
+        if (ok) {
+            count_.fetch_add(1, std::memory_order_relaxed);
+            not_empty_.notify();
+        }
+        return ok;
+    }
+
+    bool pop_impl(std::optional<T>& out) {
+        bool ok;
+        if constexpr (direct) {
+            T v;
+            ok = items_.pop(v);
+            if (ok) out.emplace(v);
+        } else {
+            std::uint32_t slot;
+            ok = items_.pop(slot);
+            if (ok) {
+                out.emplace(std::move(*slots_[slot]));
+                slots_[slot].reset();
+                free_.push(slot);
+            }
+        }
+        if (ok) {
+            count_.fetch_sub(1, std::memory_order_relaxed);
+            not_full_.notify();
+        }
+        return ok;
+    }
+
+    bool push_until(T& value, std::chrono::steady_clock::time_point deadline) {
+        bool pushed = false;
+        not_full_.wait([&] { return closed_.load() || (pushed = push_impl(value)); }, deadline);
+        return pushed;
+    }
+
+    std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) {
+        std::optional<T> out;
+        // Closed: keep popping until empty (a push may have completed just before close()).
+        not_empty_.wait([&] { return pop_impl(out) || closed_.load(); }, deadline);
+        if (!out && closed_.load()) pop_impl(out);
+        return out;
+    }
+
+    using index_or_value = std::conditional_t<direct, T, std::uint32_t>;
+    std::size_t capacity_;
+    detail::lockfree_core<index_or_value, Kind> items_;
+    // Free slot indices for move-only payloads. Pushers take, poppers return: with one of each (spsc)
+    // that is again one producer and one consumer.
+    detail::lockfree_core<std::uint32_t, Kind> free_;
+    std::unique_ptr<std::optional<T>[]> slots_;
+    std::atomic<bool> closed_{false};
+    std::atomic<std::size_t> count_{0};
+    detail::wait_point not_empty_, not_full_;
+};
+
+template <class T>
+using spsc_queue = bounded_queue<T, queue_kind::spsc>;
+template <class T>
+using mpmc_queue = bounded_queue<T, queue_kind::mpmc>;
+
+}  // namespace feedline
