@@ -188,7 +188,11 @@ TEST_CASE("Storage.Selection.AutoPrefersUringAndSaysWhy") {
         CHECK(r.backend() == io_backend::io_uring);
         CHECK(r.reason() == "io_uring: available");
     }
-    auto d = make_reader({.direct = true});
+    // A dataset that fits in the page cache is read through mmap, whatever io_uring can do.
+    auto small = make_reader({.dataset_bytes = 1 << 20});
+    CHECK(small.backend() == io_backend::mmap);
+    CHECK(small.reason().find("fits in the page cache") != std::string::npos);
+    auto d = make_reader({.direct = true, .dataset_bytes = 1 << 20});
     CHECK(d.backend() != io_backend::mmap);  // mmap cannot bypass the page cache
     CHECK(parse_io_backend("uring") == io_backend::io_uring);
     CHECK_THROWS_AS(parse_io_backend("nfs"), config_error);
