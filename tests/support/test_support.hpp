@@ -93,3 +93,21 @@ inline std::vector<std::vector<std::uint32_t>> arithmetic_documents(const std::v
 }
 
 }  // namespace feedline::test
+
+namespace feedline::test {
+
+// Threads in this process right now (/proc/self/task), to prove shutdown leaks none.
+inline std::size_t thread_count() {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+}
+
+// Stress sizes: the full count in plain builds; sanitizers slow atomics 5-50x, so they run a tenth.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr std::uint64_t stress_items = 1'000'000;
+#else
+inline constexpr std::uint64_t stress_items = 10'000'000;
+#endif
+
+}  // namespace feedline::test

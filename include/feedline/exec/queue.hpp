@@ -150,7 +150,17 @@ private:
     }
 
     bool push_impl(T& value) {
-        if (closed_.load(std::memory_order_acquire)) return false;
+        // Registered before checking closed_: a consumer reports "closed" only when no push is in
+        // flight, so a push that saw the queue open is never stranded behind the consumer's last look.
+        pushes_in_flight_.fetch_add(1);
+        struct leave {
+            bounded_queue* q;
+            ~leave() {
+                q->pushes_in_flight_.fetch_sub(1);
+                q->not_empty_.notify();
+            }
+        } guard{this};
+        if (closed_.load()) return false;
         bool ok;
         if constexpr (direct) {
             ok = items_.push(value);
@@ -160,10 +170,7 @@ private:
             slots_[slot].emplace(std::move(value));
             ok = items_.push(slot);  // cannot fail: there are as many slots as places in items_
         }
-        if (ok) {
-            count_.fetch_add(1, std::memory_order_relaxed);
-            not_empty_.notify();
-        }
+        if (ok) count_.fetch_add(1, std::memory_order_relaxed);
         return ok;
     }
 
@@ -197,9 +204,10 @@ private:
 
     std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) {
         std::optional<T> out;
-        // Closed: keep popping until empty (a push may have completed just before close()).
-        not_empty_.wait([&] { return pop_impl(out) || closed_.load(); }, deadline);
-        if (!out && closed_.load()) pop_impl(out);
+        // Closed means drained only once no push that saw the queue open is still in flight.
+        auto drained = [&] { return closed_.load() && pushes_in_flight_.load() == 0; };
+        not_empty_.wait([&] { return pop_impl(out) || drained(); }, deadline);
+        if (!out && drained()) pop_impl(out);
         return out;
     }
 
@@ -211,6 +219,7 @@ private:
     detail::lockfree_core<std::uint32_t, Kind> free_;
     std::unique_ptr<std::optional<T>[]> slots_;
     std::atomic<bool> closed_{false};
+    std::atomic<std::uint32_t> pushes_in_flight_{0};
     std::atomic<std::size_t> count_{0};
     detail::wait_point not_empty_, not_full_;
 };

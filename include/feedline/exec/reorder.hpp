@@ -1,0 +1,98 @@
+// feedline/exec/reorder.hpp: hands out results in sequence order, whatever order workers finish in.
+// Work item k may complete before k-1; it waits in slot k % capacity until the consumer has taken every
+// earlier one. A producer whose item lies beyond the window (k >= next + capacity) sleeps until the
+// consumer catches up, so the window bounds memory: at most `capacity` results exist at once.
+// Fed by the worker pool; feeds the consumer (the pipeline's next()).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include <feedline/detail/futex.hpp>
+#include <feedline/error.hpp>
+
+namespace feedline {
+
+template <class T>
+class reorder_window {
+public:
+    // Allocates `capacity` slots up front. Throws config_error for capacity 0.
+    explicit reorder_window(std::size_t capacity, std::uint64_t first_sequence = 0)
+        : capacity_(capacity), slots_(std::make_unique<slot[]>(capacity == 0 ? 1 : capacity)), next_(first_sequence) {
+        if (capacity == 0) throw config_error("reorder window", "capacity must be at least 1");
+    }
+    reorder_window(const reorder_window&) = delete;
+    reorder_window& operator=(const reorder_window&) = delete;
+
+    // Producer: blocks (spin, yield, then sleep) until `seq` fits in the window. False when closed.
+    // Thread-safe for any number of producers.
+    bool wait_for_room(std::uint64_t seq) {
+        room_.wait([&] { return closed_.load() || seq < next_.load(std::memory_order_acquire) + capacity_; });
+        return !closed_.load();
+    }
+
+    // Producer: stores the result for `seq`, which must have passed wait_for_room and not been put
+    // before. Never blocks; thread-safe across distinct sequence numbers.
+    void put(std::uint64_t seq, T value) {
+        slot& s = slots_[seq % capacity_];
+        s.value.emplace(std::move(value));
+        s.ready.store(1, std::memory_order_release);
+        ready_.notify();
+    }
+
+    // Consumer: blocks until the next result in sequence is ready and returns it; nullopt once closed.
+    // One consumer thread at a time.
+    std::optional<T> pop() { return pop_until(std::chrono::steady_clock::time_point::max()); }
+
+    // As pop(), giving up after `timeout` (nullopt; check closed()).
+    template <class Rep, class Period>
+    std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
+        return pop_until(std::chrono::steady_clock::now() + timeout);
+    }
+
+    // Wakes every producer and the consumer; both then see closed. Idempotent, thread-safe.
+    void close() noexcept {
+        closed_.store(true);
+        room_.notify();
+        ready_.notify();
+    }
+    bool closed() const noexcept { return closed_.load(); }
+
+    std::uint64_t next_sequence() const noexcept { return next_.load(std::memory_order_acquire); }
+    std::size_t capacity() const noexcept { return capacity_; }
+    // Results finished but not yet taken (approximate: for stats).
+    std::size_t ready_count() const noexcept {
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < capacity_; ++i) n += slots_[i].ready.load(std::memory_order_relaxed);
+        return n;
+    }
+
+private:
+    struct alignas(64) slot {
+        std::atomic<std::uint32_t> ready{0};
+        std::optional<T> value;
+    };
+
+    std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) {
+        slot& s = slots_[next_.load(std::memory_order_relaxed) % capacity_];
+        ready_.wait([&] { return closed_.load() || s.ready.load(std::memory_order_acquire) == 1; }, deadline);
+        if (closed_.load() || s.ready.load(std::memory_order_acquire) == 0) return std::nullopt;
+        std::optional<T> out(std::move(*s.value));
+        s.value.reset();
+        s.ready.store(0, std::memory_order_relaxed);
+        next_.fetch_add(1, std::memory_order_release);
+        room_.notify();
+        return out;
+    }
+
+    std::size_t capacity_;
+    std::unique_ptr<slot[]> slots_;
+    alignas(64) std::atomic<std::uint64_t> next_;
+    std::atomic<bool> closed_{false};
+    detail::wait_point room_, ready_;
+};
+
+}  // namespace feedline

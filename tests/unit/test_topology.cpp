@@ -1,0 +1,116 @@
+// Topology: the exact machine description and worker recommendation read from fixture trees of a
+// 2-socket 8-GPU server, a 1-node VM and a cgroup-limited container; the live machine read through
+// libnuma agrees with sysfs; NUMA buffers say how they were placed.
+#include <doctest/doctest.h>
+
+#include <feedline/exec/numa_memory.hpp>
+#include <feedline/exec/topology.hpp>
+
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+topology fixture(const std::string& name) {
+    return read_topology({.root = std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/" + name});
+}
+std::vector<int> range(int lo, int hi) {
+    std::vector<int> v;
+    for (int i = lo; i <= hi; ++i) v.push_back(i);
+    return v;
+}
+}  // namespace
+
+TEST_CASE("Topology.CpuList.ParsesAndFormats") {
+    CHECK(parse_cpu_list("0-3,8,10-11\n") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+    CHECK(format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+    CHECK(parse_cpu_list("").empty());
+    CHECK_THROWS_AS(parse_cpu_list("3-1"), config_error);
+    CHECK_THROWS_AS(parse_cpu_list("a-b"), config_error);
+}
+
+TEST_CASE("Topology.Fixture.TwoSocketsEightGpus") {
+    auto t = fixture("two_socket_8gpu");
+    CHECK(t.online_cpus == range(0, 63));
+    CHECK(t.allowed_cpus == range(0, 63));
+    CHECK_FALSE(t.cgroup_cpu_quota.has_value());
+    CHECK_FALSE(t.cgroup_memory_max.has_value());
+    REQUIRE(t.nodes.size() == 2);
+    CHECK(t.nodes[1].cpus == range(32, 63));
+    CHECK(t.nodes[0].memory_bytes == 256ull << 30);
+    CHECK(t.hugepage_sizes == std::vector<std::uint64_t>{2ull << 20, 1ull << 30});
+    CHECK_FALSE(t.memlock_limit.has_value());
+    REQUIRE(t.gpus.size() == 8);  // the Mellanox NIC is not a GPU
+    CHECK(t.gpus[0].pci_bus_id == "0000:18:00.0");
+    CHECK(t.gpus[3].numa_node == 0);
+    CHECK(t.gpus[4].numa_node == 1);
+    CHECK(cpus_near_gpu(t, 5) == range(32, 63));
+    CHECK(t.node_of_cpu(40) == 1);
+    auto plan = recommend_workers(t, 8, 2);
+    CHECK(plan.workers_per_gpu == 6);  // (64 - 2) / 8 = 7 cores per GPU: 1 consumer + 6 workers
+    CHECK(plan.cores_needed == 58);
+    CHECK_FALSE(plan.short_of_cores);
+}
+
+TEST_CASE("Topology.Fixture.SmallVm") {
+    auto t = fixture("vm_1node");
+    CHECK(t.online_cpus == range(0, 1));
+    REQUIRE(t.nodes.size() == 1);
+    CHECK(t.nodes[0].memory_bytes == 24ull << 30);
+    CHECK(t.gpus.empty());
+    CHECK(t.memlock_limit == 8ull << 20);
+    CHECK(t.hugepage_sizes == std::vector<std::uint64_t>{2ull << 20});
+    CHECK(t.usable_cores() == doctest::Approx(2.0));
+    auto plan = recommend_workers(t, 1);
+    CHECK(plan.workers_per_gpu == 1);
+    CHECK(plan.cores_needed == 3);
+    CHECK(plan.short_of_cores);
+    CHECK(plan.explanation.find("SHORT") != std::string::npos);
+    auto cpu = recommend_workers(t, 0, 0);  // CPU training, nothing reserved: 1 worker + the trainer
+    CHECK(cpu.workers_per_gpu == 1);
+    CHECK_FALSE(cpu.short_of_cores);
+}
+
+TEST_CASE("Topology.Fixture.CgroupLimitedContainer") {
+    auto t = fixture("container_cgroup");
+    CHECK(t.online_cpus == range(0, 15));
+    CHECK(t.allowed_cpus == range(0, 7));
+    REQUIRE(t.cgroup_cpu_quota.has_value());
+    CHECK(*t.cgroup_cpu_quota == doctest::Approx(1.5));
+    CHECK(t.cgroup_memory_max == 4ull << 30);
+    CHECK(t.usable_cores() == doctest::Approx(1.5));
+    CHECK(t.memlock_limit == 65536u);
+    REQUIRE(t.gpus.size() == 1);
+    CHECK(t.gpus[0].numa_node == -1);
+    CHECK(cpus_near_gpu(t, 0) == range(0, 7));  // local CPUs restricted to the affinity mask
+    auto plan = recommend_workers(t, 1);
+    CHECK(plan.short_of_cores);
+    CHECK(plan.explanation.find("cgroup quota 1.5") != std::string::npos);
+}
+
+TEST_CASE("Topology.Live.LibnumaAndSysfsAgree") {
+    auto live = read_topology();
+    auto via_files = read_topology({.root = "/."});  // any root but "/" reads the files only
+    CHECK(!live.online_cpus.empty());
+    CHECK(live.online_cpus == via_files.online_cpus);
+    REQUIRE(live.nodes.size() == via_files.nodes.size());
+    for (std::size_t i = 0; i < live.nodes.size(); ++i) CHECK(live.nodes[i].cpus == via_files.nodes[i].cpus);
+#if FEEDLINE_HAS_NUMA
+    CHECK((live.numa_source == "libnuma" || live.nodes.empty()));
+#endif
+    CHECK(via_files.numa_source == "sysfs");
+    CHECK(live.usable_cores() >= 1.0);
+}
+
+TEST_CASE("Topology.NumaBuffer.PlacesPagesAndSaysHow") {
+    auto t = read_topology();
+    numa_buffer b(10000, t.nodes.empty() ? -1 : t.nodes[0].id);
+    CHECK(b.size() == 12288);
+    CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 4096 == 0);
+    CHECK(!b.placement().empty());
+    if (t.nodes.size() == 1) CHECK(b.placement().find("single NUMA node") != std::string::npos);
+    b.data()[b.size() - 1] = std::byte{1};
+    numa_buffer moved = std::move(b);
+    CHECK(moved.data()[moved.size() - 1] == std::byte{1});
+}
