@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace feedline::test {
@@ -96,11 +97,18 @@ inline std::vector<std::vector<std::uint32_t>> arithmetic_documents(const std::v
 
 namespace feedline::test {
 
-// Threads in this process right now (/proc/self/task), to prove shutdown leaks none.
+// Threads in this process right now (/proc/self/task), to prove shutdown leaks none. Take the
+// baseline with baseline_thread_count(): sanitizers start a helper thread of their own the first time
+// a thread is created.
 inline std::size_t thread_count() {
     std::size_t n = 0;
     for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
     return n;
+}
+
+inline std::size_t baseline_thread_count() {
+    std::thread([] {}).join();
+    return thread_count();
 }
 
 // Stress sizes: the full count in plain builds; sanitizers slow atomics 5-50x, so they run a tenth.

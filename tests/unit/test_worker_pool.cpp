@@ -59,7 +59,7 @@ TEST_CASE("Pool.State.BuiltOnTheWorkersOwnThread") {
 }
 
 TEST_CASE("Pool.Exception.ReachesTheConsumerWithItsType") {
-    const auto threads_before = ft::thread_count();
+    const auto threads_before = ft::baseline_thread_count();
     {
         ordered_pool<int> pool(pool_options{.workers = 4, .window = 4}, [](unsigned) { return 0; }, [](int&, std::uint64_t seq) {
             if (seq == 500) throw format_error("shard.bin", 1234, "corrupt on purpose");
@@ -95,7 +95,7 @@ TEST_CASE("Pool.Exception.FromStateConstructionReachesTheConsumer") {
 }
 
 TEST_CASE("Pool.Stop.JoinsWhenTheConsumerStoppedAndTheWindowIsFull") {
-    const auto threads_before = ft::thread_count();
+    const auto threads_before = ft::baseline_thread_count();
     for (unsigned workers : {1u, 2u, 4u}) {
         ordered_pool<std::vector<int>> pool(pool_options{.workers = workers, .window = 2}, [](unsigned) { return 0; },
                                             [](int&, std::uint64_t seq) { return std::vector<int>(100, static_cast<int>(seq)); });
