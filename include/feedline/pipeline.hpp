@@ -1,8 +1,14 @@
 // feedline/pipeline.hpp: the public entry point. One include gives the whole library: storage
-// backends, dataset formats and (as they land) sampling, workers and device staging.
+// backends, dataset formats, queues, the ordered worker pool and topology (and, as they land,
+// sampling and device staging).
 #pragma once
 
 #include <feedline/error.hpp>
+#include <feedline/exec/numa_memory.hpp>
+#include <feedline/exec/queue.hpp>
+#include <feedline/exec/reorder.hpp>
+#include <feedline/exec/topology.hpp>
+#include <feedline/exec/worker_pool.hpp>
 #include <feedline/format/dataset.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/format/llmc.hpp>

@@ -44,9 +44,11 @@ inline void cpu_relax() noexcept {
 
 // A condition that threads wait on: spin briefly, then yield, then sleep on a futex, so a busy
 // pipeline hands off in nanoseconds and an idle one burns no CPU. Waiters re-check `ready()` after
-// every wake-up; notifiers call notify() after making it true. Lost wake-ups are impossible: the
-// epoch is bumped before the sleeper count is read, and a sleeper registers before its last check
-// (all seq_cst).
+// every wake-up; notifiers call notify() after making it true. Lost wake-ups are impossible (Dekker):
+// a sleeper registers (seq_cst RMW) before its last check of ready(); a notifier issues a seq_cst fence
+// after making ready() true and before reading the sleeper count. Either the notifier sees the sleeper
+// and bumps the epoch the sleeper's futex waits on, or the sleeper's last check sees the new state.
+// When nobody sleeps, notify() costs one fence and one load of a line the notifier rarely shares.
 class wait_point {
 public:
     // Spin and yield counts: ~1-2 us of spinning covers a hand-off between two running threads;
@@ -87,10 +89,13 @@ public:
         }
     }
 
-    // Wakes waiters if any sleep. Costs one atomic increment and one load when nobody sleeps.
+    // Wakes waiters if any sleep. Call after making the condition true. Never blocks or throws.
     void notify() noexcept {
-        epoch_.fetch_add(1);
-        if (sleepers_.load() > 0) futex_wake_all(epoch_);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (sleepers_.load(std::memory_order_relaxed) > 0) {
+            epoch_.fetch_add(1);
+            futex_wake_all(epoch_);
+        }
     }
 
 private:

@@ -140,7 +140,10 @@ public:
     bool closed() const noexcept { return closed_.load(); }
     std::size_t capacity() const noexcept { return capacity_; }
     // Items in the queue right now (approximate under concurrency: for stats, not for control).
-    std::size_t size_approx() const noexcept { return count_.load(std::memory_order_relaxed); }
+    std::size_t size_approx() const noexcept {
+        auto pushed = pushed_.load(std::memory_order_relaxed), popped = popped_.load(std::memory_order_relaxed);
+        return pushed > popped ? static_cast<std::size_t>(pushed - popped) : 0;
+    }
 
 private:
     static std::size_t checked(std::size_t capacity) {
@@ -170,7 +173,7 @@ private:
             slots_[slot].emplace(std::move(value));
             ok = items_.push(slot);  // cannot fail: there are as many slots as places in items_
         }
-        if (ok) count_.fetch_add(1, std::memory_order_relaxed);
+        if (ok) pushed_.fetch_add(1, std::memory_order_relaxed);
         return ok;
     }
 
@@ -190,7 +193,7 @@ private:
             }
         }
         if (ok) {
-            count_.fetch_sub(1, std::memory_order_relaxed);
+            popped_.fetch_add(1, std::memory_order_relaxed);
             not_full_.notify();
         }
         return ok;
@@ -219,8 +222,11 @@ private:
     detail::lockfree_core<std::uint32_t, Kind> free_;
     std::unique_ptr<std::optional<T>[]> slots_;
     std::atomic<bool> closed_{false};
-    std::atomic<std::uint32_t> pushes_in_flight_{0};
-    std::atomic<std::size_t> count_{0};
+    // Written by pushers only / poppers only, on separate cache lines: a shared counter written from
+    // both sides would bounce its line on every item.
+    alignas(64) std::atomic<std::uint32_t> pushes_in_flight_{0};
+    std::atomic<std::uint64_t> pushed_{0};
+    alignas(64) std::atomic<std::uint64_t> popped_{0};
     detail::wait_point not_empty_, not_full_;
 };
 
