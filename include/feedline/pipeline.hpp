@@ -1,6 +1,6 @@
 // feedline/pipeline.hpp: the public entry point. One include gives the whole library: storage
-// backends, dataset formats, queues, the ordered worker pool and topology (and, as they land,
-// sampling and device staging).
+// backends, dataset formats, sampling, queues, the ordered worker pool and topology (and, as it lands,
+// device staging).
 #pragma once
 
 #include <feedline/error.hpp>
@@ -14,5 +14,9 @@
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
 #include <feedline/format/text.hpp>
+#include <feedline/sampling/permutation.hpp>
+#include <feedline/sampling/sampler.hpp>
+#include <feedline/sampling/state_io.hpp>
+#include <feedline/sampling/windows.hpp>
 #include <feedline/storage/reader.hpp>
 #include <feedline/version.hpp>

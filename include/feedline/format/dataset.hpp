@@ -204,6 +204,23 @@ public:
         return document_starts_.empty() ? llmc_docs_.size() : document_starts_.back();
     }
 
+    // Tokens in document `d` (the sampler's view of a dataset).
+    std::uint64_t document_length(std::uint64_t d) const { return document(d).length; }
+
+    // The first document of every shard, ascending, starting with 0 (the sampler's shard blocks).
+    std::vector<std::uint64_t> shard_document_starts() const {
+        std::vector<std::uint64_t> out;
+        std::uint64_t n = document_count();
+        if (format_ == dataset_format::megatron) {
+            out.assign(document_starts_.begin(), document_starts_.end() - 1);
+        } else {
+            for (std::uint64_t d = 0; d < n; ++d)
+                if (out.empty() || llmc_docs_[d].shard != llmc_docs_[d - 1].shard) out.push_back(d);
+        }
+        if (out.empty()) out.push_back(0);
+        return out;
+    }
+
     // Where document `d` lives. Megatron: O(log shards). Throws std::out_of_range for a bad index.
     document_span document(std::uint64_t d) const {
         if (format_ == dataset_format::llmc) {

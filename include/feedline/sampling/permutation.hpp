@@ -1,0 +1,95 @@
+// feedline/sampling/permutation.hpp: a seeded bijection over [0, n) in O(1) memory and O(1) time.
+// A balanced Feistel network permutes [0, 2^(2h)) for the smallest even bit width covering n; values
+// that land outside [0, n) are fed through again ("cycle walking") until they land inside, which keeps
+// it a bijection on [0, n) and takes fewer than 4 rounds of the network on average (2^(2h) < 4n).
+// Replaces the O(n) shuffled index arrays of Megatron-style samplers. Feeds sampling/windows.hpp.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+#include <feedline/error.hpp>
+
+namespace feedline {
+
+// splitmix64's finaliser: a fast 64-bit mixer with full avalanche.
+constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+class feistel_permutation {
+public:
+    // Six rounds: four make a Feistel network a strong pseudo-random permutation in theory; the
+    // extra two cost ~2 ns and remove any measurable structure at small n (tests check runs and
+    // uniformity).
+    static constexpr int rounds = 6;
+
+    feistel_permutation() = default;
+    // A permutation of [0, n) chosen by `key` (derive it from seed and epoch with mix64). n may be
+    // anything up to 2^63. Throws config_error beyond that.
+    feistel_permutation(std::uint64_t n, std::uint64_t key) : n_(n) {
+        if (n > (std::uint64_t(1) << 63)) throw config_error("permutation size", "must be at most 2^63, got " + std::to_string(n));
+        unsigned bits = n <= 1 ? 2 : static_cast<unsigned>(std::bit_width(n - 1));
+        half_bits_ = (bits + 1) / 2;
+        half_mask_ = (std::uint64_t(1) << half_bits_) - 1;
+        for (int r = 0; r < rounds; ++r) keys_[r] = mix64(key ^ mix64(static_cast<std::uint64_t>(r) + 0x5851F42D4C957F2Dull));
+    }
+
+    std::uint64_t size() const noexcept { return n_; }
+
+    // The image of i (i < size()). Constant time on average; never allocates; thread-safe.
+    std::uint64_t operator()(std::uint64_t i) const noexcept {
+        if (n_ <= 1) return i;
+        std::uint64_t x = i;
+        do x = encrypt(x);
+        while (x >= n_);
+        return x;
+    }
+
+    // The inverse: (*this)(inverse(j)) == j.
+    std::uint64_t inverse(std::uint64_t j) const noexcept {
+        if (n_ <= 1) return j;
+        std::uint64_t x = j;
+        do x = decrypt(x);
+        while (x >= n_);
+        return x;
+    }
+
+private:
+    std::uint64_t f(int r, std::uint64_t half) const noexcept { return mix64(half ^ keys_[r]) & half_mask_; }
+
+    std::uint64_t encrypt(std::uint64_t x) const noexcept {
+        std::uint64_t left = x >> half_bits_, right = x & half_mask_;
+        for (int r = 0; r < rounds; ++r) {
+            std::uint64_t next = left ^ f(r, right);
+            left = right;
+            right = next;
+        }
+        return (left << half_bits_) | right;
+    }
+    std::uint64_t decrypt(std::uint64_t x) const noexcept {
+        std::uint64_t left = x >> half_bits_, right = x & half_mask_;
+        for (int r = rounds - 1; r >= 0; --r) {
+            std::uint64_t prev = right ^ f(r, left);
+            right = left;
+            left = prev;
+        }
+        return (left << half_bits_) | right;
+    }
+
+    std::uint64_t n_ = 0;
+    unsigned half_bits_ = 1;
+    std::uint64_t half_mask_ = 1;
+    std::uint64_t keys_[rounds] = {};
+};
+
+// The key for (seed, epoch, stream): distinct streams (documents, samples, shard blocks) of the same
+// epoch get independent permutations.
+constexpr std::uint64_t permutation_key(std::uint64_t seed, std::uint64_t epoch, std::uint64_t stream) noexcept {
+    return mix64(mix64(mix64(seed) ^ epoch) ^ (stream * 0xD1342543DE82EF95ull));
+}
+
+}  // namespace feedline

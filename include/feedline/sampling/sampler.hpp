@@ -1,0 +1,434 @@
+// feedline/sampling/sampler.hpp: which samples form each global batch, and which slice this rank gets.
+// Batch k's content is a pure function of (seed, epoch, k, rank, world size, config): epochs lay out
+// documents with seeded permutations, samples within an epoch are permuted too, several datasets are
+// blended by weight, and each rank takes a disjoint slice of every global batch. The state is a handful
+// of integers; restoring it is O(1) plus building the current epoch's layout, and a different world
+// size (same global batch) continues at the same global sample. Fed by datasets' document lengths;
+// feeds the worker pool (a batch plan per step).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <feedline/error.hpp>
+#include <feedline/sampling/permutation.hpp>
+#include <feedline/sampling/windows.hpp>
+
+namespace feedline {
+
+// Rank and world size as the launcher set them.
+struct launch_info {
+    int rank = 0;
+    int world_size = 1;
+    int local_rank = 0;
+    std::string source = "default (single process)";
+};
+
+// Reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK / _SIZE /
+// _LOCAL_RANK, else a single process. Throws config_error for values that do not parse or do not fit.
+inline launch_info launch_from_environment() {
+    auto get = [](const char* name) -> std::optional<int> {
+        const char* v = std::getenv(name);
+        if (v == nullptr || *v == '\0') return std::nullopt;
+        char* end = nullptr;
+        long x = std::strtol(v, &end, 10);
+        if (*end != '\0' || x < 0 || x > 1 << 24) throw config_error(name, std::string("not a valid number: '") + v + "'");
+        return static_cast<int>(x);
+    };
+    launch_info info;
+    for (auto [r, w, l, src] : {std::tuple{"RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun (RANK/WORLD_SIZE)"},
+                                std::tuple{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                           "Open MPI (OMPI_COMM_WORLD_*)"}}) {
+        auto rank = get(r), world = get(w);
+        if (!rank || !world) continue;
+        if (*world < 1 || *rank >= *world)
+            throw config_error(r, "rank " + std::to_string(*rank) + " is not below world size " + std::to_string(*world));
+        info.rank = *rank;
+        info.world_size = *world;
+        info.local_rank = get(l).value_or(0);
+        info.source = src;
+        return info;
+    }
+    return info;
+}
+
+enum class tail_policy {
+    drop,  // the last incomplete global batch of an epoch is dropped (count reported)
+    pad,   // it is completed with samples from the start of the same epoch (count reported)
+};
+
+struct sampler_config {
+    std::uint64_t seq_len = 1024;
+    std::uint64_t global_batch = 32;  // samples per step across all ranks
+    std::uint64_t seed = 1234;
+    sample_mode mode = sample_mode::windows;
+    shuffle_mode shuffle = shuffle_mode::global;
+    bool shuffle_samples = true;
+    tail_policy tail = tail_policy::drop;
+    int rank = -1;        // -1: from the launcher's environment
+    int world_size = -1;  // -1: from the launcher's environment
+};
+
+// One sample of a batch: where it comes from (identity, for logs and tests) and its tokens.
+struct sample_plan {
+    std::uint32_t dataset = 0;
+    std::uint64_t epoch = 0;           // of that dataset
+    std::uint64_t index = 0;           // sample number within that epoch, before shuffling
+    bool padding = false;              // a repeat that completes the epoch's last batch (tail = pad)
+    std::vector<segment> segments;     // windows: seq_len + 1 tokens; packed: up to seq_len tokens
+};
+
+struct batch_plan {
+    std::uint64_t step = 0;            // global step number
+    std::uint64_t epoch = 0;           // for one dataset: its epoch; blended: the first dataset's
+    std::uint64_t first_global_sample = 0;
+    std::vector<sample_plan> samples;  // this rank's slice, in order
+};
+
+// One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
+// Keeps a reference to the dataset: it must outlive the stream. Not thread-safe (one planner thread).
+class dataset_stream {
+public:
+    template <document_lengths D>
+    dataset_stream(const D& data, const sampler_config& config, std::uint32_t id, std::vector<std::uint64_t> block_starts = {})
+        : config_(config), id_(id), seed_(config.seed ^ (std::uint64_t(id) << 48)), block_starts_(std::move(block_starts)) {
+        lengths_ = [&data](std::uint64_t i) { return static_cast<std::uint64_t>(data.document_length(i)); };
+        documents_ = data.document_count();
+        select_epoch(0);
+        tokens_ = layout_->tokens();
+        if (samples_ == 0)
+            throw config_error("seq_len", "dataset " + std::to_string(id) + " has " + std::to_string(tokens_) +
+                                              " tokens: too few for one sample of seq_len " + std::to_string(config.seq_len));
+    }
+    dataset_stream(dataset_stream&&) = default;
+
+    std::uint64_t documents() const noexcept { return documents_; }
+    std::uint64_t tokens() const noexcept { return tokens_; }
+    // Samples in `epoch`. GPT windows: the same every epoch. Packed rows: depends on the epoch's
+    // document order (padding differs), so this builds that epoch's layout (O(documents)) once.
+    std::uint64_t samples_in_epoch(std::uint64_t epoch) {
+        if (config_.mode == sample_mode::windows) return samples_;
+        select_epoch(epoch);
+        return samples_;
+    }
+    // Of the epoch last laid out.
+    std::uint64_t samples_per_epoch() const noexcept { return samples_; }
+    std::uint64_t padding_tokens_per_epoch() const noexcept { return padding_; }
+
+    // Sample `index` (before shuffling) of `epoch`: fills plan.segments. Rebuilds the layout when the
+    // epoch changes (O(documents)); otherwise O(log documents).
+    void plan(std::uint64_t epoch, std::uint64_t index, sample_plan& out) {
+        select_epoch(epoch);
+        out.dataset = id_;
+        out.epoch = epoch;
+        out.index = index;
+        out.segments.clear();
+        std::uint64_t s = config_.shuffle_samples ? sample_perm_(index) : index;
+        if (config_.mode == sample_mode::windows)
+            windows_->segments(s, out.segments);
+        else
+            rows_->segments(s, out.segments);
+    }
+
+    std::size_t memory_bytes() const noexcept {
+        return (layout_ ? layout_->memory_bytes() : 0) + (rows_ ? rows_->memory_bytes() : 0);
+    }
+
+private:
+    struct length_source {
+        const std::function<std::uint64_t(std::uint64_t)>* f;
+        std::uint64_t n;
+        std::uint64_t document_count() const { return n; }
+        std::uint64_t document_length(std::uint64_t i) const { return (*f)(i); }
+    };
+
+    void select_epoch(std::uint64_t epoch) {
+        if (layout_ && epoch == epoch_) return;
+        epoch_ = epoch;
+        rows_.reset();
+        windows_.reset();
+        layout_.reset();  // free the old epoch before building the new one: peak stays one layout
+        layout_ = std::make_unique<epoch_layout>(length_source{&lengths_, documents_}, config_.shuffle, seed_, epoch, block_starts_);
+        if (config_.mode == sample_mode::windows) {
+            windows_ = std::make_unique<gpt_windows>(*layout_, config_.seq_len);
+            samples_ = windows_->count();
+        } else {
+            rows_ = std::make_unique<packed_rows>(*layout_, config_.seq_len);
+            samples_ = rows_->count();
+            padding_ = rows_->padding();
+        }
+        sample_perm_ = feistel_permutation(samples_, permutation_key(seed_, epoch, 0));
+    }
+
+    sampler_config config_;
+    std::uint32_t id_;
+    std::uint64_t seed_;
+    std::vector<std::uint64_t> block_starts_;
+    std::function<std::uint64_t(std::uint64_t)> lengths_;
+    std::uint64_t documents_ = 0, tokens_ = 0;
+    std::uint64_t epoch_ = 0, samples_ = 0, padding_ = 0;
+    std::unique_ptr<epoch_layout> layout_;
+    std::unique_ptr<gpt_windows> windows_;
+    std::unique_ptr<packed_rows> rows_;
+    feistel_permutation sample_perm_;
+};
+
+// The resumable position plus what it must be resumed with. Serialised by sampling/state_io.hpp.
+// Holds no rank or world size: every rank has the same state, and any world size with the same
+// global batch can continue from it.
+struct sampler_state {
+    static constexpr std::uint32_t current_version = 1;
+    std::uint32_t version = current_version;
+    // What the position means: restore() refuses a state whose fields differ from the sampler's.
+    std::uint64_t seed = 0, seq_len = 0, global_batch = 0;
+    std::uint32_t mode = 0, shuffle = 0, shuffle_samples = 0, tail = 0;
+    std::vector<std::uint64_t> dataset_documents, dataset_tokens;
+    std::vector<double> weights;
+    // Where we are: the next global step, and per dataset the samples drawn so far and the next
+    // sample's (epoch, index within the epoch).
+    std::uint64_t step = 0;
+    std::vector<std::uint64_t> taken, epoch, index;
+    friend bool operator==(const sampler_state&, const sampler_state&) = default;
+};
+
+class sampler {
+public:
+    // Single dataset. Throws config_error for an invalid config (named field and numbers). `data`
+    // must outlive the sampler. `block_starts`: first document of each shard (shuffle_mode::shard_blocks).
+    template <document_lengths D>
+    sampler(const D& data, sampler_config config, std::vector<std::uint64_t> block_starts = {})
+        : sampler(config, {1.0}) {
+        streams_.emplace_back(data, config_, 0, std::move(block_starts));
+        finish_setup();
+    }
+
+    // Several datasets mixed by weight (normalised): every prefix of the sample stream holds each
+    // dataset's share to within one sample, as Megatron's BlendedDataset does. No epochs overall: each
+    // dataset cycles through its own epochs; `tail` does not apply.
+    template <document_lengths D>
+    sampler(const std::vector<const D*>& datasets, std::vector<double> weights, sampler_config config)
+        : sampler(config, std::move(weights)) {
+        if (datasets.size() != weights_.size() || datasets.empty())
+            throw config_error("weights", "give one weight per dataset (" + std::to_string(datasets.size()) + " datasets, " +
+                                              std::to_string(weights_.size()) + " weights)");
+        for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(*datasets[i], config_, i);
+        finish_setup();
+    }
+
+    int rank() const noexcept { return rank_; }
+    int world_size() const noexcept { return world_; }
+    std::uint64_t local_batch() const noexcept { return config_.global_batch / static_cast<std::uint64_t>(world_); }
+    const sampler_config& config() const noexcept { return config_; }
+    const dataset_stream& stream(std::size_t i) const { return streams_.at(i); }
+
+    // Single dataset: global steps in `epoch`, and what the tail policy did to its last batch.
+    std::uint64_t steps_in_epoch(std::uint64_t epoch) {
+        const std::uint64_t spe = streams_.at(0).samples_in_epoch(epoch), g = config_.global_batch;
+        return config_.tail == tail_policy::drop ? spe / g : (spe + g - 1) / g;
+    }
+    std::uint64_t dropped_in_epoch(std::uint64_t epoch) {
+        const std::uint64_t spe = streams_.at(0).samples_in_epoch(epoch);
+        return config_.tail == tail_policy::drop ? spe % config_.global_batch : 0;
+    }
+    std::uint64_t padded_in_epoch(std::uint64_t epoch) {
+        const std::uint64_t spe = streams_.at(0).samples_in_epoch(epoch);
+        return config_.tail == tail_policy::pad ? steps_in_epoch(epoch) * config_.global_batch - spe : 0;
+    }
+    // The same for the epoch the next step starts in (GPT windows: every epoch).
+    std::uint64_t steps_per_epoch() { return steps_in_epoch(current_epoch()); }
+    std::uint64_t dropped_per_epoch() { return dropped_in_epoch(current_epoch()); }
+    std::uint64_t padded_per_epoch() { return padded_in_epoch(current_epoch()); }
+    std::uint64_t current_epoch() const noexcept { return state_.epoch[0]; }
+
+    // The plan for the next step: this rank's slice of the global batch. Advances the state.
+    batch_plan next() {
+        batch_plan b;
+        plan_step(state_, b);
+        return b;
+    }
+
+    // The plan for any step of a single-dataset sampler, without changing the state. GPT windows:
+    // O(batch); packed rows: also lays out every epoch before the step's (epoch lengths differ).
+    batch_plan plan_at(std::uint64_t step) {
+        if (streams_.size() > 1) throw config_error("plan_at", "random access is for a single dataset; blended streams are sequential");
+        sampler_state at = state_;
+        at.step = step;
+        at.epoch[0] = 0;
+        if (config_.mode == sample_mode::windows) {
+            at.epoch[0] = step / steps_in_epoch(0);
+            step %= steps_in_epoch(0);
+        } else {
+            for (std::uint64_t n = steps_in_epoch(0); step >= n; n = steps_in_epoch(at.epoch[0])) {
+                step -= n;
+                ++at.epoch[0];
+            }
+        }
+        at.index[0] = step * config_.global_batch;
+        batch_plan b;
+        plan_step(at, b);
+        return b;
+    }
+
+    const sampler_state& state() const noexcept { return state_; }
+
+    // Continues from `s` (saved by any world size with the same global batch). O(1) plus one epoch
+    // layout: no replay. Throws config_error naming the first field that differs.
+    void restore(const sampler_state& s) {
+        auto differs = [&](const std::string& field, auto a, auto b) {
+            if (a != b) throw config_error("state." + field, "saved " + to_text(a) + ", this sampler has " + to_text(b));
+        };
+        if (s.version != sampler_state::current_version)
+            throw config_error("state.version", "unsupported version " + std::to_string(s.version));
+        differs("seed", s.seed, state_.seed);
+        differs("seq_len", s.seq_len, state_.seq_len);
+        differs("global_batch", s.global_batch, state_.global_batch);
+        differs("mode", s.mode, state_.mode);
+        differs("shuffle", s.shuffle, state_.shuffle);
+        differs("shuffle_samples", s.shuffle_samples, state_.shuffle_samples);
+        differs("tail", s.tail, state_.tail);
+        differs("datasets", s.dataset_documents.size(), state_.dataset_documents.size());
+        const std::size_t n = state_.dataset_documents.size();
+        if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
+            throw config_error("state", "per-dataset fields differ in length");
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::string at = "[" + std::to_string(i) + "]";
+            differs("dataset_documents" + at, s.dataset_documents[i], state_.dataset_documents[i]);
+            differs("dataset_tokens" + at, s.dataset_tokens[i], state_.dataset_tokens[i]);
+            differs("weights" + at, s.weights[i], state_.weights[i]);
+            if (s.index[i] > streams_[i].samples_in_epoch(s.epoch[i]) + config_.global_batch)
+                throw config_error("state.index" + at, "sample " + std::to_string(s.index[i]) + " is past the end of epoch " +
+                                                           std::to_string(s.epoch[i]));
+        }
+        state_ = s;
+    }
+
+private:
+    sampler(sampler_config config, std::vector<double> weights) : config_(config) {
+        launch_info env = launch_from_environment();
+        rank_ = config_.rank >= 0 ? config_.rank : env.rank;
+        world_ = config_.world_size >= 0 ? config_.world_size : env.world_size;
+        if (world_ < 1) throw config_error("world_size", "must be at least 1, got " + std::to_string(world_));
+        if (rank_ >= world_) throw config_error("rank", std::to_string(rank_) + " is not below world size " + std::to_string(world_));
+        if (config_.global_batch == 0 || config_.global_batch % static_cast<std::uint64_t>(world_) != 0)
+            throw config_error("global_batch", std::to_string(config_.global_batch) + " samples do not split evenly over " +
+                                                   std::to_string(world_) + " ranks");
+        double total = 0;
+        for (double w : weights) {
+            if (!(w > 0) || !std::isfinite(w)) throw config_error("weights", "every weight must be positive and finite");
+            total += w;
+        }
+        for (double w : weights) weights_.push_back(w / total);
+    }
+
+    void finish_setup() {
+        state_.seed = config_.seed;
+        state_.seq_len = config_.seq_len;
+        state_.global_batch = config_.global_batch;
+        state_.mode = static_cast<std::uint32_t>(config_.mode);
+        state_.shuffle = static_cast<std::uint32_t>(config_.shuffle);
+        state_.shuffle_samples = config_.shuffle_samples;
+        state_.tail = static_cast<std::uint32_t>(config_.tail);
+        for (auto& s : streams_) {
+            state_.dataset_documents.push_back(s.documents());
+            state_.dataset_tokens.push_back(s.tokens());
+        }
+        state_.weights = weights_;
+        state_.taken.assign(streams_.size(), 0);
+        state_.epoch.assign(streams_.size(), 0);
+        state_.index.assign(streams_.size(), 0);
+        if (streams_.size() == 1) check_epoch_fits(0);
+    }
+
+    void check_epoch_fits(std::uint64_t epoch) {
+        if (steps_in_epoch(epoch) == 0)
+            throw config_error("global_batch", std::to_string(config_.global_batch) + " exceeds the " +
+                                                   std::to_string(streams_[0].samples_in_epoch(epoch)) + " samples of epoch " +
+                                                   std::to_string(epoch) + " (use tail = pad or a smaller batch)");
+    }
+
+    // Fills this rank's slice of the step `st` points at and advances `st` past it. Every rank walks
+    // the same global batch, so every rank ends with the same state.
+    void plan_step(sampler_state& st, batch_plan& b) {
+        const std::uint64_t g = config_.global_batch, local = local_batch();
+        const std::uint64_t first = static_cast<std::uint64_t>(rank_) * local;
+        b.step = st.step;
+        b.first_global_sample = st.step * g;
+        b.samples.resize(local);
+        if (streams_.size() == 1) {
+            auto& s = streams_[0];
+            std::uint64_t spe = s.samples_in_epoch(st.epoch[0]);
+            // The previous step ended the epoch (or left less than a batch, with tail = drop).
+            if (config_.tail == tail_policy::drop ? st.index[0] + g > spe : st.index[0] >= spe) {
+                ++st.epoch[0];
+                st.index[0] = 0;
+                check_epoch_fits(st.epoch[0]);
+                spe = s.samples_in_epoch(st.epoch[0]);
+            }
+            b.epoch = st.epoch[0];
+            for (std::uint64_t i = 0; i < local; ++i) {
+                std::uint64_t idx = st.index[0] + first + i;
+                bool pad = idx >= spe;
+                s.plan(b.epoch, pad ? idx % spe : idx, b.samples[i]);
+                b.samples[i].padding = pad;
+            }
+            st.index[0] += g;
+            st.taken[0] += g;
+        } else {
+            // Blending: walk the global batch with the largest-deficit rule, keep this rank's slice.
+            const std::uint64_t before = st.step * g;
+            for (std::uint64_t i = 0; i < g; ++i) {
+                std::uint32_t d = choose_dataset(st.taken, before + i);
+                auto& s = streams_[d];
+                if (st.index[d] >= s.samples_in_epoch(st.epoch[d])) {
+                    ++st.epoch[d];
+                    st.index[d] = 0;
+                }
+                if (i >= first && i < first + local) {
+                    s.plan(st.epoch[d], st.index[d], b.samples[i - first]);
+                    b.samples[i - first].padding = false;
+                }
+                ++st.index[d];
+                ++st.taken[d];
+            }
+            b.epoch = st.epoch[0];
+        }
+        ++st.step;
+    }
+
+    // Megatron's BlendedDataset rule: the dataset furthest below its share of the first i+1 samples.
+    std::uint32_t choose_dataset(const std::vector<std::uint64_t>& taken, std::uint64_t i) const {
+        std::uint32_t best = 0;
+        double best_deficit = -1e300;
+        for (std::uint32_t d = 0; d < weights_.size(); ++d) {
+            double deficit = weights_[d] * static_cast<double>(i + 1) - static_cast<double>(taken[d]);
+            if (deficit > best_deficit) {
+                best_deficit = deficit;
+                best = d;
+            }
+        }
+        return best;
+    }
+
+    template <class T>
+    static std::string to_text(const T& v) {
+        if constexpr (std::is_floating_point_v<T>) return std::to_string(v);
+        else return std::to_string(static_cast<unsigned long long>(v));
+    }
+
+    sampler_config config_;
+    std::vector<double> weights_;
+    int rank_ = 0, world_ = 1;
+    std::vector<dataset_stream> streams_;
+    sampler_state state_;
+};
+
+}  // namespace feedline

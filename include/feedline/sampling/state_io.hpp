@@ -1,0 +1,148 @@
+// feedline/sampling/state_io.hpp: sampler states as bytes and as JSON, both versioned.
+// Binary: magic "FLSAMPL1", then little-endian fields in a fixed order (stable across releases: a new
+// field means a new version). JSON (with nlohmann_json): one flat object a person can read in a
+// checkpoint directory. Both round-trip exactly; corrupt input is a format_error.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#if FEEDLINE_HAS_JSON
+#include <nlohmann/json.hpp>
+#endif
+
+#include <feedline/error.hpp>
+#include <feedline/sampling/sampler.hpp>
+
+namespace feedline {
+
+static_assert(std::endian::native == std::endian::little, "the state format is little-endian; add byte swaps for this target");
+
+inline std::vector<std::byte> to_bytes(const sampler_state& s) {
+    std::vector<std::byte> out;
+    auto put = [&](const void* p, std::size_t n) {
+        auto b = static_cast<const std::byte*>(p);
+        out.insert(out.end(), b, b + n);
+    };
+    auto u64 = [&](std::uint64_t v) { put(&v, 8); };
+    put("FLSAMPL1", 8);
+    u64(s.version);
+    for (std::uint64_t v : {s.seed, s.seq_len, s.global_batch, std::uint64_t(s.mode), std::uint64_t(s.shuffle),
+                            std::uint64_t(s.shuffle_samples), std::uint64_t(s.tail), s.step})
+        u64(v);
+    const std::size_t n = s.dataset_documents.size();
+    if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
+        throw config_error("state", "per-dataset fields differ in length");
+    u64(n);
+    for (std::size_t i = 0; i < s.dataset_documents.size(); ++i) {
+        u64(s.dataset_documents[i]);
+        u64(s.dataset_tokens[i]);
+        u64(std::bit_cast<std::uint64_t>(s.weights[i]));
+        u64(s.taken[i]);
+        u64(s.epoch[i]);
+        u64(s.index[i]);
+    }
+    return out;
+}
+
+// Throws format_error (file "sampler state", with the offset) on anything malformed.
+inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
+    std::size_t at = 0;
+    auto fail = [&](const std::string& what) -> void { throw format_error("sampler state", at, what); };
+    auto u64 = [&]() {
+        if (in.size() - at < 8) fail("truncated");
+        std::uint64_t v;
+        std::memcpy(&v, in.data() + at, 8);
+        at += 8;
+        return v;
+    };
+    if (in.size() < 8 || std::memcmp(in.data(), "FLSAMPL1", 8) != 0) fail("wrong magic (expected FLSAMPL1)");
+    at = 8;
+    sampler_state s;
+    std::uint64_t version = u64();
+    if (version != sampler_state::current_version) {
+        at -= 8;
+        fail("unsupported version " + std::to_string(version));
+    }
+    s.version = static_cast<std::uint32_t>(version);
+    s.seed = u64();
+    s.seq_len = u64();
+    s.global_batch = u64();
+    s.mode = static_cast<std::uint32_t>(u64());
+    s.shuffle = static_cast<std::uint32_t>(u64());
+    s.shuffle_samples = static_cast<std::uint32_t>(u64());
+    s.tail = static_cast<std::uint32_t>(u64());
+    s.step = u64();
+    std::uint64_t n = u64();
+    if (n > (in.size() - at) / 48) fail("dataset count " + std::to_string(n) + " does not fit the remaining bytes");
+    for (std::uint64_t i = 0; i < n; ++i) {
+        s.dataset_documents.push_back(u64());
+        s.dataset_tokens.push_back(u64());
+        s.weights.push_back(std::bit_cast<double>(u64()));
+        s.taken.push_back(u64());
+        s.epoch.push_back(u64());
+        s.index.push_back(u64());
+    }
+    if (at != in.size()) fail("trailing bytes");
+    return s;
+}
+
+#if FEEDLINE_HAS_JSON
+inline std::string to_json(const sampler_state& s) {
+    nlohmann::json j = {{"format", "feedline.sampler_state"},
+                        {"version", s.version},
+                        {"seed", s.seed},
+                        {"seq_len", s.seq_len},
+                        {"global_batch", s.global_batch},
+                        {"mode", s.mode},
+                        {"shuffle", s.shuffle},
+                        {"shuffle_samples", s.shuffle_samples},
+                        {"tail", s.tail},
+                        {"step", s.step},
+                        {"dataset_documents", s.dataset_documents},
+                        {"dataset_tokens", s.dataset_tokens},
+                        {"weights", s.weights},
+                        {"taken", s.taken},
+                        {"epoch", s.epoch},
+                        {"index", s.index}};
+    return j.dump();
+}
+
+inline sampler_state sampler_state_from_json(const std::string& text) {
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("format", "") != "feedline.sampler_state")
+        throw format_error("sampler state (JSON)", 0, "not a feedline sampler state");
+    try {
+        sampler_state s;
+        s.version = j.at("version").get<std::uint32_t>();
+        if (s.version != sampler_state::current_version)
+            throw format_error("sampler state (JSON)", 0, "unsupported version " + std::to_string(s.version));
+        s.seed = j.at("seed");
+        s.seq_len = j.at("seq_len");
+        s.global_batch = j.at("global_batch");
+        s.mode = j.at("mode");
+        s.shuffle = j.at("shuffle");
+        s.shuffle_samples = j.at("shuffle_samples");
+        s.tail = j.at("tail");
+        s.step = j.at("step");
+        s.dataset_documents = j.at("dataset_documents").get<std::vector<std::uint64_t>>();
+        s.dataset_tokens = j.at("dataset_tokens").get<std::vector<std::uint64_t>>();
+        s.weights = j.at("weights").get<std::vector<double>>();
+        s.taken = j.at("taken").get<std::vector<std::uint64_t>>();
+        s.epoch = j.at("epoch").get<std::vector<std::uint64_t>>();
+        s.index = j.at("index").get<std::vector<std::uint64_t>>();
+        const std::size_t n = s.dataset_documents.size();
+        if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
+            throw format_error("sampler state (JSON)", 0, "per-dataset arrays differ in length");
+        return s;
+    } catch (const nlohmann::json::exception& e) {
+        throw format_error("sampler state (JSON)", 0, std::string("missing or mistyped field: ") + e.what());
+    }
+}
+#endif
+
+}  // namespace feedline

@@ -1,0 +1,271 @@
+// feedline/sampling/windows.hpp: which tokens make up sample i of an epoch.
+// An epoch lays documents out in a (shuffled) order and concatenates them. GPT windows cut seq_len + 1
+// tokens every seq_len tokens from that stream, crossing document boundaries as Megatron's GPT dataset
+// does, so consecutive windows share one token and every token is a target once per epoch. Packed
+// rows place whole documents into rows of seq_len tokens (splitting only documents longer than a row)
+// and record where each document starts. Both need only O(documents) memory per epoch: prefix sums of
+// lengths in epoch order (and, packed, each document's first row), never an O(tokens) or O(samples)
+// array. Fed by a dataset's document lengths; feeds sampling/sampler.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <feedline/error.hpp>
+#include <feedline/sampling/permutation.hpp>
+
+namespace feedline {
+
+// Anything with documents of known token counts: token_dataset, or a synthetic description.
+template <class D>
+concept document_lengths = requires(const D& d, std::uint64_t i) {
+    { d.document_count() } -> std::convertible_to<std::uint64_t>;
+    { d.document_length(i) } -> std::convertible_to<std::uint64_t>;
+};
+
+enum class shuffle_mode {
+    none,          // documents in dataset order
+    global,        // one permutation over all documents
+    shard_blocks,  // shards in a shuffled order, documents shuffled within each shard (cold storage
+                   // reads one shard at a time)
+};
+enum class sample_mode { windows, packed };
+
+// Tokens [offset, offset + length) of document `document` (a dataset document number).
+struct segment {
+    std::uint64_t document = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    friend bool operator==(const segment&, const segment&) = default;
+};
+
+// Upper/lower bound over a large sorted array through a sampled copy of every 64th entry: the
+// coarse search stays in cache (1/64 of the size) and the fine one touches one 512-byte block, so a
+// lookup in 10^7 entries costs a few cache misses instead of ~13 for a plain binary search.
+class block_search {
+public:
+    static constexpr std::size_t stride = 64;
+
+    void build(const std::vector<std::uint64_t>& sorted) {
+        coarse_.clear();
+        coarse_.reserve(sorted.size() / stride + 1);
+        for (std::size_t i = 0; i < sorted.size(); i += stride) coarse_.push_back(sorted[i]);
+    }
+    // Index of the first element > v (std::upper_bound).
+    std::size_t upper_bound(const std::vector<std::uint64_t>& sorted, std::uint64_t v) const noexcept {
+        return bound(sorted, v, [](std::uint64_t a, std::uint64_t b) { return a <= b; });
+    }
+    // Index of the first element >= v (std::lower_bound).
+    std::size_t lower_bound(const std::vector<std::uint64_t>& sorted, std::uint64_t v) const noexcept {
+        return bound(sorted, v, [](std::uint64_t a, std::uint64_t b) { return a < b; });
+    }
+    std::size_t memory_bytes() const noexcept { return coarse_.capacity() * 8; }
+
+private:
+    // `before(x, v)`: x lies before the answer.
+    template <class Before>
+    std::size_t bound(const std::vector<std::uint64_t>& sorted, std::uint64_t v, Before before) const noexcept {
+        // Blocks whose first element lies before the answer: the answer is in the last of them (or
+        // just after it).
+        auto c = std::partition_point(coarse_.begin(), coarse_.end(), [&](std::uint64_t x) { return before(x, v); });
+        std::size_t block = static_cast<std::size_t>(c - coarse_.begin());
+        if (block == 0) return 0;
+        auto first = sorted.begin() + static_cast<std::ptrdiff_t>((block - 1) * stride);
+        auto last = sorted.begin() + static_cast<std::ptrdiff_t>(std::min(sorted.size(), block * stride));
+        return static_cast<std::size_t>(std::partition_point(first, last, [&](std::uint64_t x) { return before(x, v); }) - sorted.begin());
+    }
+    std::vector<std::uint64_t> coarse_;
+};
+
+// The documents of one epoch in order, with prefix sums of their lengths.
+class epoch_layout {
+public:
+    // O(documents) time and memory. `block_starts` (shard_blocks mode) holds the first document of
+    // each block in dataset order, ascending, starting with 0.
+    template <document_lengths D>
+    epoch_layout(const D& data, shuffle_mode mode, std::uint64_t seed, std::uint64_t epoch,
+                 std::span<const std::uint64_t> block_starts = {})
+        : documents_(data.document_count()), mode_(mode) {
+        if (mode == shuffle_mode::global) {
+            perm_ = feistel_permutation(documents_, permutation_key(seed, epoch, 1));
+        } else if (mode == shuffle_mode::shard_blocks) {
+            blocks_.assign(block_starts.begin(), block_starts.end());
+            if (blocks_.empty() || blocks_.front() != 0) blocks_.insert(blocks_.begin(), 0);
+            blocks_.push_back(documents_);
+            const std::uint64_t nblocks = blocks_.size() - 1;
+            block_perm_ = feistel_permutation(nblocks, permutation_key(seed, epoch, 2));
+            // Position of each (shuffled) block's first document in epoch order.
+            block_positions_.resize(nblocks + 1, 0);
+            for (std::uint64_t b = 0; b < nblocks; ++b) {
+                std::uint64_t src = block_perm_(b);
+                block_positions_[b + 1] = block_positions_[b] + (blocks_[src + 1] - blocks_[src]);
+            }
+            seed_ = seed;
+            epoch_ = epoch;
+        }
+        prefix_.resize(documents_ + 1);
+        prefix_[0] = 0;
+        for (std::uint64_t k = 0; k < documents_; ++k) prefix_[k + 1] = prefix_[k] + data.document_length(document_at(k));
+        search_.build(prefix_);
+    }
+
+    std::uint64_t documents() const noexcept { return documents_; }
+    std::uint64_t tokens() const noexcept { return prefix_.back(); }
+
+    // The dataset document at epoch position k. O(1) (O(log shards) in shard_blocks mode).
+    std::uint64_t document_at(std::uint64_t k) const noexcept {
+        switch (mode_) {
+            case shuffle_mode::none: return k;
+            case shuffle_mode::global: return perm_(k);
+            case shuffle_mode::shard_blocks: {
+                auto b = static_cast<std::uint64_t>(std::upper_bound(block_positions_.begin(), block_positions_.end(), k) -
+                                                    block_positions_.begin() - 1);
+                std::uint64_t src = block_perm_(b);
+                std::uint64_t size = blocks_[src + 1] - blocks_[src];
+                feistel_permutation within(size, permutation_key(seed_, epoch_, 3 + src));
+                return blocks_[src] + within(k - block_positions_[b]);
+            }
+        }
+        return k;
+    }
+    std::uint64_t length_at(std::uint64_t k) const noexcept { return prefix_[k + 1] - prefix_[k]; }
+    std::uint64_t first_token_at(std::uint64_t k) const noexcept { return prefix_[k]; }
+
+    // The epoch position holding stream token p (p < tokens()); empty documents are skipped.
+    std::uint64_t position_of_token(std::uint64_t p) const noexcept {
+        return search_.upper_bound(prefix_, p) - 1;
+    }
+
+    // Appends the segments covering stream tokens [begin, begin + count). O(log documents + segments).
+    void segments(std::uint64_t begin, std::uint64_t count, std::vector<segment>& out) const {
+        if (count == 0) return;
+        std::uint64_t k = position_of_token(begin);
+        std::uint64_t offset = begin - prefix_[k];
+        while (count > 0) {
+            std::uint64_t take = std::min(count, length_at(k) - offset);
+            if (take > 0) out.push_back({document_at(k), offset, take});
+            count -= take;
+            offset = 0;
+            ++k;
+        }
+    }
+
+    std::size_t memory_bytes() const noexcept {
+        return prefix_.capacity() * 8 + blocks_.capacity() * 8 + block_positions_.capacity() * 8 + search_.memory_bytes();
+    }
+
+private:
+    std::uint64_t documents_;
+    shuffle_mode mode_;
+    feistel_permutation perm_, block_perm_;
+    std::vector<std::uint64_t> blocks_, block_positions_;
+    std::uint64_t seed_ = 0, epoch_ = 0;
+    std::vector<std::uint64_t> prefix_;
+    block_search search_;
+};
+
+// GPT windows over an epoch layout: sample s is stream tokens [s * seq_len, s * seq_len + seq_len + 1).
+class gpt_windows {
+public:
+    gpt_windows(const epoch_layout& layout, std::uint64_t seq_len) : layout_(&layout), seq_len_(seq_len) {
+        if (seq_len == 0) throw config_error("seq_len", "must be at least 1");
+    }
+    // Windows per epoch: every token but the first is a target exactly once; a last partial window is
+    // dropped (as Megatron does).
+    std::uint64_t count() const noexcept { return layout_->tokens() > seq_len_ ? (layout_->tokens() - 1) / seq_len_ : 0; }
+    void segments(std::uint64_t sample, std::vector<segment>& out) const { layout_->segments(sample * seq_len_, seq_len_ + 1, out); }
+
+private:
+    const epoch_layout* layout_;
+    std::uint64_t seq_len_;
+};
+
+// Packed rows: documents placed greedily, in epoch order, into rows of seq_len tokens. A document that
+// fits in a row but not in the rest of the current one starts the next row (the rest is padding). A
+// document longer than a row is split anyway, so it starts right where the previous one ended and
+// fills as many rows as it needs, its tail sharing a row with what follows: padding only ever
+// protects a document that could have been whole.
+class packed_rows {
+public:
+    // One pass over the documents: O(documents) time, 8 bytes per document (its first slot,
+    // row * seq_len + column, which encodes both).
+    packed_rows(const epoch_layout& layout, std::uint64_t seq_len) : layout_(&layout), seq_len_(seq_len) {
+        if (seq_len == 0) throw config_error("seq_len", "must be at least 1");
+        const std::uint64_t n = layout.documents();
+        first_slot_.resize(n);
+        std::uint64_t slot = 0;
+        for (std::uint64_t k = 0; k < n; ++k) {
+            std::uint64_t len = layout.length_at(k), col = slot % seq_len;
+            if (len <= seq_len && col > 0 && col + len > seq_len) {  // would be split needlessly: pad
+                padding_ += seq_len - col;
+                slot += seq_len - col;
+            }
+            first_slot_[k] = slot;
+            slot += len;
+        }
+        if (slot % seq_len != 0) padding_ += seq_len - slot % seq_len;
+        rows_ = (slot + seq_len - 1) / seq_len;
+        search_.build(first_slot_);
+    }
+
+    std::uint64_t count() const noexcept { return rows_; }
+    // Padding tokens in the whole epoch (reported by the sampler's stats).
+    std::uint64_t padding() const noexcept { return padding_; }
+
+    // Segments of row r in order; their lengths sum to at most seq_len (the rest is padding).
+    // O(log documents + documents in the row).
+    void segments(std::uint64_t r, std::vector<segment>& out) const {
+        const std::uint64_t row_begin = r * seq_len_, row_end = row_begin + seq_len_;
+        const std::size_t end = search_.lower_bound(first_slot_, row_end);
+        if (end == 0) return;
+        // Documents meeting the row are contiguous and end at the last one starting before row_end;
+        // walk back to the first of them.
+        std::uint64_t k = end - 1;
+        while (k > 0 && first_slot_[k] > row_begin) --k;
+        for (; k < first_slot_.size() && first_slot_[k] < row_end; ++k) {
+            std::uint64_t begin = first_slot_[k], end = begin + layout_->length_at(k);
+            if (end <= row_begin) continue;
+            std::uint64_t from = std::max(begin, row_begin), to = std::min(end, row_end);
+            out.push_back({layout_->document_at(k), from - begin, to - from});
+        }
+    }
+
+    std::size_t memory_bytes() const noexcept { return first_slot_.capacity() * 8 + search_.memory_bytes(); }
+
+private:
+    const epoch_layout* layout_;
+    std::uint64_t seq_len_;
+    std::vector<std::uint64_t> first_slot_;
+    block_search search_;
+    std::uint64_t rows_ = 0, padding_ = 0;
+};
+
+// Attention boundaries of one packed row, for kernels that keep attention inside documents
+// (FlashAttention's varlen cu_seqlens): cu_seqlens = {0, end of piece 1, ..., tokens used}, and
+// position ids restarting at 0 at the start of every piece (a document split across rows restarts
+// in the next row too, so positions stay below seq_len). Padding slots get position 0.
+struct row_boundaries {
+    std::vector<std::int32_t> cu_seqlens;
+    std::vector<std::int32_t> position_ids;  // seq_len entries
+    std::uint64_t padding = 0;               // slots after the last piece
+};
+
+inline void boundaries_of(std::span<const segment> pieces, std::uint64_t seq_len, row_boundaries& out) {
+    out.cu_seqlens.assign(1, 0);
+    out.position_ids.assign(seq_len, 0);
+    std::uint64_t at = 0;
+    for (const segment& s : pieces) {
+        if (s.length == 0) continue;
+        if (at + s.length > seq_len) throw config_error("seq_len", "row pieces hold more than seq_len tokens");
+        for (std::uint64_t t = 0; t < s.length; ++t) out.position_ids[at + t] = static_cast<std::int32_t>(t);
+        at += s.length;
+        out.cu_seqlens.push_back(static_cast<std::int32_t>(at));
+    }
+    out.padding = seq_len - at;
+}
+
+}  // namespace feedline

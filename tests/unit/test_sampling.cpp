@@ -1,0 +1,531 @@
+// Sampling: the permutation is a bijection with no visible structure; windows and packed rows hold
+// exactly the tokens a brute-force concatenation says they should; ranks split every global batch
+// disjointly; resume is exact (also elastic, across world sizes); blending keeps every prefix within
+// one sample of its weights; state serialisation round-trips and refuses what does not match.
+#include <doctest/doctest.h>
+
+#include <feedline/exec/worker_pool.hpp>
+#include <feedline/format/dataset.hpp>
+#include <feedline/storage/pread_reader.hpp>
+#include <feedline/sampling/state_io.hpp>
+
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "synthetic_lengths.hpp"
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+
+// The concatenated stream of an epoch, token by token, as (document, offset) pairs.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> brute_stream(const epoch_layout& layout, const ft::synthetic_lengths& d) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    for (std::uint64_t k = 0; k < layout.documents(); ++k) {
+        std::uint64_t doc = layout.document_at(k);
+        for (std::uint64_t t = 0; t < d.lengths[doc]; ++t) out.push_back({doc, t});
+    }
+    return out;
+}
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> expand(const std::vector<segment>& segs) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    for (auto& s : segs)
+        for (std::uint64_t t = 0; t < s.length; ++t) out.push_back({s.document, s.offset + t});
+    return out;
+}
+
+using sample_id = std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, bool>;
+std::vector<sample_id> ids(const batch_plan& b) {
+    std::vector<sample_id> v;
+    for (auto& s : b.samples) v.emplace_back(s.dataset, s.epoch, s.index, s.padding);
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("Permutation.Bijective.ExhaustiveForSmallSizes") {
+    std::vector<std::uint64_t> sizes;
+    for (std::uint64_t n = 1; n <= 130; ++n) sizes.push_back(n);
+    for (std::uint64_t p : {251ull, 509ull, 1021ull, 4093ull, 65521ull}) sizes.push_back(p);
+    for (unsigned b = 8; b <= 16; b += 2) {
+        sizes.push_back((1ull << b) - 1);
+        sizes.push_back(1ull << b);
+        sizes.push_back((1ull << b) + 1);
+    }
+    for (std::uint64_t n : sizes) {
+        for (std::uint64_t key : {1ull, 99ull}) {
+            feistel_permutation p(n, key);
+            std::vector<char> seen(n, 0);
+            bool ok = true;
+            for (std::uint64_t i = 0; i < n; ++i) {
+                std::uint64_t j = p(i);
+                ok &= j < n && !seen[j] && p.inverse(j) == i;
+                if (j < n) seen[j] = 1;
+            }
+            REQUIRE_MESSAGE(ok, "n = " << n);
+        }
+    }
+}
+
+TEST_CASE("Permutation.Keys.SeedAndEpochChangeIt") {
+    const std::uint64_t n = 1000;
+    feistel_permutation a(n, permutation_key(1, 0, 0)), b(n, permutation_key(2, 0, 0)), c(n, permutation_key(1, 1, 0));
+    std::uint64_t same_ab = 0, same_ac = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        same_ab += a(i) == b(i);
+        same_ac += a(i) == c(i);
+    }
+    CHECK(same_ab < 20);  // a random pair of permutations agrees on ~1 point
+    CHECK(same_ac < 20);
+}
+
+TEST_CASE("Permutation.Statistics.UniformAndNoAdjacentRuns") {
+    const std::uint64_t n = 1'000'000'000'039ull;  // large, not a power of two
+    feistel_permutation p(n, permutation_key(7, 3, 0));
+    const int buckets = 16;
+    std::vector<double> counts(buckets, 0);
+    const int samples = 160'000;
+    int adjacent = 0;
+    std::uint64_t prev = p(0);
+    for (int i = 1; i <= samples; ++i) {
+        std::uint64_t v = p(static_cast<std::uint64_t>(i));
+        counts[static_cast<std::size_t>(static_cast<double>(v) / static_cast<double>(n) * buckets)] += 1;
+        std::uint64_t diff = v > prev ? v - prev : prev - v;
+        adjacent += diff <= 1;
+        prev = v;
+    }
+    double expected = samples / double(buckets), chi2 = 0;
+    for (double c : counts) chi2 += (c - expected) * (c - expected) / expected;
+    CHECK(chi2 < 50);      // 15 degrees of freedom: p < 1e-5 above 50 for a uniform source
+    CHECK(adjacent == 0);  // consecutive inputs never stay neighbours
+}
+
+TEST_CASE("Windows.BlockSearch.AgreesWithStdBounds") {
+    std::mt19937_64 rng(8);
+    for (std::size_t n : {std::size_t(1), std::size_t(63), std::size_t(64), std::size_t(65), std::size_t(1000), std::size_t(4097)}) {
+        std::vector<std::uint64_t> v(n);
+        std::uint64_t x = 0;
+        for (auto& e : v) e = x += rng() % 3;  // runs of equal values (empty documents)
+        block_search s;
+        s.build(v);
+        for (std::uint64_t q = 0; q <= x + 1; ++q) {
+            REQUIRE(s.upper_bound(v, q) == static_cast<std::size_t>(std::upper_bound(v.begin(), v.end(), q) - v.begin()));
+            REQUIRE(s.lower_bound(v, q) == static_cast<std::size_t>(std::lower_bound(v.begin(), v.end(), q) - v.begin()));
+        }
+    }
+}
+
+TEST_CASE("Windows.Gpt.EveryTokenIsATargetOncePerEpoch") {
+    auto data = ft::hashed_lengths(300, 40);
+    data.lengths[5] = 0;
+    data.lengths[6] = 1;
+    for (auto mode : {shuffle_mode::none, shuffle_mode::global, shuffle_mode::shard_blocks}) {
+        std::vector<std::uint64_t> blocks = {0, 100, 150, 290};
+        epoch_layout layout(data, mode, 11, 2, blocks);
+        auto stream = brute_stream(layout, data);
+        const std::uint64_t T = 17;
+        gpt_windows w(layout, T);
+        REQUIRE(w.count() == (stream.size() - 1) / T);
+        for (std::uint64_t s = 0; s < w.count(); ++s) {
+            std::vector<segment> segs;
+            w.segments(s, segs);
+            auto got = expand(segs);
+            REQUIRE(got.size() == T + 1);
+            REQUIRE(std::equal(got.begin(), got.end(), stream.begin() + static_cast<std::ptrdiff_t>(s * T)));
+        }
+        // Orders: none keeps dataset order; every mode visits each document once.
+        std::vector<std::uint64_t> order;
+        for (std::uint64_t k = 0; k < layout.documents(); ++k) order.push_back(layout.document_at(k));
+        auto sorted = order;
+        std::sort(sorted.begin(), sorted.end());
+        std::vector<std::uint64_t> all(data.lengths.size());
+        std::iota(all.begin(), all.end(), 0);
+        CHECK(sorted == all);
+        if (mode == shuffle_mode::none) CHECK(order == all);
+        if (mode == shuffle_mode::global) CHECK(order != all);
+        if (mode == shuffle_mode::shard_blocks) {
+            // Each block's documents are contiguous in epoch order.
+            auto block_of = [&](std::uint64_t d) { return std::upper_bound(blocks.begin(), blocks.end(), d) - blocks.begin(); };
+            int changes = 0;
+            for (std::size_t k = 1; k < order.size(); ++k) changes += block_of(order[k]) != block_of(order[k - 1]);
+            CHECK(changes == 3);
+            CHECK(order != all);
+        }
+    }
+}
+
+TEST_CASE("Windows.Packed.WholeDocumentsSplitOnlyWhenLongerThanARow") {
+    auto data = ft::hashed_lengths(400, 70);
+    data.lengths[3] = 0;
+    data.lengths[4] = 200;  // longer than a row: split
+    epoch_layout layout(data, shuffle_mode::global, 5, 0);
+    const std::uint64_t T = 64;
+    packed_rows rows(layout, T);
+    auto stream = brute_stream(layout, data);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> all;
+    std::uint64_t used = 0, previous_gap = 0;
+    for (std::uint64_t r = 0; r < rows.count(); ++r) {
+        std::vector<segment> segs;
+        rows.segments(r, segs);
+        std::uint64_t in_row = 0;
+        for (auto& s : segs) {
+            in_row += s.length;
+            // Only documents longer than a row are ever split.
+            if (s.length < data.lengths[s.document]) REQUIRE(data.lengths[s.document] > T);
+        }
+        REQUIRE(in_row <= T);
+        // Padding at the end of a row is there only because the next document did not fit in it.
+        if (previous_gap > 0) REQUIRE(segs.front().length > previous_gap);
+        previous_gap = T - in_row;
+        used += in_row;
+        auto e = expand(segs);
+        all.insert(all.end(), e.begin(), e.end());
+    }
+    CHECK(all == stream);  // every token once, in epoch order
+    CHECK(rows.padding() == rows.count() * T - used);
+}
+
+TEST_CASE("Windows.Packed.BoundariesRestartPositionsAtEveryPiece") {
+    const std::uint64_t T = 16;
+    std::vector<segment> pieces = {{7, 30, 5}, {2, 0, 0}, {9, 0, 8}};  // a split document's tail, an empty one, a whole one
+    row_boundaries b;
+    boundaries_of(pieces, T, b);
+    CHECK(b.cu_seqlens == std::vector<std::int32_t>{0, 5, 13});
+    CHECK(b.padding == 3);
+    std::vector<std::int32_t> expected = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0};
+    CHECK(b.position_ids == expected);
+    std::vector<segment> too_many = {{1, 0, 10}, {2, 0, 7}};
+    CHECK_THROWS_AS(boundaries_of(too_many, T, b), config_error);
+
+    // On real rows: cu_seqlens end where the row's tokens end, and padding adds up to the epoch's.
+    auto data = ft::hashed_lengths(300, 50);
+    epoch_layout layout(data, shuffle_mode::global, 3, 1);
+    packed_rows rows(layout, 48);
+    std::uint64_t padding = 0;
+    for (std::uint64_t r = 0; r < rows.count(); ++r) {
+        std::vector<segment> segs;
+        rows.segments(r, segs);
+        boundaries_of(segs, 48, b);
+        std::uint64_t used = 0;
+        for (auto& x : segs) used += x.length;
+        REQUIRE(static_cast<std::uint64_t>(b.cu_seqlens.back()) == used);
+        padding += b.padding;
+    }
+    CHECK(padding == rows.padding());
+}
+
+TEST_CASE("Sampler.Packed.EpochsDifferInLengthAndResumeExactly") {
+    auto data = ft::hashed_lengths(400, 90);
+    sampler_config cfg{.seq_len = 64, .global_batch = 5, .seed = 9, .mode = sample_mode::packed, .rank = 0, .world_size = 1};
+    sampler s(data, cfg);
+    // Different document orders pad differently, so epochs have different row counts; every epoch
+    // still gives each of its rows exactly once before the next begins.
+    std::set<std::uint64_t> counts;
+    std::vector<std::vector<segment>> all;
+    for (std::uint64_t e = 0; e < 4; ++e) {
+        const std::uint64_t steps = s.steps_in_epoch(e), rows = s.stream(0).samples_per_epoch();
+        counts.insert(s.steps_in_epoch(e) * 5 + s.dropped_in_epoch(e));
+        std::set<std::uint64_t> seen;
+        for (std::uint64_t k = 0; k < steps; ++k) {
+            auto b = s.next();
+            REQUIRE(b.epoch == e);
+            for (auto& x : b.samples) {
+                REQUIRE(seen.insert(x.index).second);
+                all.push_back(x.segments);
+            }
+        }
+        CHECK(seen.size() == rows - rows % 5);
+    }
+    CHECK(counts.size() > 1);
+    // plan_at walks the differing epochs to the same place, and a restored sampler continues exactly.
+    sampler t(data, cfg);
+    std::uint64_t step = t.steps_in_epoch(0) + t.steps_in_epoch(1) + 2;
+    auto at = t.plan_at(step);
+    std::vector<std::vector<segment>> from_plan;
+    for (auto& x : at.samples) from_plan.push_back(x.segments);
+    CHECK(std::equal(from_plan.begin(), from_plan.end(), all.begin() + static_cast<std::ptrdiff_t>(step * 5)));
+    sampler u(data, cfg);
+    for (std::uint64_t k = 0; k < step; ++k) u.next();
+    sampler v(data, cfg);
+    v.restore(sampler_state_from_bytes(to_bytes(u.state())));
+    CHECK(v.next().samples[0].segments == all[step * 5]);
+}
+
+TEST_CASE("Sampler.RealShards.WindowsReadBackAsTheEpochStream") {
+    // Three Megatron shards on disk, sampled with shard-block shuffling: every window read through a
+    // real reader equals the epoch's concatenation of whole documents at that window's place.
+    ft::scratch_dir dir;
+    std::vector<std::string> prefixes;
+    std::mt19937 rng(4);
+    std::uint32_t next_doc = 0;
+    for (int k = 0; k < 3; ++k) {
+        prefixes.push_back(dir / ("part_" + std::to_string(k)));
+        megatron_writer w(prefixes.back(), token_dtype::int32);
+        std::vector<std::uint32_t> lengths(40 + 10 * k);
+        for (auto& l : lengths) l = rng() % 50;
+        for (auto& doc : ft::arithmetic_documents(lengths)) {
+            for (auto& t : doc) t += next_doc * 1'000'000;  // globally unique tokens
+            w.add_document(doc);
+            ++next_doc;
+        }
+        w.finish();
+    }
+    token_dataset ds(prefixes);
+    auto starts = ds.shard_document_starts();
+    CHECK(starts == std::vector<std::uint64_t>{0, 40, 90});
+    const std::uint64_t T = 32;
+    sampler s(ds, {.seq_len = T, .global_batch = 4, .seed = 5, .shuffle = shuffle_mode::shard_blocks, .shuffle_samples = false,
+                   .rank = 0, .world_size = 1},
+              starts);
+    pread_reader reader;
+    epoch_layout layout(ds, shuffle_mode::shard_blocks, 5, 0, starts);
+    std::vector<std::uint32_t> stream;
+    for (std::uint64_t k = 0; k < layout.documents(); ++k) {
+        auto span = ds.document(layout.document_at(k));
+        std::vector<std::uint32_t> t(span.length);
+        ds.read_tokens(reader, span, 0, span.length, t.data());
+        stream.insert(stream.end(), t.begin(), t.end());
+    }
+    for (std::uint64_t step = 0; step < s.steps_per_epoch(); ++step)
+        for (auto& x : s.next().samples) {
+            std::vector<std::uint32_t> got;
+            for (auto& seg : x.segments) {
+                std::vector<std::uint32_t> t(seg.length);
+                ds.read_tokens(reader, ds.document(seg.document), seg.offset, seg.length, t.data());
+                got.insert(got.end(), t.begin(), t.end());
+            }
+            REQUIRE(got.size() == T + 1);
+            REQUIRE(std::equal(got.begin(), got.end(), stream.begin() + static_cast<std::ptrdiff_t>(x.index * T)));
+        }
+}
+
+TEST_CASE("Sampler.Sharding.RanksSplitEveryGlobalBatch") {
+    auto data = ft::hashed_lengths(2000, 300);
+    const std::uint64_t G = 12;
+    for (auto mode : {sample_mode::windows, sample_mode::packed}) {
+        sampler one(data, {.seq_len = 64, .global_batch = G, .mode = mode, .rank = 0, .world_size = 1});
+        for (int world : {2, 3, 4}) {
+            std::vector<sampler> ranks;
+            for (int r = 0; r < world; ++r) ranks.emplace_back(data, sampler_config{.seq_len = 64, .global_batch = G, .mode = mode,
+                                                                                  .rank = r, .world_size = world});
+            for (std::uint64_t step = 0; step < 40; ++step) {
+                auto whole = ids(one.plan_at(step));
+                std::vector<sample_id> joined;
+                for (auto& s : ranks) {
+                    auto part = ids(s.next());
+                    REQUIRE(part.size() == G / static_cast<std::uint64_t>(world));
+                    joined.insert(joined.end(), part.begin(), part.end());
+                }
+                REQUIRE(joined == whole);
+            }
+        }
+    }
+    CHECK_THROWS_AS(sampler(data, {.global_batch = 10, .rank = 0, .world_size = 3}), config_error);
+}
+
+TEST_CASE("Sampler.Epochs.EachSampleOncePerEpochAndTailsCounted") {
+    auto data = ft::hashed_lengths(500, 100);
+    for (auto tail : {tail_policy::drop, tail_policy::pad}) {
+        sampler s(data, {.seq_len = 32, .global_batch = 7, .tail = tail, .rank = 0, .world_size = 1});
+        const std::uint64_t spe = s.stream(0).samples_per_epoch();
+        std::set<std::uint64_t> seen;
+        std::uint64_t pads = 0;
+        for (std::uint64_t step = 0; step < s.steps_per_epoch(); ++step)
+            for (auto& x : s.next().samples) {
+                CHECK(x.epoch == 0);
+                if (x.padding) ++pads;
+                else CHECK(seen.insert(x.index).second);
+            }
+        if (tail == tail_policy::drop) {
+            CHECK(seen.size() == spe - spe % 7);
+            CHECK(s.dropped_per_epoch() == spe % 7);
+        } else {
+            CHECK(seen.size() == spe);
+            CHECK(pads == s.padded_per_epoch());
+        }
+        CHECK(s.next().samples[0].epoch == 1);
+    }
+}
+
+TEST_CASE("Sampler.Resume.ExactAtRandomPointsAndEpochBoundaries") {
+    auto data = ft::hashed_lengths(300, 200);
+    sampler_config cfg{.seq_len = 50, .global_batch = 8, .seed = 77, .rank = 0, .world_size = 1};
+    sampler reference(data, cfg);
+    const std::uint64_t N = 3 * reference.steps_per_epoch() + 5;
+    std::vector<std::vector<segment>> expected;
+    for (std::uint64_t i = 0; i < N; ++i)
+        for (auto& x : reference.next().samples) expected.push_back(x.segments);
+    std::mt19937_64 rng(3);
+    std::vector<std::uint64_t> points = {0, reference.steps_per_epoch(), 2 * reference.steps_per_epoch(), N - 1};
+    for (int i = 0; i < 4; ++i) points.push_back(rng() % N);
+    for (std::uint64_t k : points) {
+        CAPTURE(k);
+        sampler first(data, cfg);
+        std::vector<std::vector<segment>> got;
+        for (std::uint64_t i = 0; i < k; ++i)
+            for (auto& x : first.next().samples) got.push_back(x.segments);
+        auto bytes = to_bytes(first.state());
+        // "New process": a fresh sampler restored from the serialised state, restored twice in a row.
+        sampler second(data, cfg);
+        second.restore(sampler_state_from_bytes(bytes));
+        second.restore(sampler_state_from_bytes(to_bytes(second.state())));
+        for (std::uint64_t i = k; i < N; ++i)
+            for (auto& x : second.next().samples) got.push_back(x.segments);
+        REQUIRE(got == expected);
+    }
+}
+
+TEST_CASE("Sampler.Resume.DifferentWorkerCountAfterRestore") {
+    // Workers plan steps in parallel (each with its own sampler, as pipeline workers do); a run with one
+    // worker saves at step k, and a run restored from that state with three workers continues exactly.
+    auto data = ft::hashed_lengths(500, 200);
+    const sampler_config cfg{.seq_len = 40, .global_batch = 6, .seed = 21, .rank = 0, .world_size = 1};
+    const std::uint64_t N = 60, k = 23;
+    auto run = [&](unsigned workers, std::uint64_t first, std::uint64_t count) {
+        pool_options opt{.workers = workers, .count = count, .first_sequence = first};
+        ordered_pool<std::vector<std::vector<segment>>> pool(
+            opt, [&](unsigned) { return std::make_unique<sampler>(data, cfg); },
+            [](std::unique_ptr<sampler>& s, std::uint64_t step) {
+                std::vector<std::vector<segment>> out;
+                for (auto& x : s->plan_at(step).samples) out.push_back(x.segments);
+                return out;
+            });
+        std::vector<std::vector<segment>> got;
+        while (auto b = pool.next()) got.insert(got.end(), b->begin(), b->end());
+        return got;
+    };
+    sampler reference(data, cfg);
+    std::vector<std::vector<segment>> expected;
+    for (std::uint64_t i = 0; i < N; ++i)
+        for (auto& x : reference.next().samples) expected.push_back(x.segments);
+
+    auto got = run(1, 0, k);
+    sampler saver(data, cfg);
+    for (std::uint64_t i = 0; i < k; ++i) saver.next();
+    sampler restored(data, cfg);
+    restored.restore(sampler_state_from_bytes(to_bytes(saver.state())));
+    auto rest = run(3, restored.state().step, N - k);
+    got.insert(got.end(), rest.begin(), rest.end());
+    CHECK(got == expected);
+}
+
+TEST_CASE("Sampler.Resume.ElasticAcrossWorldSizes") {
+    auto data = ft::hashed_lengths(400, 150);
+    const std::uint64_t G = 12, k = 9, N = 30;
+    sampler one(data, {.seq_len = 40, .global_batch = G, .rank = 0, .world_size = 1});
+    std::vector<sample_id> expected;
+    for (std::uint64_t i = 0; i < N; ++i) {
+        auto v = ids(one.next());
+        if (i >= k) expected.insert(expected.end(), v.begin(), v.end());
+    }
+    // Two ranks run k steps and save; three ranks restore that state and continue.
+    sampler_state saved;
+    for (int r = 0; r < 2; ++r) {
+        sampler s(data, {.seq_len = 40, .global_batch = G, .rank = r, .world_size = 2});
+        for (std::uint64_t i = 0; i < k; ++i) s.next();
+        if (r == 0) saved = s.state();
+        else CHECK(s.state() == saved);  // every rank holds the same state
+    }
+    std::vector<sampler> three;
+    for (int r = 0; r < 3; ++r) {
+        three.emplace_back(data, sampler_config{.seq_len = 40, .global_batch = G, .rank = r, .world_size = 3});
+        three.back().restore(saved);
+    }
+    std::vector<sample_id> got;
+    for (std::uint64_t i = k; i < N; ++i)
+        for (auto& s : three) {
+            auto v = ids(s.next());
+            got.insert(got.end(), v.begin(), v.end());
+        }
+    // Same samples, same order once each step's rank slices are joined.
+    CHECK(got == expected);
+}
+
+TEST_CASE("Sampler.Restore.RefusesAnotherConfigOrDataset") {
+    auto data = ft::hashed_lengths(300, 100);
+    sampler a(data, {.seq_len = 32, .global_batch = 4, .rank = 0, .world_size = 1});
+    a.next();
+    sampler b(data, {.seq_len = 64, .global_batch = 4, .rank = 0, .world_size = 1});
+    try {
+        b.restore(a.state());
+        FAIL("restored across seq_len");
+    } catch (const config_error& e) {
+        CHECK(e.field() == "state.seq_len");
+        CHECK(std::string(e.what()).find("saved 32, this sampler has 64") != std::string::npos);
+    }
+    auto other = ft::hashed_lengths(300, 100, 2);
+    sampler c(other, {.seq_len = 32, .global_batch = 4, .rank = 0, .world_size = 1});
+    CHECK_THROWS_WITH_AS(c.restore(a.state()), doctest::Contains("state.dataset_tokens[0]"), config_error);
+}
+
+TEST_CASE("Sampler.Blend.EveryPrefixWithinOneSampleOfItsShare") {
+    auto a = ft::hashed_lengths(200, 100, 1), b = ft::hashed_lengths(300, 100, 2), c = ft::hashed_lengths(100, 100, 3);
+    std::vector<const ft::synthetic_lengths*> sets = {&a, &b, &c};
+    std::vector<double> w = {5, 3, 2};
+    sampler s(sets, w, {.seq_len = 16, .global_batch = 10, .rank = 0, .world_size = 1});
+    std::vector<std::uint64_t> counts(3, 0);
+    std::uint64_t n = 0;
+    bool within = true;
+    std::map<std::pair<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>>, int> repeats;
+    for (int step = 0; step < 300; ++step)
+        for (auto& x : s.next().samples) {
+            ++counts[x.dataset];
+            ++n;
+            for (int d = 0; d < 3; ++d) within &= std::abs(static_cast<double>(counts[d]) - w[d] / 10.0 * static_cast<double>(n)) <= 1.0;
+            repeats[{x.dataset, {x.epoch, x.index}}]++;
+        }
+    CHECK(within);
+    for (auto& [k, v] : repeats) REQUIRE(v == 1);  // each dataset walks its own epochs without repeats
+    // Blended streams resume exactly from the counts.
+    auto saved = s.state();
+    auto expected = ids(s.next());
+    sampler t(sets, w, {.seq_len = 16, .global_batch = 10, .rank = 0, .world_size = 1});
+    t.restore(saved);
+    CHECK(ids(t.next()) == expected);
+}
+
+TEST_CASE("Sampler.Environment.TorchrunThenOpenMpi") {
+    auto data = ft::hashed_lengths(300, 100);
+    ::setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    sampler mpi(data, {.seq_len = 16, .global_batch = 8});
+    CHECK(mpi.rank() == 2);
+    CHECK(mpi.world_size() == 4);
+    ::setenv("RANK", "1", 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    auto info = launch_from_environment();
+    CHECK(info.rank == 1);
+    CHECK(info.source.find("torchrun") != std::string::npos);
+    ::setenv("RANK", "5", 1);
+    CHECK_THROWS_AS(launch_from_environment(), config_error);
+    ::setenv("RANK", "x", 1);
+    CHECK_THROWS_AS(launch_from_environment(), config_error);
+    for (const char* v : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}) ::unsetenv(v);
+    CHECK(launch_from_environment().world_size == 1);
+}
+
+TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
+    auto data = ft::hashed_lengths(300, 100);
+    sampler s(data, {.seq_len = 16, .global_batch = 4, .rank = 0, .world_size = 1});
+    for (int i = 0; i < 5; ++i) s.next();
+    auto bytes = to_bytes(s.state());
+    CHECK(sampler_state_from_bytes(bytes) == s.state());
+    auto cut = bytes;
+    cut.resize(cut.size() - 3);
+    CHECK_THROWS_AS(sampler_state_from_bytes(cut), format_error);
+    auto bad = bytes;
+    bad[0] = std::byte{'X'};
+    CHECK_THROWS_AS(sampler_state_from_bytes(bad), format_error);
+#if FEEDLINE_HAS_JSON
+    auto json = to_json(s.state());
+    CHECK(sampler_state_from_json(json) == s.state());
+    CHECK(json.find("\"step\":5") != std::string::npos);
+    CHECK_THROWS_AS(sampler_state_from_json("{\"format\": \"feedline.sampler_state\", \"version\": 1}"), format_error);
+#endif
+}
