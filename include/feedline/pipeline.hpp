@@ -1,8 +1,13 @@
 // feedline/pipeline.hpp: the public entry point. One include gives the whole library: storage
-// backends, dataset formats, sampling, queues, the ordered worker pool and topology (and, as it lands,
-// device staging).
+// backends, dataset formats, sampling, queues, the ordered worker pool, topology and device staging
+// (the pinned ring when built with CUDA, the host ring always).
 #pragma once
 
+#include <feedline/device/cuda_runtime.hpp>
+#include <feedline/device/host_ring.hpp>
+#include <feedline/device/make_ring.hpp>
+#include <feedline/device/pinned_ring.hpp>
+#include <feedline/device/staging_ring.hpp>
 #include <feedline/error.hpp>
 #include <feedline/exec/numa_memory.hpp>
 #include <feedline/exec/queue.hpp>

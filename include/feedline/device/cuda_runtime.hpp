@@ -1,0 +1,70 @@
+// feedline/device/cuda_runtime.hpp: checked CUDA runtime calls and "is there a usable GPU?".
+// Every CUDA call in feedline goes through FEEDLINE_CUDA_CHECK, which throws cuda_error naming the
+// call and the status; destructors use cuda_ignore_errors instead, because they must not throw and may
+// run after the CUDA runtime has been unloaded at exit. gpu_probe() answers at run time, so one binary
+// runs on machines with and without a GPU. Without the CUDA Toolkit at build time only gpu_probe()
+// exists, and it says so. Feeds device/pinned_ring.hpp and device/make_ring.hpp.
+#pragma once
+
+#include <string>
+
+#include <feedline/error.hpp>
+
+#if FEEDLINE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace feedline {
+
+struct gpu_availability {
+    int devices = 0;     // usable CUDA devices (0 when none, or when built without CUDA)
+    std::string reason;  // why there are none, or the first device's name
+    explicit operator bool() const noexcept { return devices > 0; }
+};
+
+#if FEEDLINE_HAS_CUDA
+
+namespace detail {
+inline void cuda_check(cudaError_t status, const char* call) {
+    if (status != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky-free error so later calls are not blamed for it
+        throw cuda_error(call, static_cast<int>(status), std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status));
+    }
+}
+// For destructors: CUDA may already be shutting down (cudaErrorCudartUnloading) or the context may be
+// gone after a device error; freeing then is impossible and must not throw.
+inline void cuda_ignore_errors(cudaError_t) noexcept { (void)cudaGetLastError(); }
+}  // namespace detail
+
+#define FEEDLINE_CUDA_CHECK(call) ::feedline::detail::cuda_check((call), #call)
+
+// Queries the driver once per call: device count, or the reason there is none (no driver, driver
+// older than the runtime, no device, CUDA_VISIBLE_DEVICES hides them all).
+inline gpu_availability gpu_probe() {
+    gpu_availability out;
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        (void)cudaGetLastError();
+        out.reason = std::string("no usable GPU: cudaGetDeviceCount says ") + cudaGetErrorName(status) + " (" +
+                     cudaGetErrorString(status) + ")";
+        return out;
+    }
+    if (count == 0) {
+        out.reason = "no usable GPU: the driver reports 0 devices";
+        return out;
+    }
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) out.reason = std::string(prop.name);
+    (void)cudaGetLastError();
+    out.devices = count;
+    return out;
+}
+
+#else
+
+inline gpu_availability gpu_probe() { return {0, "no usable GPU: feedline was built without the CUDA Toolkit"}; }
+
+#endif
+
+}  // namespace feedline

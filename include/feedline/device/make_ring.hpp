@@ -1,0 +1,68 @@
+// feedline/device/make_ring.hpp: choosing the ring at run time. "auto" takes the pinned ring when this
+// build has CUDA and the machine has a usable GPU, else the host ring; the reason is kept so a trainer
+// can print one line saying where its batches go and why. "cuda" insists (config_error when there is
+// no GPU), "cpu" never touches CUDA.
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <feedline/device/cuda_runtime.hpp>
+#include <feedline/device/host_ring.hpp>
+#include <feedline/device/pinned_ring.hpp>
+#include <feedline/error.hpp>
+
+namespace feedline {
+
+enum class device_kind { automatic, cpu, cuda };
+
+struct device_choice {
+    device_kind kind = device_kind::automatic;
+    int index = 0;  // CUDA device (cuda, or automatic when a GPU is found)
+};
+
+// "auto", "cpu", "cuda", "cuda:N" or "N" (a CUDA device index). Throws config_error otherwise.
+inline device_choice parse_device(const std::string& text) {
+    auto index_of = [&](const std::string& digits) {
+        char* end = nullptr;
+        long v = std::strtol(digits.c_str(), &end, 10);
+        if (digits.empty() || *end != '\0' || v < 0 || v > 1024)
+            throw config_error("device", "'" + text + "' is not auto, cpu, cuda, cuda:N or a device index");
+        return static_cast<int>(v);
+    };
+    if (text == "auto") return {device_kind::automatic, 0};
+    if (text == "cpu") return {device_kind::cpu, 0};
+    if (text == "cuda" || text == "gpu") return {device_kind::cuda, 0};
+    if (text.rfind("cuda:", 0) == 0) return {device_kind::cuda, index_of(text.substr(5))};
+    return {device_kind::cuda, index_of(text)};
+}
+
+struct ring_selection {
+    std::unique_ptr<staging_ring> ring;
+    std::string reason;  // one line: which ring and why
+};
+
+inline ring_selection make_ring(ring_options options, device_choice device = {}) {
+    if (device.kind == device_kind::cpu) return {std::make_unique<host_ring>(options), "host ring: device cpu was requested"};
+    gpu_availability gpu = gpu_probe();
+    if (gpu && device.index >= gpu.devices) {
+        if (device.kind == device_kind::cuda)
+            throw config_error("device", "CUDA device " + std::to_string(device.index) + " requested, " + std::to_string(gpu.devices) +
+                                             " present");
+        gpu.devices = 0;
+        gpu.reason = "device " + std::to_string(device.index) + " not present";
+    }
+#if FEEDLINE_HAS_CUDA
+    if (gpu) {
+        options.device = device.index;
+        auto ring = std::make_unique<pinned_ring>(options);
+        std::string reason = ring->description() + " (" + gpu.reason + ")";
+        return {std::move(ring), std::move(reason)};
+    }
+#endif
+    if (device.kind == device_kind::cuda) throw config_error("device", "cuda requested but " + gpu.reason);
+    return {std::make_unique<host_ring>(options), "host ring: " + gpu.reason};
+}
+
+}  // namespace feedline

@@ -1,0 +1,282 @@
+// feedline/device/staging_ring.hpp: the slot protocol shared by the host ring and the pinned ring.
+// N slots, allocated once. Batch `seq` always lives in slot seq % N, so the ring doubles as the reorder
+// window: producers fill slots in any order, the consumer takes them in sequence order. A slot's life:
+//   free (for seq) -> filling (a worker writes the batch straight into the slot's host memory)
+//   -> published (pinned ring: H2D copy queued on the copy stream, event recorded) -> handed to the
+//   consumer as a batch_handle -> released (pinned ring: an event on the consumer's stream, so the next
+//   copy into the device buffer waits for compute on the GPU, not on the host) -> free (for seq + N).
+// Each slot's state is one 64-bit stamp: 2*seq means "free for seq", 2*seq + 1 "holds seq", so a
+// producer or consumer waits for one exact value and no lock is taken. Waiting spins, yields, then
+// sleeps on a futex (detail::wait_point). Fed by the pipeline's workers; feeds the trainer.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+
+#include <feedline/detail/futex.hpp>
+#include <feedline/error.hpp>
+
+namespace feedline {
+
+// What the producer says about the batch it published (the pipeline's [B, T] windows).
+struct batch_shape {
+    std::uint64_t batch = 0;
+    std::uint64_t seq_len = 0;
+    friend bool operator==(const batch_shape&, const batch_shape&) = default;
+};
+
+struct ring_options {
+    std::size_t slots = 4;           // batches in flight between the workers and the trainer
+    std::size_t slot_bytes = 0;      // bytes per batch (all of a batch's tensors)
+    int numa_node = -1;              // host memory placement (-1: first touch); the GPU's node is best
+    int device = 0;                  // pinned ring: the CUDA device
+    bool pin = true;                 // pinned ring: false keeps host slots pageable (baseline for benchmarks)
+    std::uint64_t first_sequence = 0;  // the first batch's number (a restored pipeline starts past 0)
+};
+
+// Counters a ring keeps; read with staging_ring::stats() from any thread (values are approximate
+// while producers run).
+struct ring_stats {
+    std::uint64_t published = 0, consumed = 0;
+    std::uint64_t producer_wait_ns = 0;  // workers waiting for a free slot (the trainer is slower)
+    std::uint64_t consumer_wait_ns = 0;  // the trainer waiting in next() (the data side is slower)
+    std::size_t ready = 0;               // published, not yet taken
+};
+
+class staging_ring;
+
+// One batch in a slot, owned by the consumer until released (or destroyed). Move-only. Must not
+// outlive its ring.
+class batch_handle {
+public:
+    batch_handle() = default;
+    batch_handle(batch_handle&& o) noexcept { *this = std::move(o); }
+    batch_handle& operator=(batch_handle&& o) noexcept {
+        if (this != &o) {
+            release();
+            ring_ = std::exchange(o.ring_, nullptr);
+            seq_ = o.seq_;
+            slot_ = o.slot_;
+            host_ = o.host_;
+            device_ = o.device_;
+            bytes_ = o.bytes_;
+            shape_ = o.shape_;
+            event_ = o.event_;
+            stream_ = o.stream_;
+        }
+        return *this;
+    }
+    ~batch_handle() { release(); }
+
+    explicit operator bool() const noexcept { return ring_ != nullptr; }
+    std::uint64_t sequence() const noexcept { return seq_; }
+    std::size_t slot() const noexcept { return slot_; }
+    std::size_t bytes() const noexcept { return bytes_; }
+    batch_shape shape() const noexcept { return shape_; }
+    // The batch in host memory (valid until release; for the pinned ring, the staging copy).
+    const std::byte* host() const noexcept { return host_; }
+    // Where compute reads it: device memory for the pinned ring (fixed per slot for the ring's life,
+    // so a captured CUDA graph stays valid), the same host memory for the host ring.
+    void* data() const noexcept { return device_; }
+    template <class T>
+    std::span<const T> host_as(std::size_t offset_bytes, std::size_t count) const noexcept {
+        return {reinterpret_cast<const T*>(host_ + offset_bytes), count};
+    }
+    // The pinned ring's "copy finished" event (a cudaEvent_t), null for the host ring.
+    void* ready_event() const noexcept { return event_; }
+
+    // Makes `stream` (a cudaStream_t; null: the legacy default stream) wait for the copy, without
+    // blocking the host. The host ring has nothing to wait for. Remembers the stream for release().
+    inline void wait_on(void* stream);
+    // Returns the slot. Pinned ring: records an event on `stream` (default: the one given to
+    // wait_on) so the slot's next copy waits for the compute queued so far on it. Idempotent.
+    inline void release(void* stream) noexcept;
+    void release() noexcept { release(stream_); }
+
+private:
+    friend class staging_ring;
+    staging_ring* ring_ = nullptr;
+    std::uint64_t seq_ = 0;
+    std::size_t slot_ = 0;
+    const std::byte* host_ = nullptr;
+    void* device_ = nullptr;
+    std::size_t bytes_ = 0;
+    batch_shape shape_;
+    void* event_ = nullptr;
+    void* stream_ = nullptr;
+};
+
+class staging_ring {
+public:
+    staging_ring(const staging_ring&) = delete;
+    staging_ring& operator=(const staging_ring&) = delete;
+    virtual ~staging_ring() = default;
+
+    std::size_t slots() const noexcept { return n_; }
+    std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+    // True when batches end up in GPU memory.
+    virtual bool on_device() const noexcept = 0;
+    // Whether host slots are page-locked (pinned ring) and anything a user should know about them.
+    virtual bool pinned() const noexcept = 0;
+    virtual std::string description() const = 0;
+
+    // Producer: blocks until slot seq % N is free for `seq` (the consumer released seq - N and, for the
+    // pinned ring, its copy out of host memory finished). Returns the slot's host memory (slot_bytes(),
+    // page-aligned), or nullptr once the ring is closed or failed. Thread-safe across distinct seqs;
+    // each seq is acquired by one producer once, and seq must be >= the first sequence.
+    std::byte* acquire(std::uint64_t seq) {
+        slot& s = slots_[seq % n_];
+        auto t0 = std::chrono::steady_clock::now();
+        writable_.wait([&] { return stopped() || s.stamp.load(std::memory_order_acquire) == 2 * seq; });
+        producer_wait_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
+        if (stopped()) return nullptr;
+        prepare_fill(seq % n_);
+        return host_slot(seq % n_);
+    }
+
+    // Producer: the batch for `seq` (acquired before) is complete in its first `bytes` bytes. Pinned
+    // ring: queues its H2D copy. Never blocks on the consumer.
+    void publish(std::uint64_t seq, std::size_t bytes, batch_shape shape = {}) {
+        if (bytes > slot_bytes_)
+            throw config_error("slot_bytes", "batch of " + std::to_string(bytes) + " bytes published into slots of " +
+                                                 std::to_string(slot_bytes_));
+        slot& s = slots_[seq % n_];
+        s.bytes = bytes;
+        s.shape = shape;
+        start_copy(seq % n_, bytes);
+        s.stamp.store(2 * seq + 1, std::memory_order_release);
+        published_.fetch_add(1, std::memory_order_relaxed);
+        ready_.notify();
+    }
+
+    // Consumer: the next batch in sequence order. Blocks until it is published; returns an empty
+    // optional once the ring is closed and that batch was never published; rethrows a producer's
+    // failure (with its type). One consumer thread.
+    std::optional<batch_handle> next() {
+        const std::uint64_t seq = next_;
+        slot& s = slots_[seq % n_];
+        auto t0 = std::chrono::steady_clock::now();
+        ready_.wait([&] { return stopped() || s.stamp.load(std::memory_order_acquire) == 2 * seq + 1; });
+        consumer_wait_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
+        if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure_);
+        if (s.stamp.load(std::memory_order_acquire) != 2 * seq + 1) return std::nullopt;
+        ++next_;
+        batch_handle h;
+        h.ring_ = this;
+        h.seq_ = seq;
+        h.slot_ = seq % n_;
+        h.host_ = host_slot(h.slot_);
+        h.device_ = device_slot(h.slot_);
+        h.bytes_ = s.bytes;
+        h.shape_ = s.shape;
+        h.event_ = copy_event(h.slot_);
+        outstanding_.fetch_add(1, std::memory_order_relaxed);
+        return h;
+    }
+
+    // No more batches will be published: producers waiting in acquire() get nullptr; the consumer
+    // still receives every batch already published in sequence, then an empty optional.
+    void close() noexcept {
+        closed_.store(true, std::memory_order_release);
+        writable_.notify();
+        ready_.notify();
+    }
+    // A producer failed: the consumer's next() rethrows `e` (the first failure wins) and producers stop.
+    void fail(std::exception_ptr e) noexcept {
+        bool expected = false;
+        if (failing_.compare_exchange_strong(expected, true)) {
+            failure_ = std::move(e);
+            failed_.store(true, std::memory_order_release);
+        }
+        close();
+    }
+    bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
+
+    std::uint64_t next_sequence() const noexcept { return next_; }
+    // Handles given out and not yet released (a ring must not be destroyed while this is non-zero).
+    std::size_t outstanding() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
+
+    ring_stats stats() const noexcept {
+        ring_stats r;
+        r.published = published_.load(std::memory_order_relaxed);
+        r.consumed = consumed_.load(std::memory_order_relaxed);
+        r.producer_wait_ns = producer_wait_ns_.load(std::memory_order_relaxed);
+        r.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
+        for (std::size_t i = 0; i < n_; ++i) r.ready += slots_[i].stamp.load(std::memory_order_relaxed) & 1;
+        return r;
+    }
+
+protected:
+    // Throws config_error for 0 slots or 0 bytes.
+    explicit staging_ring(const ring_options& o)
+        : n_(o.slots), slot_bytes_(o.slot_bytes), slots_(std::make_unique<slot[]>(o.slots == 0 ? 1 : o.slots)), next_(o.first_sequence) {
+        if (o.slots == 0) throw config_error("slots", "a ring needs at least 1 slot");
+        if (o.slot_bytes == 0) throw config_error("slot_bytes", "must be at least 1");
+        // Slot i first serves the first sequence s >= first_sequence with s % N == i.
+        for (std::size_t i = 0; i < n_; ++i) {
+            std::uint64_t base = o.first_sequence - o.first_sequence % n_ + i;
+            if (base < o.first_sequence) base += n_;
+            slots_[i].stamp.store(2 * base, std::memory_order_relaxed);
+        }
+    }
+
+    // Memory and copies: what differs between the host ring and the pinned ring.
+    virtual std::byte* host_slot(std::size_t slot) noexcept = 0;
+    virtual void* device_slot(std::size_t slot) noexcept = 0;
+    virtual void* copy_event(std::size_t) noexcept { return nullptr; }
+    virtual void prepare_fill(std::size_t) {}
+    virtual void start_copy(std::size_t, std::size_t) {}
+    virtual void consumer_wait(std::size_t, void*) {}
+    virtual void record_release(std::size_t, void*) noexcept {}
+
+private:
+    friend class batch_handle;
+    struct alignas(64) slot {
+        std::atomic<std::uint64_t> stamp{0};
+        std::size_t bytes = 0;
+        batch_shape shape;
+    };
+
+    bool stopped() const noexcept { return closed_.load(std::memory_order_acquire); }
+    static std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
+        return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    }
+
+    void release_slot(std::uint64_t seq, std::size_t slot, void* stream) noexcept {
+        record_release(slot, stream);
+        slots_[slot].stamp.store(2 * (seq + n_), std::memory_order_release);
+        consumed_.fetch_add(1, std::memory_order_relaxed);
+        outstanding_.fetch_sub(1, std::memory_order_relaxed);
+        writable_.notify();
+    }
+
+    std::size_t n_, slot_bytes_;
+    std::unique_ptr<slot[]> slots_;
+    std::uint64_t next_;  // consumer thread only
+    std::atomic<bool> closed_{false}, failing_{false}, failed_{false};
+    std::exception_ptr failure_;
+    std::atomic<std::uint64_t> published_{0}, consumed_{0}, producer_wait_ns_{0}, consumer_wait_ns_{0};
+    std::atomic<std::size_t> outstanding_{0};
+    detail::wait_point writable_, ready_;
+};
+
+inline void batch_handle::wait_on(void* stream) {
+    if (ring_ == nullptr) return;
+    stream_ = stream;
+    ring_->consumer_wait(slot_, stream);
+}
+
+inline void batch_handle::release(void* stream) noexcept {
+    if (ring_ == nullptr) return;
+    std::exchange(ring_, nullptr)->release_slot(seq_, slot_, stream);
+}
+
+}  // namespace feedline

@@ -1,0 +1,203 @@
+// The staging ring's slot protocol, through the host ring: batches come out in sequence order whatever
+// order producers finish in, a slot is refilled only after its batch was released, close() drains what
+// was published, a producer's exception reaches the consumer with its type, and handles release their
+// slot when dropped. Real threads throughout (run under ThreadSanitizer in CI).
+#include <doctest/doctest.h>
+
+#include <feedline/device/make_ring.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+
+// Batch seq: bytes derived from seq, so any mix-up of slots or sequence numbers shows.
+void fill(std::byte* p, std::size_t n, std::uint64_t seq) {
+    for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((seq * 131 + i * 7) & 0xff);
+}
+bool holds(const std::byte* p, std::size_t n, std::uint64_t seq) {
+    for (std::size_t i = 0; i < n; ++i)
+        if (p[i] != static_cast<std::byte>((seq * 131 + i * 7) & 0xff)) return false;
+    return true;
+}
+
+// `producers` threads take sequence numbers from a shared counter, fill and publish them with random
+// pauses so they finish out of order; the consumer checks order and content.
+void run_producers_and_consumer(staging_ring& ring, unsigned producers, std::uint64_t first, std::uint64_t count) {
+    std::atomic<std::uint64_t> ticket{first};
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < producers; ++t)
+        threads.emplace_back([&, t] {
+            std::mt19937 rng(t);
+            for (;;) {
+                std::uint64_t seq = ticket.fetch_add(1);
+                if (seq >= first + count) return;
+                std::byte* p = ring.acquire(seq);
+                if (p == nullptr) return;
+                const std::size_t bytes = 1 + seq % ring.slot_bytes();
+                fill(p, bytes, seq);
+                if (rng() % 4 == 0) std::this_thread::yield();
+                ring.publish(seq, bytes, {seq, 3});
+            }
+        });
+    for (std::uint64_t seq = first; seq < first + count; ++seq) {
+        auto h = ring.next();
+        REQUIRE(h.has_value());
+        REQUIRE(h->sequence() == seq);
+        REQUIRE(h->slot() == seq % ring.slots());
+        REQUIRE(h->bytes() == 1 + seq % ring.slot_bytes());
+        REQUIRE(h->shape() == batch_shape{seq, 3});
+        REQUIRE(holds(h->host(), h->bytes(), seq));
+    }
+    for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
+TEST_CASE("HostRing.Order.InSequenceWhateverOrderProducersFinish") {
+    for (unsigned producers : {1u, 2u, 4u})
+        for (std::size_t slots : {std::size_t(1), std::size_t(2), std::size_t(5)}) {
+            host_ring ring({.slots = slots, .slot_bytes = 300});
+            run_producers_and_consumer(ring, producers, 0, 2000);
+            auto st = ring.stats();
+            CHECK(st.published == 2000);
+            CHECK(st.consumed == 2000);
+            CHECK(ring.outstanding() == 0);
+        }
+}
+
+TEST_CASE("HostRing.Order.StartsAtTheFirstSequence") {
+    host_ring ring({.slots = 3, .slot_bytes = 64, .first_sequence = 1001});
+    CHECK(ring.next_sequence() == 1001);
+    run_producers_and_consumer(ring, 2, 1001, 500);
+}
+
+TEST_CASE("HostRing.Slots.RefilledOnlyAfterRelease") {
+    host_ring ring({.slots = 2, .slot_bytes = 16});
+    for (std::uint64_t s = 0; s < 2; ++s) {
+        fill(ring.acquire(s), 16, s);
+        ring.publish(s, 16);
+    }
+    auto h0 = ring.next();
+    REQUIRE(h0);
+    const void* slot0 = h0->data();
+    std::atomic<bool> got{false};
+    std::byte* p2 = nullptr;
+    std::thread producer([&] {
+        p2 = ring.acquire(2);  // slot 0 again: must wait for batch 0's release
+        got.store(true);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(got.load());
+    CHECK(holds(h0->host(), 16, 0));  // still intact while held
+    h0.reset();                       // the handle's destructor releases the slot
+    producer.join();
+    CHECK(got.load());
+    CHECK(p2 == slot0);  // slots keep their addresses for the ring's life
+    fill(p2, 16, 2);
+    ring.publish(2, 16);
+    auto h1 = ring.next();
+    auto h2 = ring.next();
+    CHECK(h1->sequence() == 1);
+    CHECK(h2->sequence() == 2);
+    CHECK(h2->data() == slot0);
+    CHECK(ring.outstanding() == 2);
+    batch_handle moved = std::move(*h1);
+    CHECK_FALSE(*h1);
+    moved.release();
+    moved.release();  // idempotent
+    CHECK(ring.outstanding() == 1);
+}
+
+TEST_CASE("HostRing.Close.WakesProducersAndDrainsWhatWasPublished") {
+    host_ring ring({.slots = 2, .slot_bytes = 8});
+    fill(ring.acquire(0), 8, 0);
+    ring.publish(0, 8);
+    fill(ring.acquire(1), 8, 1);
+    ring.publish(1, 8);
+    std::atomic<int> nulls{0};
+    std::thread blocked([&] { nulls += ring.acquire(2) == nullptr; });  // waits for slot 0
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ring.close();
+    blocked.join();
+    CHECK(nulls == 1);
+    auto a = ring.next();
+    auto b = ring.next();
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(holds(b->host(), 8, 1));
+    CHECK_FALSE(ring.next().has_value());
+    CHECK(ring.acquire(5) == nullptr);
+}
+
+TEST_CASE("HostRing.Fail.ProducerErrorReachesTheConsumerWithItsType") {
+    host_ring ring({.slots = 4, .slot_bytes = 8});
+    std::thread producer([&] {
+        try {
+            fill(ring.acquire(0), 8, 0);
+            ring.publish(0, 8);
+            throw format_error("shard_3.bin", 4096, "token id past the vocabulary");
+        } catch (...) {
+            ring.fail(std::current_exception());
+        }
+    });
+    producer.join();
+    try {
+        ring.next();
+        FAIL("no exception");
+    } catch (const format_error& e) {
+        CHECK(e.file() == "shard_3.bin");
+        CHECK(e.offset() == 4096);
+    }
+    CHECK_THROWS_AS(ring.next(), format_error);  // stays failed
+    CHECK(ring.acquire(1) == nullptr);
+}
+
+TEST_CASE("HostRing.Config.BadShapesAndOversizedBatches") {
+    CHECK_THROWS_AS(host_ring({.slots = 0, .slot_bytes = 8}), config_error);
+    CHECK_THROWS_AS(host_ring({.slots = 2, .slot_bytes = 0}), config_error);
+    host_ring ring({.slots = 1, .slot_bytes = 8});
+    ring.acquire(0);
+    CHECK_THROWS_AS(ring.publish(0, 9), config_error);
+    CHECK(reinterpret_cast<std::uintptr_t>(ring.acquire(0)) % 4096 == 0);  // page-aligned slots
+}
+
+TEST_CASE("HostRing.Stats.ConsumerWaitIsCountedWhenProducersAreLate") {
+    host_ring ring({.slots = 2, .slot_bytes = 8});
+    std::thread producer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ring.publish(0, 8);
+    });
+    ring.acquire(0);  // the slot is free from the start; the producer publishes it late
+    auto h = ring.next();
+    producer.join();
+    CHECK(h);
+    CHECK(ring.stats().consumer_wait_ns > 0);
+}
+
+TEST_CASE("MakeRing.Choice.CpuAutoAndCudaFollowTheMachine") {
+    auto cpu = make_ring({.slots = 2, .slot_bytes = 64}, parse_device("cpu"));
+    CHECK_FALSE(cpu.ring->on_device());
+    CHECK(cpu.reason.find("cpu") != std::string::npos);
+    auto gpu = gpu_probe();
+    auto chosen = make_ring({.slots = 2, .slot_bytes = 64}, parse_device("auto"));
+    CHECK(chosen.ring->on_device() == bool(gpu));
+    if (!gpu) {
+        CHECK(chosen.reason.find("no usable GPU") != std::string::npos);
+        CHECK_THROWS_AS(make_ring({.slots = 2, .slot_bytes = 64}, parse_device("cuda:0")), config_error);
+    }
+    CHECK(parse_device("cuda:3").index == 3);
+    CHECK(parse_device("2").kind == device_kind::cuda);
+    CHECK_THROWS_AS(parse_device("tpu"), config_error);
+    CHECK_THROWS_AS(parse_device("cuda:x"), config_error);
+    // The whole protocol through whatever auto chose.
+    run_producers_and_consumer(*chosen.ring, 2, 0, 300);
+}
