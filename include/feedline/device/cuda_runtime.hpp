@@ -6,6 +6,7 @@
 // exists, and it says so. Feeds device/pinned_ring.hpp and device/make_ring.hpp.
 #pragma once
 
+#include <cctype>
 #include <string>
 
 #include <feedline/error.hpp>
@@ -61,7 +62,22 @@ inline gpu_availability gpu_probe() {
     return out;
 }
 
+// The device's PCI address as sysfs spells it ("0000:1a:00.0", lower case), to find its NUMA node
+// in the topology. Empty when the runtime cannot say.
+inline std::string gpu_pci_bus_id(int device) {
+    char id[32] = {};
+    if (cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return {};
+    }
+    std::string out(id);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
 #else
+
+inline std::string gpu_pci_bus_id(int) { return {}; }
 
 inline gpu_availability gpu_probe() { return {0, "no usable GPU: feedline was built without the CUDA Toolkit"}; }
 

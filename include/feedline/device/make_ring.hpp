@@ -1,7 +1,8 @@
 // feedline/device/make_ring.hpp: choosing the ring at run time. "auto" takes the pinned ring when this
 // build has CUDA and the machine has a usable GPU, else the host ring; the reason is kept so a trainer
 // can print one line saying where its batches go and why. "cuda" insists (config_error when there is
-// no GPU), "cpu" never touches CUDA.
+// no GPU), "cpu" never touches CUDA. Host slots of the pinned ring go on the GPU's NUMA node (from
+// the topology) unless the options name one.
 #pragma once
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <feedline/device/host_ring.hpp>
 #include <feedline/device/pinned_ring.hpp>
 #include <feedline/error.hpp>
+#include <feedline/exec/topology.hpp>
 
 namespace feedline {
 
@@ -38,6 +40,15 @@ inline device_choice parse_device(const std::string& text) {
     return {device_kind::cuda, index_of(text)};
 }
 
+// The NUMA node of the GPU at `pci_bus_id` on a machine with more than one node, else -1 (placement
+// would be a no-op, or the firmware does not say).
+inline int gpu_numa_node(const topology& t, const std::string& pci_bus_id) {
+    if (t.nodes.size() < 2 || pci_bus_id.empty()) return -1;
+    for (const auto& g : t.gpus)
+        if (g.pci_bus_id == pci_bus_id) return g.numa_node;
+    return -1;
+}
+
 struct ring_selection {
     std::unique_ptr<staging_ring> ring;
     std::string reason;  // one line: which ring and why
@@ -56,6 +67,7 @@ inline ring_selection make_ring(ring_options options, device_choice device = {})
 #if FEEDLINE_HAS_CUDA
     if (gpu) {
         options.device = device.index;
+        if (options.numa_node < 0) options.numa_node = gpu_numa_node(read_topology(), gpu_pci_bus_id(device.index));
         auto ring = std::make_unique<pinned_ring>(options);
         std::string reason = ring->description() + " (" + gpu.reason + ")";
         return {std::move(ring), std::move(reason)};
