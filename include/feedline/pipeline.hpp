@@ -1,4 +1,5 @@
-// feedline/pipeline.hpp: the public entry point. One include gives the whole library: storage
+// feedline/pipeline.hpp: the public entry point. One include gives the whole library: the pipeline
+// (dataset -> sampler -> workers -> staging ring -> trainer) and every layer under it: storage
 // backends, dataset formats, sampling, queues, the ordered worker pool, topology and device staging
 // (the pinned ring when built with CUDA, the host ring always).
 #pragma once
@@ -19,6 +20,10 @@
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
 #include <feedline/format/text.hpp>
+#include <feedline/pipeline/batch.hpp>
+#include <feedline/pipeline/config.hpp>
+#include <feedline/pipeline/loader.hpp>
+#include <feedline/pipeline/stats.hpp>
 #include <feedline/sampling/permutation.hpp>
 #include <feedline/sampling/sampler.hpp>
 #include <feedline/sampling/state_io.hpp>

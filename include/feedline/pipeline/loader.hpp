@@ -1,0 +1,303 @@
+// feedline/pipeline/loader.hpp: feedline::pipeline, from a token dataset to batches on the device.
+// A planner (the sampler, behind a mutex: planning a batch costs microseconds) hands each worker the
+// next step number and its plan; the worker reads that step's token ranges with one batched read
+// through its own reader, converts them into the step's ring slot in place (inputs, targets and, when
+// packed, document boundaries), and publishes it (an async H2D copy with the pinned ring). The ring
+// is the reorder window: the trainer receives steps in order whatever the number of workers, and the
+// data of step k is a pure function of the config, so resume is exact with any worker count.
+// state() is the sampler state after the last batch handed to the trainer (batches prefetched but not
+// yet taken are not counted, so nothing is lost or repeated on resume).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <feedline/device/make_ring.hpp>
+#include <feedline/format/dataset.hpp>
+#include <feedline/pipeline/batch.hpp>
+#include <feedline/pipeline/config.hpp>
+#include <feedline/pipeline/stats.hpp>
+#include <feedline/sampling/sampler.hpp>
+#include <feedline/storage/reader.hpp>
+
+namespace feedline {
+
+// Opens a dataset by spec: a Megatron prefix, an llm.c shard pattern, a directory or a list of them.
+inline std::shared_ptr<const token_dataset> open_dataset(const std::string& spec) { return std::make_shared<const token_dataset>(spec); }
+
+class pipeline {
+public:
+    pipeline(const std::string& dataset_spec, pipeline_config config) : pipeline(open_dataset(dataset_spec), std::move(config)) {}
+
+    // Validates everything and sizes memory; threads start at the first next() (so restore() can come
+    // first). Throws config_error / format_error / io_error before any thread exists.
+    pipeline(std::shared_ptr<const token_dataset> data, pipeline_config config) : data_(std::move(data)), config_(std::move(config)) {
+        if (config_.batch_size == 0) throw config_error("batch_size", "must be at least 1");
+        if (config_.seq_len == 0 || config_.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
+        backend_ = parse_io_backend(config_.io_backend);
+        device_ = parse_device(config_.device);
+        const topology topo = read_topology();
+        launch_info env = launch_from_environment();
+        const int world = config_.world_size >= 0 ? config_.world_size : env.world_size;
+        if (world < 1) throw config_error("world_size", "must be at least 1");
+        sampler_config sc{.seq_len = config_.seq_len,
+                          .global_batch = config_.batch_size * static_cast<std::uint64_t>(world),
+                          .seed = config_.seed,
+                          .mode = config_.mode,
+                          .shuffle = config_.shuffle,
+                          .tail = config_.tail,
+                          .rank = config_.rank >= 0 ? config_.rank : env.rank,
+                          .world_size = world};
+        sampler_ = std::make_unique<sampler>(*data_, sc, data_->shard_document_starts());
+        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
+
+        unsigned workers = config_.workers;
+        if (workers == 0) workers = static_cast<unsigned>(std::clamp(topo.usable_cores() - 1.0, 1.0, 8.0));
+        const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : memory_available_to_process(topo) / 4;
+        const std::uint64_t raw = config_.batch_size * (config_.seq_len + 1) * dtype_size(data_->dtype());
+        memory_ = plan_memory(config_, budget, workers, layout_.bytes, raw + 64 * 1024, sampler_->stream(0).memory_bytes());
+        state_ = sampler_->state();
+    }
+
+    pipeline(const pipeline&) = delete;
+    pipeline& operator=(const pipeline&) = delete;
+    ~pipeline() { stop(); }
+
+    const token_dataset& dataset() const noexcept { return *data_; }
+    const pipeline_config& config() const noexcept { return config_; }
+    const memory_plan& memory() const noexcept { return memory_; }
+    int rank() const noexcept { return sampler_->rank(); }
+    int world_size() const noexcept { return sampler_->world_size(); }
+
+    // The next step's batch, in order; empty after max_steps. Rethrows a worker's error (a corrupt
+    // shard found mid-epoch arrives here as the format_error naming file and offset), after which the
+    // pipeline is stopped.
+    std::optional<batch> next() {
+        if (!started_) start();
+        std::optional<batch_handle> h;
+        try {
+            h = ring_->next();
+        } catch (...) {
+            stop();
+            throw;
+        }
+        if (!h) return std::nullopt;
+        const std::size_t slot = h->slot();
+        state_ = slot_states_[slot];
+        ++delivered_;
+        return batch(std::move(*h), &layout_);
+    }
+
+    // Where the trainer is: restoring this continues with the batch after the last one returned.
+    const sampler_state& state() const noexcept { return state_; }
+
+    // Continues from a saved state (any worker count; any world size with the same global batch).
+    // Only before the first next(). Throws config_error when the state does not belong here.
+    void restore(const sampler_state& s) {
+        if (started_) throw config_error("restore", "call restore() before the first next()");
+        sampler_->restore(s);
+        state_ = sampler_->state();
+    }
+
+    // Workers stop and join; batches not taken are dropped. Idempotent.
+    void stop() noexcept {
+        if (ring_) ring_->close();
+        for (auto& t : threads_)
+            if (t.joinable()) t.join();
+    }
+
+    pipeline_stats stats() const {
+        pipeline_stats s;
+        s.batches = delivered_;
+        s.tokens = delivered_ * config_.batch_size * config_.seq_len;
+        s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+        s.padding_tokens = padding_.load(std::memory_order_relaxed);
+        s.seconds = started_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count() : 0;
+        s.tokens_per_s = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0;
+        s.read_s = read_ns_.load(std::memory_order_relaxed) * 1e-9;
+        s.assemble_s = assemble_ns_.load(std::memory_order_relaxed) * 1e-9;
+        s.plan_s = plan_ns_.load(std::memory_order_relaxed) * 1e-9;
+        if (ring_) {
+            auto r = ring_->stats();
+            s.slot_wait_s = static_cast<double>(r.producer_wait_ns) * 1e-9;
+            s.stall_s = static_cast<double>(r.consumer_wait_ns) * 1e-9;
+            s.ready_batches = r.ready;
+        }
+        s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
+        s.slots = memory_.slots;
+        s.workers = memory_.workers;
+        s.rss_bytes = resident_bytes();
+        s.pinned_bytes = ring_ && ring_->pinned() ? memory_.slots * memory_.slot_bytes : 0;
+        s.memory_budget = memory_.budget;
+        s.planned_bytes = memory_.total();
+        s.io_backend = io_reason_;
+        s.device = device_reason_;
+        return s;
+    }
+
+    // Range-for over batches: for (auto& b : pipeline) { ... }. Ends after max_steps (or never).
+    class iterator {
+    public:
+        using value_type = batch;
+        using difference_type = std::ptrdiff_t;
+        iterator() = default;
+        explicit iterator(pipeline* p) : p_(p) { ++*this; }
+        batch& operator*() { return *current_; }
+        iterator& operator++() {
+            current_.reset();  // return the previous slot before waiting for the next
+            current_ = p_->next();
+            if (!current_) p_ = nullptr;
+            return *this;
+        }
+        void operator++(int) { ++*this; }
+        friend bool operator==(const iterator& a, std::default_sentinel_t) { return a.p_ == nullptr; }
+
+    private:
+        pipeline* p_ = nullptr;
+        std::optional<batch> current_;
+    };
+    iterator begin() { return iterator(this); }
+    std::default_sentinel_t end() { return {}; }
+
+private:
+    void start() {
+        started_ = true;
+        start_time_ = std::chrono::steady_clock::now();
+        auto chosen = make_ring({.slots = memory_.slots, .slot_bytes = layout_.bytes, .first_sequence = state_.step}, device_);
+        ring_ = std::move(chosen.ring);
+        device_reason_ = std::move(chosen.reason);
+        slot_states_.assign(memory_.slots, state_);
+        {
+            auto probe = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
+            io_reason_ = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
+        }
+        active_.store(memory_.workers);
+        for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this] { work(); });
+    }
+
+    std::uint64_t data_total_bytes() const { return data_->total_tokens() * dtype_size(data_->dtype()); }
+
+    void work() {
+        try {
+            any_reader reader = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
+            std::vector<std::byte> raw;
+            std::vector<read_request> requests;
+            row_boundaries bounds;
+            for (;;) {
+                auto t0 = std::chrono::steady_clock::now();
+                batch_plan plan;
+                sampler_state after;
+                {
+                    std::lock_guard lock(planner_);
+                    if (ring_->closed() || (config_.max_steps && sampler_->state().step >= config_.max_steps)) break;
+                    plan = sampler_->next();
+                    after = sampler_->state();
+                }
+                auto t1 = std::chrono::steady_clock::now();
+                plan_ns_.fetch_add(ns(t0, t1), std::memory_order_relaxed);
+                std::byte* slot = ring_->acquire(plan.step);
+                if (slot == nullptr) break;
+                slot_states_[plan.step % memory_.slots] = std::move(after);
+                auto t2 = std::chrono::steady_clock::now();
+                read_plan(plan, reader, raw, requests);
+                auto t3 = std::chrono::steady_clock::now();
+                read_ns_.fetch_add(ns(t2, t3), std::memory_order_relaxed);
+                assemble(plan, raw, slot, bounds);
+                assemble_ns_.fetch_add(ns(t3, std::chrono::steady_clock::now()), std::memory_order_relaxed);
+                ring_->publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});
+            }
+        } catch (...) {
+            ring_->fail(std::current_exception());
+        }
+        if (active_.fetch_sub(1) == 1) ring_->close();  // the last worker out ends the stream
+    }
+
+    // Every segment of every sample into `raw` (the file's dtype), with one batched read.
+    void read_plan(const batch_plan& plan, any_reader& reader, std::vector<std::byte>& raw, std::vector<read_request>& requests) {
+        const std::size_t item = dtype_size(data_->dtype());
+        const std::uint64_t row = config_.mode == sample_mode::windows ? config_.seq_len + 1 : config_.seq_len;
+        raw.resize(plan.samples.size() * row * item);
+        requests.clear();
+        std::uint64_t bytes = 0;
+        for (std::size_t i = 0; i < plan.samples.size(); ++i) {
+            std::byte* dest = raw.data() + i * row * item;
+            for (const segment& s : plan.samples[i].segments) {
+                data_->append_requests(data_->document(s.document), s.offset, s.length, dest, requests);
+                dest += s.length * item;
+                bytes += s.length * item;
+            }
+        }
+        reader.read(requests);
+        bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+    }
+
+    void assemble(const batch_plan& plan, const std::vector<std::byte>& raw, std::byte* slot, row_boundaries& bounds) {
+        const std::size_t item = dtype_size(data_->dtype());
+        const std::uint64_t T = config_.seq_len;
+        auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
+        auto* targets = reinterpret_cast<std::int32_t*>(slot + layout_.targets);
+        if (config_.mode == sample_mode::windows) {
+            for (std::size_t i = 0; i < plan.samples.size(); ++i) {
+                const std::byte* src = raw.data() + i * (T + 1) * item;
+                convert_tokens(src, data_->dtype(), T, inputs + i * T);
+                convert_tokens(src + item, data_->dtype(), T, targets + i * T);
+            }
+            return;
+        }
+        auto* positions = reinterpret_cast<std::int32_t*>(slot + layout_.position_ids);
+        auto* cu = reinterpret_cast<std::int32_t*>(slot + layout_.cu_seqlens);
+        auto* pieces = reinterpret_cast<std::int32_t*>(slot + layout_.pieces);
+        std::uint64_t padding = 0;
+        for (std::size_t i = 0; i < plan.samples.size(); ++i) {
+            const auto& segs = plan.samples[i].segments;
+            std::int32_t* in = inputs + i * T;
+            std::int32_t* tg = targets + i * T;
+            boundaries_of(segs, T, bounds);
+            const std::uint64_t used = T - bounds.padding;
+            convert_tokens(raw.data() + i * T * item, data_->dtype(), used, in);
+            std::fill(in + used, in + T, 0);
+            // Targets: the next token of the same piece; -1 (ignore) at a piece's end and on padding.
+            for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
+            std::fill(tg + (used ? used - 1 : 0), tg + T, -1);
+            for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = -1;
+            std::copy(bounds.position_ids.begin(), bounds.position_ids.end(), positions + i * T);
+            std::int32_t* row_cu = cu + i * (T + 1);
+            std::copy(bounds.cu_seqlens.begin(), bounds.cu_seqlens.end(), row_cu);
+            std::fill(row_cu + bounds.cu_seqlens.size(), row_cu + T + 1, bounds.cu_seqlens.back());
+            pieces[i] = static_cast<std::int32_t>(bounds.cu_seqlens.size() - 1);
+            padding += bounds.padding;
+        }
+        padding_.fetch_add(padding, std::memory_order_relaxed);
+    }
+
+    static std::uint64_t ns(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+        return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+    }
+
+    std::shared_ptr<const token_dataset> data_;
+    pipeline_config config_;
+    io_backend backend_ = io_backend::automatic;
+    device_choice device_;
+    std::unique_ptr<sampler> sampler_;
+    batch_layout layout_;
+    memory_plan memory_;
+    std::mutex planner_;
+    std::unique_ptr<staging_ring> ring_;
+    std::vector<sampler_state> slot_states_;  // sampler state after each slot's step (written after acquire)
+    sampler_state state_;                     // after the last batch handed out
+    std::vector<std::thread> threads_;
+    std::atomic<unsigned> active_{0};
+    bool started_ = false;
+    std::uint64_t delivered_ = 0;
+    std::chrono::steady_clock::time_point start_time_;
+    std::atomic<std::uint64_t> bytes_read_{0}, padding_{0}, read_ns_{0}, assemble_ns_{0}, plan_ns_{0};
+    std::string io_reason_, device_reason_;
+};
+
+}  // namespace feedline

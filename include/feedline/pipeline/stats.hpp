@@ -1,0 +1,61 @@
+// feedline/pipeline/stats.hpp: where the time goes. Counters the pipeline's workers and its consumer
+// keep (relaxed atomics: approximate while running, exact once stopped), a snapshot type, and a
+// one-line JSON rendering for logs. The stall fraction is the share of the consumer's wall time spent
+// waiting in next(): near 0 when the data side keeps up, near 1 when training is data-bound.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace feedline {
+
+struct pipeline_stats {
+    std::uint64_t batches = 0, tokens = 0, bytes_read = 0, padding_tokens = 0;
+    double seconds = 0;             // since the first next()
+    double tokens_per_s = 0;
+    double read_s = 0, assemble_s = 0, plan_s = 0;  // summed over workers
+    double slot_wait_s = 0;         // workers waiting for a free slot (the trainer is the bottleneck)
+    double stall_s = 0;             // the trainer waiting in next() (the data side is the bottleneck)
+    double stall_fraction = 0;
+    std::size_t ready_batches = 0, slots = 0;
+    unsigned workers = 0;
+    std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
+    std::string io_backend, device;
+
+    std::string to_json() const {
+        auto esc = [](const std::string& s) {
+            std::string o;
+            for (char c : s) {
+                if (c == '"' || c == '\\') o += '\\';
+                o += c;
+            }
+            return o;
+        };
+        char buf[1024];
+        std::snprintf(buf, sizeof buf,
+                      "{\"batches\": %llu, \"tokens\": %llu, \"bytes_read\": %llu, \"padding_tokens\": %llu, \"seconds\": %.4f, "
+                      "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"slot_wait_s\": %.4f, "
+                      "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"ready_batches\": %zu, \"slots\": %zu, \"workers\": %u, "
+                      "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, ",
+                      static_cast<unsigned long long>(batches), static_cast<unsigned long long>(tokens),
+                      static_cast<unsigned long long>(bytes_read), static_cast<unsigned long long>(padding_tokens), seconds, tokens_per_s,
+                      read_s, assemble_s, plan_s, slot_wait_s, stall_s, stall_fraction, ready_batches, slots, workers,
+                      static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
+                      static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes));
+        return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\"}";
+    }
+};
+
+// Resident set size of this process (VmRSS), 0 when unreadable.
+inline std::uint64_t resident_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    return 0;
+}
+
+}  // namespace feedline
