@@ -171,3 +171,31 @@ TEST_CASE("Tools.Inspect.RejectsCorruptInputNamingFileAndOffset") {
     CHECK(missing.code == 1);
     CHECK(missing.err.find("nothing-here") != std::string::npos);
 }
+
+TEST_CASE("Tools.Iterate.SameTokenSumWhateverTheWorkersAndBackend") {
+    corpus c;
+    auto iterate = [&](const std::string& args) {
+        auto r = run(bin + "/feedline-iterate " + (c.dir / "base") + " --batch-size 4 --seq-len 32 --batches 40 " + args, c.dir);
+        REQUIRE_MESSAGE(r.code == 0, r.err);
+        return nlohmann::json::parse(r.out);
+    };
+    auto a = iterate("--workers 1 --io-backend pread");
+    auto b = iterate("--workers 3 --io-backend mmap");
+    CHECK(a["batches"] == 40);
+    CHECK(a["tokens"] == 40 * 4 * 32);
+    CHECK(a["token_sum"].get<std::uint64_t>() > 0);
+    CHECK(a["token_sum"] == b["token_sum"]);
+    CHECK(a.contains("stall_fraction"));
+    CHECK(iterate("--workers 2 --mode packed")["batches"] == 40);
+    auto bad = run(bin + "/feedline-iterate " + (c.dir / "base") + " --seq-len 100000000", c.dir);
+    CHECK(bad.code == 1);
+    CHECK(bad.err.find("seq_len") != std::string::npos);
+}
+
+TEST_CASE("Tools.Quickstart.RunsOnPackedData") {
+    corpus c;
+    auto r = run(bin + "/quickstart " + (c.dir / "base") + " 20", c.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    CHECK(r.out.find("20 batches") != std::string::npos);
+    CHECK(r.out.find("feedline.sampler_state") != std::string::npos);
+}
