@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "test_support.hpp"
 
@@ -90,6 +91,38 @@ TEST_CASE("Pipeline.Windows.BatchesAreThePlannedTokens") {
     CHECK(st.tokens == 30 * 4 * 64);
     CHECK(st.bytes_read >= 30 * 4 * 65 * 4);
     CHECK(st.to_json().find("\"stall_fraction\"") != std::string::npos);
+}
+
+TEST_CASE("Pipeline.Llmc.WindowsRunThroughShardsInStreamOrder") {
+    // llm.c shards: the documents' tokens continue one counter, so inside a window every token is its
+    // predecessor + 1, except around document delimiters and where the window steps from one
+    // (shuffled) shard into the next.
+    ft::scratch_dir dir;
+    llmc_writer w(dir / "stream", token_dtype::uint16, 50256, 5000);
+    std::uint32_t next = 0;
+    for (int d = 0; d < 60; ++d) {
+        std::vector<std::uint16_t> doc(1 + d * 7 % 400);
+        for (auto& t : doc) t = static_cast<std::uint16_t>(next++ % 50000);
+        w.add_document(doc);
+    }
+    auto shards = w.finish();
+    REQUIRE(shards.size() > 2);
+    auto data = std::make_shared<const token_dataset>(dir / "stream_*.bin");
+    pipeline p(data, base(2));
+    std::set<std::int32_t> firsts;
+    for (auto& b : take(p, 40))
+        for (std::size_t row = 0; row < 4; ++row) {
+            int jumps = 0;
+            for (std::size_t j = 0; j + 1 < 64; ++j) {
+                const std::int32_t a = b.inputs[row * 64 + j], c = b.inputs[row * 64 + j + 1];
+                REQUIRE(b.targets[row * 64 + j] == c);
+                if (a == 50256 || c == 50256) continue;  // each llm.c document starts with the delimiter
+                jumps += c != (a + 1) % 50000;
+            }
+            CHECK(jumps <= 1);  // a window is shorter than a shard: it crosses at most one boundary
+            firsts.insert(b.inputs[row * 64]);
+        }
+    CHECK(firsts.size() > 100);  // windows come from all over the stream
 }
 
 TEST_CASE("Pipeline.Workers.SameBatchesWithOneOrThreeWorkers") {

@@ -7,6 +7,9 @@
 // data of step k is a pure function of the config, so resume is exact with any worker count.
 // state() is the sampler state after the last batch handed to the trainer (batches prefetched but not
 // yet taken are not counted, so nothing is lost or repeated on resume).
+// llm.c shards in windows mode are sampled as one token stream per shard (windows cross documents
+// anyway), so opening them never scans the tokens for document delimiters; packed mode needs the
+// documents and builds llm.c's document index on open.
 #pragma once
 
 #include <atomic>
@@ -54,7 +57,12 @@ public:
                           .tail = config_.tail,
                           .rank = config_.rank >= 0 ? config_.rank : env.rank,
                           .world_size = world};
-        sampler_ = std::make_unique<sampler>(*data_, sc, data_->shard_document_starts());
+        if (streams_are_shards()) {
+            shard_view_ = {data_.get()};
+            sampler_ = std::make_unique<sampler>(shard_view_, sc);
+        } else {
+            sampler_ = std::make_unique<sampler>(*data_, sc, data_->shard_document_starts());
+        }
         layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
 
         unsigned workers = config_.workers;
@@ -181,6 +189,14 @@ private:
         for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this] { work(); });
     }
 
+    // A shard as one "document": what the sampler sees of llm.c data in windows mode.
+    struct shard_lengths {
+        const token_dataset* data = nullptr;
+        std::uint64_t document_count() const { return data->shard_count(); }
+        std::uint64_t document_length(std::uint64_t i) const { return data->shard(i).tokens; }
+    };
+    bool streams_are_shards() const { return data_->format() == dataset_format::llmc && config_.mode == sample_mode::windows; }
+
     std::uint64_t data_total_bytes() const { return data_->total_tokens() * dtype_size(data_->dtype()); }
 
     void work() {
@@ -228,7 +244,10 @@ private:
         for (std::size_t i = 0; i < plan.samples.size(); ++i) {
             std::byte* dest = raw.data() + i * row * item;
             for (const segment& s : plan.samples[i].segments) {
-                data_->append_requests(data_->document(s.document), s.offset, s.length, dest, requests);
+                if (streams_are_shards())
+                    data_->append_stream_requests(static_cast<std::uint32_t>(s.document), s.offset, s.length, dest, requests);
+                else
+                    data_->append_requests(data_->document(s.document), s.offset, s.length, dest, requests);
                 dest += s.length * item;
                 bytes += s.length * item;
             }
@@ -284,6 +303,7 @@ private:
     pipeline_config config_;
     io_backend backend_ = io_backend::automatic;
     device_choice device_;
+    shard_lengths shard_view_;
     std::unique_ptr<sampler> sampler_;
     batch_layout layout_;
     memory_plan memory_;

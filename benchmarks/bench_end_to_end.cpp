@@ -1,0 +1,191 @@
+// bench_end_to_end: is the whole pipeline fast enough to cost a trainer nothing on the CPU side?
+//
+// Same shards (llm.c uint16, page cache warm), same batch shape (B=32, T=1024 random windows, int32
+// inputs and targets), host ring, in one run with interleaved rounds (medians):
+//   naive_gather_Nt   N threads, each gathering its share of the batches' windows from mmap'd shards
+//                     into one reused buffer (uint16 -> int32): the memory-bound limit, no library
+//   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
+// Then a paced consumer (a synthetic step of 2x the batch production time): p50/p99 of next().
+// With --peers it runs benchmarks/compare_python.py (PyTorch DataLoader, nanoGPT get_batch, numpy)
+// under /usr/bin/python3 on the same shards and reports feedline's ratio to the best of them.
+// Last line: one JSON object with tokens_per_s, vs_naive_gather, vs_best_peer, p99_wait_us, ...
+#include <sys/mman.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <feedline/pipeline.hpp>
+
+#include "bench_common.hpp"
+
+using namespace feedline;
+using namespace feedline::bench;
+
+namespace {
+
+constexpr std::uint64_t B = 32, T = 1024;
+
+struct mapped_shards {
+    std::vector<std::pair<const std::uint16_t*, std::uint64_t>> shards;  // tokens, count
+    explicit mapped_shards(const token_dataset& d) {
+        for (std::size_t i = 0; i < d.shard_count(); ++i) {
+            const auto& s = d.shard(i);
+            void* p = ::mmap(nullptr, s.bin->size(), PROT_READ, MAP_SHARED, s.bin->fd(), 0);
+            if (p == MAP_FAILED) throw io_error(s.path, errno, "mmap");
+            shards.emplace_back(reinterpret_cast<const std::uint16_t*>(static_cast<const std::byte*>(p) + 1024), s.tokens);
+        }
+    }
+};
+
+// `threads` threads gather `batches` batches of random windows into per-thread reused buffers.
+double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batches) {
+    std::vector<std::thread> pool;
+    std::atomic<std::uint64_t> sink{0};
+    auto t0 = clock_type::now();
+    for (unsigned t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            std::vector<std::int32_t> inputs(B * T), targets(B * T);
+            std::mt19937_64 rng(t + 1);
+            std::uint64_t local = 0;
+            for (std::uint64_t b = t; b < batches; b += threads) {
+                for (std::uint64_t i = 0; i < B; ++i) {
+                    const auto& [tok, n] = m.shards[rng() % m.shards.size()];
+                    const std::uint16_t* w = tok + rng() % (n - T - 1);
+                    for (std::uint64_t j = 0; j < T; ++j) inputs[i * T + j] = w[j];
+                    for (std::uint64_t j = 0; j < T; ++j) targets[i * T + j] = w[j + 1];
+                }
+                local += static_cast<std::uint64_t>(inputs[b % (B * T)]);
+            }
+            sink += local;
+        });
+    for (auto& th : pool) th.join();
+    return static_cast<double>(batches * B * T) / seconds_since(t0);
+}
+
+pipeline_config config(unsigned workers, std::uint64_t batches) {
+    return {.batch_size = B, .seq_len = T, .seed = 1, .workers = workers, .io_backend = "mmap", .device = "cpu", .rank = 0,
+            .world_size = 1, .max_steps = batches};
+}
+
+double feedline_rate(std::shared_ptr<const token_dataset> data, unsigned workers, std::uint64_t batches) {
+    pipeline p(std::move(data), config(workers, batches));
+    std::uint64_t sink = 0;
+    auto t0 = clock_type::now();
+    for (auto& b : p) sink += static_cast<std::uint64_t>(b.host_inputs()[b.step() % (B * T)]);
+    double rate = static_cast<double>(batches * B * T) / seconds_since(t0);
+    if (sink == 1) std::printf(" ");
+    return rate;
+}
+
+void warm(const token_dataset& d) {
+    std::vector<char> buf(1 << 20);
+    for (std::size_t i = 0; i < d.shard_count(); ++i) {
+        std::ifstream in(d.shard(i).path, std::ios::binary);
+        while (in.read(buf.data(), static_cast<std::streamsize>(buf.size()))) {
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"feedline end to end vs a naive gather loop and Python loaders"};
+    std::string spec, make;
+    std::uint64_t batches = 2000, make_tokens = 1'000'000'000;
+    bool peers = false;
+    app.add_option("--data", spec, "llm.c shard glob (uint16)");
+    app.add_option("--make-data", make, "write synthetic llm.c shards with this prefix first (--data is then PREFIX_*.bin)");
+    app.add_option("--make-tokens", make_tokens, "tokens to write with --make-data")->capture_default_str();
+    app.add_option("--batches", batches, "batches per measurement")->capture_default_str();
+    app.add_flag("--peers", peers, "also run benchmarks/compare_python.py (needs python3-torch)");
+    CLI11_PARSE(app, argc, argv);
+    if (!make.empty()) {
+        llmc_writer w(make, token_dtype::uint16, 50256, 256u << 20);
+        std::mt19937 rng(1);
+        std::vector<std::uint16_t> doc(4096);
+        for (std::uint64_t written = 0; written < make_tokens; written += doc.size()) {
+            for (auto& t : doc) t = static_cast<std::uint16_t>(rng() % 50000);
+            w.add_document(doc);
+        }
+        w.finish();
+        spec = make + "_*.bin";
+    }
+    if (spec.empty()) {
+        std::fprintf(stderr, "give --data GLOB or --make-data PREFIX\n");
+        return 2;
+    }
+    auto data = std::make_shared<const token_dataset>(spec);
+    warm(*data);
+    mapped_shards m(*data);
+    std::printf("bench_end_to_end: %zu shards, %.2f G tokens (%.1f GB), B=%llu T=%llu, %llu batches per case\n", data->shard_count(),
+                data->total_tokens() / 1e9, data->total_tokens() * 2 / 1e9, static_cast<unsigned long long>(B),
+                static_cast<unsigned long long>(T), static_cast<unsigned long long>(batches));
+
+    interleaved cases;
+    cases.add("naive_gather_1t (tokens/s)", [&] { return naive_gather(m, 1, batches); });
+    cases.add("feedline_1w (tokens/s)", [&] { return feedline_rate(data, 1, batches); });
+    cases.add("naive_gather_2t (tokens/s)", [&] { return naive_gather(m, 2, batches); });
+    cases.add("feedline_2w (tokens/s)", [&] { return feedline_rate(data, 2, batches); });
+    auto r = cases.run(5, "tokens/s");
+    const double n1 = r["naive_gather_1t (tokens/s)"].median, f1 = r["feedline_1w (tokens/s)"].median;
+    const double n2 = r["naive_gather_2t (tokens/s)"].median, f2 = r["feedline_2w (tokens/s)"].median;
+
+    // Paced consumer: a synthetic step of twice the time one batch takes to produce with 2 workers.
+    const double step_s = 2.0 * static_cast<double>(B * T) / f2;
+    std::vector<double> waits;
+    double stall_fraction = 0;
+    {
+        pipeline p(data, config(2, 1000));
+        for (auto it = p.begin(); it != p.end();) {
+            auto t0 = clock_type::now();
+            ++it;  // releases the previous batch, waits for the next
+            waits.push_back(seconds_since(t0) * 1e6);
+            auto s0 = clock_type::now();
+            while (seconds_since(s0) < step_s) {
+            }
+        }
+        stall_fraction = p.stats().stall_fraction;
+    }
+    std::vector<double> steady(waits.begin() + 10, waits.end());
+    std::sort(steady.begin(), steady.end());
+    const double p50 = steady[steady.size() / 2], p99 = steady[steady.size() * 99 / 100];
+    std::printf("paced consumer (step %.1f us): next() p50 %.1f us, p99 %.1f us, stall fraction %.4f\n", step_s * 1e6, p50, p99, stall_fraction);
+
+    nlohmann::json out = {{"tokens_per_s", f2},
+                          {"tokens_per_s_1w", f1},
+                          {"naive_gather_1t", n1},
+                          {"naive_gather_2t", n2},
+                          {"vs_naive_gather", f2 / n2},
+                          {"vs_naive_gather_1t", f1 / n1},
+                          {"p50_wait_us", p50},
+                          {"p99_wait_us", p99},
+                          {"paced_stall_fraction", stall_fraction},
+                          {"vs_best_peer", nullptr},
+                          {"tokenize_1w_vs_spm", nullptr},
+                          {"tokenize_2w_vs_1w", nullptr}};
+    if (peers) {
+        std::string cmd = "/usr/bin/python3 " FEEDLINE_SOURCE_DIR "/benchmarks/compare_python.py --data '" + spec + "'";
+        FILE* py = ::popen(cmd.c_str(), "r");
+        std::string text, last;
+        char line[4096];
+        while (py != nullptr && std::fgets(line, sizeof line, py) != nullptr) {
+            std::printf("  python: %s", line);
+            last = line;
+        }
+        if (py != nullptr && ::pclose(py) == 0) {
+            auto j = nlohmann::json::parse(last);
+            out["best_peer"] = j["best_peer"];
+            out["best_peer_tokens_per_s"] = j["best_tokens_per_s"];
+            out["vs_best_peer"] = f2 / j["best_tokens_per_s"].get<double>();
+        }
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+}
