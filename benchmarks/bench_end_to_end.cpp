@@ -5,7 +5,7 @@
 //   naive_gather_Nt   N threads, each gathering its share of the batches' windows from mmap'd shards
 //                     into one reused buffer (uint16 -> int32): the memory-bound limit, no library
 //   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
-// Then a paced consumer (a synthetic step of 2x the batch production time): p50/p99 of next().
+// Then a paced consumer (a synthetic step of 2x one worker's batch time, 1 worker): p50/p99 of next().
 // With --peers it runs benchmarks/compare_python.py (PyTorch DataLoader, nanoGPT get_batch, numpy)
 // under /usr/bin/python3 on the same shards and reports feedline's ratio to the best of them.
 // Last line: one JSON object with tokens_per_s, vs_naive_gather, vs_best_peer, p99_wait_us, ...
@@ -137,12 +137,13 @@ int main(int argc, char** argv) {
     const double n1 = r["naive_gather_1t (tokens/s)"].median, f1 = r["feedline_1w (tokens/s)"].median;
     const double n2 = r["naive_gather_2t (tokens/s)"].median, f2 = r["feedline_2w (tokens/s)"].median;
 
-    // Paced consumer: a synthetic step of twice the time one batch takes to produce with 2 workers.
-    const double step_s = 2.0 * static_cast<double>(B * T) / f2;
+    // Paced consumer: a synthetic step of twice the time one worker takes to produce a batch, with one
+    // worker (the consumer's busy step occupies a core of its own).
+    const double step_s = 2.0 * static_cast<double>(B * T) / f1;
     std::vector<double> waits;
     double stall_fraction = 0;
     {
-        pipeline p(data, config(2, 1000));
+        pipeline p(data, config(1, 1000));
         for (auto it = p.begin(); it != p.end();) {
             auto t0 = clock_type::now();
             ++it;  // releases the previous batch, waits for the next

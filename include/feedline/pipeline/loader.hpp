@@ -202,36 +202,85 @@ private:
     void work() {
         try {
             any_reader reader = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
+            mmap_reader* mapped = reader.get_if<mmap_reader>();  // zero-copy: convert straight from the mapping
             std::vector<std::byte> raw;
             std::vector<read_request> requests;
             row_boundaries bounds;
+            batch_plan plan;       // reused: no allocation per batch once warm
+            sampler_state after;
             for (;;) {
                 auto t0 = std::chrono::steady_clock::now();
-                batch_plan plan;
-                sampler_state after;
                 {
                     std::lock_guard lock(planner_);
                     if (ring_->closed() || (config_.max_steps && sampler_->state().step >= config_.max_steps)) break;
-                    plan = sampler_->next();
+                    sampler_->next(plan);
                     after = sampler_->state();
                 }
                 auto t1 = std::chrono::steady_clock::now();
                 plan_ns_.fetch_add(ns(t0, t1), std::memory_order_relaxed);
                 std::byte* slot = ring_->acquire(plan.step);
                 if (slot == nullptr) break;
-                slot_states_[plan.step % memory_.slots] = std::move(after);
+                slot_states_[plan.step % memory_.slots] = after;
                 auto t2 = std::chrono::steady_clock::now();
-                read_plan(plan, reader, raw, requests);
-                auto t3 = std::chrono::steady_clock::now();
-                read_ns_.fetch_add(ns(t2, t3), std::memory_order_relaxed);
-                assemble(plan, raw, slot, bounds);
-                assemble_ns_.fetch_add(ns(t3, std::chrono::steady_clock::now()), std::memory_order_relaxed);
+                if (mapped != nullptr && config_.mode == sample_mode::windows) {
+                    assemble_mapped(plan, *mapped, raw, requests, slot);
+                    read_ns_.fetch_add(ns(t2, std::chrono::steady_clock::now()), std::memory_order_relaxed);
+                } else {
+                    read_plan(plan, reader, raw, requests);
+                    auto t3 = std::chrono::steady_clock::now();
+                    read_ns_.fetch_add(ns(t2, t3), std::memory_order_relaxed);
+                    assemble(plan, raw, slot, bounds);
+                    assemble_ns_.fetch_add(ns(t3, std::chrono::steady_clock::now()), std::memory_order_relaxed);
+                }
                 ring_->publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});
             }
         } catch (...) {
             ring_->fail(std::current_exception());
         }
         if (active_.fetch_sub(1) == 1) ring_->close();  // the last worker out ends the stream
+    }
+
+    // Appends the read requests of one sample's segments (dest: consecutive from `dest`).
+    std::uint64_t sample_requests(const sample_plan& sp, std::byte* dest, std::vector<read_request>& requests) const {
+        const std::size_t item = dtype_size(data_->dtype());
+        std::uint64_t bytes = 0;
+        for (const segment& s : sp.segments) {
+            if (streams_are_shards())
+                data_->append_stream_requests(static_cast<std::uint32_t>(s.document), s.offset, s.length, dest, requests);
+            else
+                data_->append_requests(data_->document(s.document), s.offset, s.length, dest, requests);
+            dest += s.length * item;
+            bytes += s.length * item;
+        }
+        return bytes;
+    }
+
+    // Windows through an mmap reader: tokens go from the page cache straight into the slot (one pass,
+    // as a hand-written gather loop would), no staging buffer.
+    void assemble_mapped(const batch_plan& plan, mmap_reader& mapped, std::vector<std::byte>& raw, std::vector<read_request>& requests,
+                         std::byte* slot) {
+        const std::size_t item = dtype_size(data_->dtype());
+        const std::uint64_t T = config_.seq_len;
+        auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
+        auto* targets = reinterpret_cast<std::int32_t*>(slot + layout_.targets);
+        std::uint64_t bytes = 0;
+        raw.resize((T + 1) * item);  // requests need a destination; this path reads through view() instead
+        for (std::size_t i = 0; i < plan.samples.size(); ++i) {
+            requests.clear();
+            bytes += sample_requests(plan.samples[i], raw.data(), requests);
+            // Token k of the window goes to inputs[k] (k < T) and targets[k - 1] (k >= 1).
+            std::uint64_t k = 0;
+            for (const read_request& r : requests) {
+                auto src = mapped.view(*r.source, r.offset, r.length);
+                const std::uint64_t n = r.length / item;
+                const std::uint64_t in_n = k < T ? std::min(n, T - k) : 0;
+                if (in_n) convert_tokens(src.data(), data_->dtype(), in_n, inputs + i * T + k);
+                const std::uint64_t skip = k == 0 ? 1 : 0;  // token 0 is nobody's target
+                if (n > skip) convert_tokens(src.data() + skip * item, data_->dtype(), n - skip, targets + i * T + k + skip - 1);
+                k += n;
+            }
+        }
+        bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
     }
 
     // Every segment of every sample into `raw` (the file's dtype), with one batched read.
@@ -241,17 +290,7 @@ private:
         raw.resize(plan.samples.size() * row * item);
         requests.clear();
         std::uint64_t bytes = 0;
-        for (std::size_t i = 0; i < plan.samples.size(); ++i) {
-            std::byte* dest = raw.data() + i * row * item;
-            for (const segment& s : plan.samples[i].segments) {
-                if (streams_are_shards())
-                    data_->append_stream_requests(static_cast<std::uint32_t>(s.document), s.offset, s.length, dest, requests);
-                else
-                    data_->append_requests(data_->document(s.document), s.offset, s.length, dest, requests);
-                dest += s.length * item;
-                bytes += s.length * item;
-            }
-        }
+        for (std::size_t i = 0; i < plan.samples.size(); ++i) bytes += sample_requests(plan.samples[i], raw.data() + i * row * item, requests);
         reader.read(requests);
         bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
     }

@@ -255,6 +255,8 @@ public:
         plan_step(state_, b);
         return b;
     }
+    // The same into `b`, reusing its storage (no allocation once it has held a batch).
+    void next(batch_plan& b) { plan_step(state_, b); }
 
     // The plan for any step of a single-dataset sampler, without changing the state. GPT windows:
     // O(batch); packed rows: also lays out every epoch before the step's (epoch lengths differ).

@@ -9,12 +9,16 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include <feedline/error.hpp>
 
 namespace feedline {
+
+class file_mapping;  // storage/mmap_reader.hpp
 
 // Direct I/O needs buffers, offsets and lengths aligned to the device's logical block size. 4096
 // covers every NVMe and virtio disk seen in practice (512-byte devices accept 4096 too).
@@ -43,7 +47,7 @@ public:
     }
 
     file(file&& o) noexcept
-        : fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)), direct_(o.direct_) {}
+        : fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)), direct_(o.direct_), cache_(std::move(o.cache_)) {}
     file& operator=(file&& o) noexcept {
         if (this != &o) {
             close();
@@ -51,6 +55,7 @@ public:
             size_ = o.size_;
             path_ = std::move(o.path_);
             direct_ = o.direct_;
+            cache_ = std::move(o.cache_);
         }
         return *this;
     }
@@ -64,7 +69,21 @@ public:
     bool is_open() const noexcept { return fd_ >= 0; }
     bool direct() const noexcept { return direct_; }
 
+    // The one mapping of this file that every mmap reader shares, made by `make` on first use.
+    // Shared because page-table entries belong to a mapping: per-reader mappings would make every
+    // worker (and every new pipeline) take its own minor fault on every page it touches. Thread-safe.
+    template <class Make>
+    std::shared_ptr<const file_mapping> shared_mapping(Make&& make) const {
+        std::lock_guard lock(cache_->mutex);
+        if (!cache_->mapping) cache_->mapping = make();
+        return cache_->mapping;
+    }
+
 private:
+    struct mapping_cache {
+        std::mutex mutex;
+        std::shared_ptr<const file_mapping> mapping;
+    };
     void close() noexcept {
         if (fd_ >= 0) ::close(fd_);
         fd_ = -1;
@@ -73,6 +92,7 @@ private:
     std::uint64_t size_ = 0;
     std::string path_;
     bool direct_ = false;
+    std::unique_ptr<mapping_cache> cache_ = std::make_unique<mapping_cache>();
 };
 
 // Reads exactly `length` bytes at `offset` with pread, retrying EINTR and short reads. Throws

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <memory>
 #include <cerrno>
 #include <cstring>
 #include <span>
@@ -108,19 +109,22 @@ public:
 private:
     const file_mapping& mapping_for(const file& f) {
         // Few files per reader (shards), so a linear scan beats hashing; the last hit is checked first.
-        if (last_ < mappings_.size() && mappings_[last_].first == &f) return mappings_[last_].second;
+        if (last_ < mappings_.size() && mappings_[last_].first == &f) return *mappings_[last_].second;
         for (std::size_t i = 0; i < mappings_.size(); ++i)
             if (mappings_[i].first == &f) {
                 last_ = i;
-                return mappings_[i].second;
+                return *mappings_[i].second;
             }
-        mappings_.emplace_back(&f, file_mapping(f, pattern_));
+        auto shared = f.shared_mapping([&] { return std::make_shared<const file_mapping>(f, pattern_); });
+        shared->advise(pattern_);  // the latest reader's pattern steers readahead
+        mappings_.emplace_back(&f, std::move(shared));
         last_ = mappings_.size() - 1;
-        return mappings_.back().second;
+        return *mappings_.back().second;
     }
 
     access_pattern pattern_;
-    std::vector<std::pair<const file*, file_mapping>> mappings_;
+    // Each file's shared mapping (storage/file.hpp), held while this reader lives.
+    std::vector<std::pair<const file*, std::shared_ptr<const file_mapping>>> mappings_;
     std::size_t last_ = 0;
 };
 
