@@ -120,6 +120,7 @@ public:
             if (t.joinable()) t.join();
     }
 
+    // A snapshot of the counters. Call from the consumer's thread (the one calling next()).
     pipeline_stats stats() const {
         pipeline_stats s;
         s.batches = delivered_;
