@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "run_command.hpp"
 #include "test_support.hpp"
 
 namespace ft = feedline::test;
@@ -18,26 +19,8 @@ namespace {
 
 const std::string bin = FEEDLINE_BIN_DIR;
 
-struct result {
-    int code = -1;
-    std::string out, err;
-};
-
-// Runs a shell command, capturing stdout and stderr.
-result run(const std::string& cmd, const ft::scratch_dir& dir) {
-    std::string err_path = dir / "stderr.txt";
-    FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
-    REQUIRE(p != nullptr);
-    result r;
-    char buf[65536];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-    int status = ::pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::ifstream e(err_path);
-    r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-    return r;
-}
+using ft::result;
+using ft::run;
 
 std::vector<std::uint32_t> as_u32(const std::string& bytes) {
     std::vector<std::uint32_t> v(bytes.size() / 4);
