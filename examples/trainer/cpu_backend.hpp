@@ -71,6 +71,8 @@ public:
         v_ = v;
     }
 
+    void save_gradients(std::vector<float>& grads) override { grads = grads_; }
+
     // For tests: the accumulated gradient (sum over tokens) and the parameters.
     const std::vector<float>& gradients() const noexcept { return grads_; }
     std::vector<float>& parameters() noexcept { return params_; }

@@ -296,6 +296,12 @@ public:
         TRAINER_CUDA(cudaStreamSynchronize(stream_));
     }
 
+    void save_gradients(std::vector<float>& grads) override {
+        grads.resize(grads_.n);
+        TRAINER_CUDA(cudaMemcpyAsync(grads.data(), grads_.p, grads_.n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        TRAINER_CUDA(cudaStreamSynchronize(stream_));
+    }
+
     std::uint64_t device_bytes() const noexcept override {
         std::size_t free = 0, total = 0;
         if (cudaMemGetInfo(&free, &total) != cudaSuccess) {

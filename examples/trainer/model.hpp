@@ -136,6 +136,8 @@ public:
     // Parameters and optimizer moments, for checkpoints (flat, parameter_count() each).
     virtual void save_state(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v) = 0;
     virtual void load_state(const std::vector<float>& params, const std::vector<float>& m, const std::vector<float>& v) = 0;
+    // The accumulated gradient (sums over tokens, before the all-reduce's division), for tests.
+    virtual void save_gradients(std::vector<float>& grads) = 0;
     virtual std::uint64_t device_bytes() const noexcept { return 0; }
 };
 
