@@ -93,6 +93,54 @@ void warm(const token_dataset& d) {
     }
 }
 
+#if FEEDLINE_HAS_SENTENCEPIECE
+// On-the-fly tokenization: sentencepiece alone on one thread (every document of the corpus encoded
+// once, from memory) vs text_pipeline delivering windows with 1 and 2 workers, in tokens/s.
+struct tokenize_rates {
+    double spm = 0, w1 = 0, w2 = 0, text_mb_per_s_spm = 0;
+};
+tokenize_rates measure_tokenization(const std::string& text, const std::string& model) {
+    text_corpus corpus({text});
+    std::vector<std::string> docs(corpus.document_count());
+    std::string raw;
+    for (std::uint64_t i = 0; i < docs.size(); ++i) corpus.document_text(i, raw, docs[i]);
+    sentencepiece::SentencePieceProcessor spm;
+    if (!spm.Load(model).ok()) throw config_error("--tokenizer", model + ": cannot load");
+    std::uint64_t corpus_tokens = 0, corpus_bytes = 0;
+    for (const auto& d : docs) corpus_bytes += d.size();
+    interleaved cases;
+    cases.add("sentencepiece alone, 1 thread (tokens/s)", [&] {
+        std::vector<int> ids;
+        std::uint64_t n = 0;
+        auto t0 = clock_type::now();
+        for (const auto& d : docs) {
+            spm.Encode(d, &ids);
+            n += ids.size() + 1;  // + EOS, as the pipeline adds
+        }
+        corpus_tokens = n;
+        return static_cast<double>(n) / seconds_since(t0);
+    });
+    auto pipeline_rate = [&](unsigned workers) {
+        // About one pass over the corpus per measurement.
+        const std::uint64_t steps = std::max<std::uint64_t>(10, corpus_tokens / (8 * 256));
+        text_pipeline p({text}, {.batch_size = 8, .seq_len = 256, .seed = 1, .workers = workers, .device = "cpu", .max_steps = steps, .tokenizer = model});
+        auto t0 = clock_type::now();
+        std::uint64_t n = 0;
+        for (auto& b : p) n += b.size() * b.seq_len();
+        return static_cast<double>(n) / seconds_since(t0);
+    };
+    cases.add("text_pipeline 1 worker (tokens/s)", [&] { return pipeline_rate(1); });
+    cases.add("text_pipeline 2 workers (tokens/s)", [&] { return pipeline_rate(2); });
+    auto r = cases.run(3, "tokens/s");
+    tokenize_rates out;
+    out.spm = r["sentencepiece alone, 1 thread (tokens/s)"].median;
+    out.w1 = r["text_pipeline 1 worker (tokens/s)"].median;
+    out.w2 = r["text_pipeline 2 workers (tokens/s)"].median;
+    out.text_mb_per_s_spm = out.spm * (static_cast<double>(corpus_bytes) / static_cast<double>(corpus_tokens)) / 1e6;
+    return out;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,7 +148,10 @@ int main(int argc, char** argv) {
     std::string spec, make;
     std::uint64_t batches = 2000, make_tokens = 1'000'000'000;
     bool peers = false;
+    std::string text, tokenizer;
     app.add_option("--data", spec, "llm.c shard glob (uint16)");
+    app.add_option("--text", text, "JSONL/text corpus for the on-the-fly tokenization measurement (with --tokenizer)");
+    app.add_option("--tokenizer", tokenizer, "sentencepiece model for --text");
     app.add_option("--make-data", make, "write synthetic llm.c shards with this prefix first (--data is then PREFIX_*.bin)");
     app.add_option("--make-tokens", make_tokens, "tokens to write with --make-data")->capture_default_str();
     app.add_option("--batches", batches, "batches per measurement")->capture_default_str();
@@ -171,6 +222,20 @@ int main(int argc, char** argv) {
                           {"vs_best_peer", nullptr},
                           {"tokenize_1w_vs_spm", nullptr},
                           {"tokenize_2w_vs_1w", nullptr}};
+    if (!text.empty() && !tokenizer.empty()) {
+#if FEEDLINE_HAS_SENTENCEPIECE
+        const tokenize_rates t = measure_tokenization(text, tokenizer);
+        std::printf("tokenization: sentencepiece alone %.0f tokens/s (%.2f MB/s of text), pipeline 1 worker %.0f, 2 workers %.0f tokens/s\n", t.spm,
+                    t.text_mb_per_s_spm, t.w1, t.w2);
+        out["tokenize_spm_tokens_per_s"] = t.spm;
+        out["tokenize_1w_tokens_per_s"] = t.w1;
+        out["tokenize_2w_tokens_per_s"] = t.w2;
+        out["tokenize_1w_vs_spm"] = t.w1 / t.spm;
+        out["tokenize_2w_vs_1w"] = t.w2 / t.w1;
+#else
+        std::printf("tokenization: skipped (built without sentencepiece)\n");
+#endif
+    }
     if (peers) {
         std::string cmd = "/usr/bin/python3 " FEEDLINE_SOURCE_DIR "/benchmarks/compare_python.py --data '" + spec + "'";
         FILE* py = ::popen(cmd.c_str(), "r");

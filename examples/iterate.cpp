@@ -28,31 +28,38 @@ int main(int argc, char** argv) {
     app.add_option("--device", device, "cpu, auto, cuda or cuda:N")->capture_default_str();
     app.add_option("--io-backend", backend, "auto, io_uring, mmap or pread")->capture_default_str();
     app.add_option("--memory-budget", budget, "bytes (0: a quarter of available memory)")->capture_default_str();
-    app.add_option("--model", model, "sentencepiece model for text datasets (not yet supported: pack text with feedline-pack)");
+    app.add_option("--model", model, "sentencepiece model: DATASET is JSONL/text (files, directory or glob), tokenized on the fly by the workers");
     CLI11_PARSE(app, argc, argv);
-    if (!model.empty()) {
-        std::fprintf(stderr, "feedline-iterate: on-the-fly tokenization is not available yet; pack the text with feedline-pack\n");
-        return 2;
-    }
     try {
-        feedline::pipeline p(dataset, {.batch_size = batch_size,
-                                       .seq_len = seq_len,
-                                       .seed = seed,
-                                       .mode = mode == "packed" ? feedline::sample_mode::packed : feedline::sample_mode::windows,
-                                       .workers = workers,
-                                       .prefetch = prefetch,
-                                       .memory_budget = budget,
-                                       .io_backend = backend,
-                                       .device = device,
-                                       .max_steps = batches});
+        const feedline::pipeline_config config{.batch_size = batch_size,
+                                               .seq_len = seq_len,
+                                               .seed = seed,
+                                               .mode = mode == "packed" ? feedline::sample_mode::packed : feedline::sample_mode::windows,
+                                               .workers = workers,
+                                               .prefetch = prefetch,
+                                               .memory_budget = budget,
+                                               .io_backend = backend,
+                                               .device = device,
+                                               .max_steps = batches,
+                                               .tokenizer = model};
         std::uint64_t sum = 0, n = 0;
         auto t0 = std::chrono::steady_clock::now();
-        for (auto& b : p) {
-            for (std::int32_t t : b.host_inputs()) sum += static_cast<std::uint64_t>(t);
-            ++n;
+        auto drain = [&](auto& p) {
+            for (auto& b : p) {
+                for (std::int32_t t : b.host_inputs()) sum += static_cast<std::uint64_t>(t);
+                ++n;
+            }
+            return p.stats();
+        };
+        feedline::pipeline_stats st;
+        if (model.empty()) {
+            feedline::pipeline p(dataset, config);
+            st = drain(p);
+        } else {
+            feedline::text_pipeline p({dataset}, config);
+            st = drain(p);
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        auto st = p.stats();
         nlohmann::json j = nlohmann::json::parse(st.to_json());
         j["batches"] = n;
         j["tokens"] = n * batch_size * seq_len;

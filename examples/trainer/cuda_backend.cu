@@ -166,9 +166,21 @@ public:
     cuda_backend(const model_config& c, const optimizer_config& o, const std::vector<float>& initial, int device, gpu_precision precision,
                  communicator* comm)
         : c_(c), o_(o), device_(device), comm_(comm) {
-        TRAINER_CUDA(cudaSetDevice(device));
+        try {
+            setup(initial, precision);
+        } catch (...) {
+            release();  // the destructor does not run for a constructor that throws
+            throw;
+        }
+    }
+
+    ~cuda_backend() override { release(); }
+
+private:
+    void setup(const std::vector<float>& initial, gpu_precision precision) {
+        TRAINER_CUDA(cudaSetDevice(device_));
         cudaDeviceProp prop{};
-        TRAINER_CUDA(cudaGetDeviceProperties(&prop, device));
+        TRAINER_CUDA(cudaGetDeviceProperties(&prop, device_));
         name_ = prop.name;
         bf16_ = precision == gpu_precision::bf16 || (precision == gpu_precision::automatic && prop.major >= 8);
         TRAINER_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -178,6 +190,7 @@ public:
         for (auto* a : {&params_, &grads_, &m_, &v_}) a->allocate(n);
         TRAINER_CUDA(cudaMemsetAsync(m_.p, 0, n * sizeof(float), stream_));
         TRAINER_CUDA(cudaMemsetAsync(v_.p, 0, n * sizeof(float), stream_));
+        TRAINER_CUDA(cudaMemsetAsync(grads_.p, 0, n * sizeof(float), stream_));
         TRAINER_CUDA(cudaMemcpyAsync(params_.p, initial.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
         if (bf16_) {
             w1h_.allocate(c_.concat() * c_.hidden);
@@ -197,13 +210,18 @@ public:
 #endif
     }
 
-    ~cuda_backend() override {
+    void release() noexcept {
 #ifdef FEEDLINE_TRAINER_NCCL
         if (nccl_) ncclCommDestroy(nccl_);
+        nccl_ = nullptr;
 #endif
         if (blas_) cublasDestroy(blas_);
+        blas_ = nullptr;
         if (stream_) feedline::detail::cuda_ignore_errors(cudaStreamDestroy(stream_));
+        stream_ = nullptr;
     }
+
+public:
 
     std::string describe() const override {
         std::string collective = "one rank";
@@ -217,6 +235,7 @@ public:
 
     void forward_backward(const batch_view& b, bool backward) override {
         const std::uint64_t n = b.tokens(), C = c_.concat(), H = c_.hidden, V = c_.vocab;
+        if (n == 0) return;
         ensure_capacity(n);
         float* P = params_.p;
         __nv_bfloat16* Xh = bf16_ ? xh_.p : nullptr;

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint.hpp"
@@ -171,6 +172,7 @@ int run(options o, trainer::communicator& comm) {
                     o.batch_size, o.seq_len, o.grad_accum, comm.size() * o.batch_size * o.seq_len * o.grad_accum, o.data,
                     data.dataset().total_tokens()));
 
+    double pending_train_loss = 0;  // training loss taken off the device early (by an evaluation)
     auto evaluate = [&]() -> std::optional<double> {
         if (o.eval_data.empty() || o.eval_batches == 0) return std::nullopt;
         feedline::pipeline eval(o.eval_data, {.batch_size = o.batch_size,
@@ -184,7 +186,7 @@ int run(options o, trainer::communicator& comm) {
                                               .max_steps = o.eval_batches});
         std::vector<std::uint64_t> ignore(o.model.vocab);
         double sums[2] = {0, 0};
-        (void)model->take_loss_sum();
+        pending_train_loss += model->take_loss_sum();  // training loss since the last progress line: kept for it
         for (auto& b : eval) {
             sums[1] += static_cast<double>(check_batch(b, o.model.vocab, ignore));
             b.wait_on(model->stream());
@@ -249,7 +251,7 @@ int run(options o, trainer::communicator& comm) {
         ++window_steps;
 
         if (step == 1 || step % o.log_every == 0 || step == o.max_steps) {
-            double loss_sum = model->take_loss_sum();  // waits for the device: only when logging
+            double loss_sum = model->take_loss_sum() + std::exchange(pending_train_loss, 0.0);  // waits for the device: only when logging
             comm.allreduce_sum(&loss_sum, 1);
             const double loss = window_targets > 0 ? loss_sum / window_targets : 0;
             const double seconds = seconds_since(window_start);
@@ -291,7 +293,7 @@ int run(options o, trainer::communicator& comm) {
         }
     }
     if (window_steps > 0) {  // the tail since the last progress line counts for the summary
-        double loss_sum = model->take_loss_sum();
+        double loss_sum = model->take_loss_sum() + std::exchange(pending_train_loss, 0.0);
         comm.allreduce_sum(&loss_sum, 1);
         if (window_targets > 0) last_loss = loss_sum / window_targets;
         train_seconds += seconds_since(window_start);

@@ -20,10 +20,12 @@
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
 #include <feedline/format/text.hpp>
+#include <feedline/format/text_corpus.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/loader.hpp>
 #include <feedline/pipeline/stats.hpp>
+#include <feedline/pipeline/text_pipeline.hpp>
 #include <feedline/sampling/permutation.hpp>
 #include <feedline/sampling/sampler.hpp>
 #include <feedline/sampling/state_io.hpp>

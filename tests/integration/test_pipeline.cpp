@@ -207,6 +207,32 @@ TEST_CASE("Pipeline.Range.ForLoopEndsAfterMaxSteps") {
     CHECK(p.state().step == 25);
 }
 
+TEST_CASE("Pipeline.Stats.JsonLinesEveryNBatchesAndAtTheEnd") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir);
+    auto cfg = base(2);
+    cfg.max_steps = 25;
+    cfg.stats_every = 10;
+    cfg.stats_jsonl = dir / "stats.jsonl";
+    {
+        pipeline p(data, cfg);
+        for (auto& b : p) (void)b;
+    }
+    std::ifstream in(cfg.stats_jsonl);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    REQUIRE(lines.size() == 3);  // after batches 10 and 20, and when the stream ended at 25
+    const char* expected[] = {"\"batches\": 10,", "\"batches\": 20,", "\"batches\": 25,"};
+    for (std::size_t i = 0; i < 3; ++i) {
+        CAPTURE(lines[i]);
+        CHECK(lines[i].rfind("{\"unix_time\": ", 0) == 0);
+        CHECK(lines[i].find(expected[i]) != std::string::npos);
+        CHECK(lines[i].back() == '}');
+    }
+    cfg.stats_jsonl = dir / "no-such-dir/stats.jsonl";
+    CHECK_THROWS_AS(pipeline(data, cfg), io_error);
+}
+
 TEST_CASE("Pipeline.Errors.TruncatedShardMidRunIsAFormatErrorAtNext") {
     ft::scratch_dir dir;
     auto data = make_dataset(dir, 2, 200);

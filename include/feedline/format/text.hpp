@@ -26,6 +26,7 @@ struct text_document {
     std::uint64_t number = 0;  // 0-based position in the source, counting skipped lines too
     std::uint64_t line = 0;    // 1-based line where it starts
     std::uint64_t offset = 0;  // byte offset where it starts
+    std::uint64_t end = 0;     // byte offset just past its last line (and that line's newline)
 };
 
 enum class text_split { whole_file, blank_lines, lines };
@@ -97,6 +98,7 @@ private:
             doc.text = j[opt_.field].get<std::string>();
             doc.line = line_no_;
             doc.offset = line_offset_;
+            doc.end = offset_;
             doc.number = number_++;
             return true;
         }
@@ -114,6 +116,7 @@ private:
         if (in_.bad()) throw io_error(path_, errno, "read failed");
         doc.line = 1;
         doc.offset = 0;
+        doc.end = doc.text.size();
         doc.number = number_++;
         return true;
     }
@@ -122,6 +125,7 @@ private:
         if (!getline(doc.text)) return false;
         doc.line = line_no_;
         doc.offset = line_offset_;
+        doc.end = offset_;
         doc.number = number_++;
         return true;
     }
@@ -144,6 +148,7 @@ private:
                 doc.text += '\n';
             }
             doc.text += line;
+            doc.end = offset_;
         }
         if (!started) return false;
         doc.number = number_++;

@@ -28,6 +28,10 @@ struct pipeline_config {
     std::string device = "auto";       // auto | cpu | cuda | cuda:N
     int rank = -1, world_size = -1;    // -1: from torchrun / Open MPI's environment
     std::uint64_t max_steps = 0;       // 0: run until the trainer stops; else the iteration ends after this step
+    std::string stats_jsonl;           // append a stats() snapshot as a JSON line here every stats_every batches and at the end
+    std::uint64_t stats_every = 100;
+    std::string tokenizer;             // text input (text_pipeline): the sentencepiece model to tokenize with
+    bool add_bos = false, add_eos = true;  // text input: the model's BOS before / EOS after every document
 };
 
 // Memory this process may use: MemAvailable, capped by the cgroup limit.

@@ -71,6 +71,10 @@ public:
         const std::uint64_t raw = config_.batch_size * (config_.seq_len + 1) * dtype_size(data_->dtype());
         memory_ = plan_memory(config_, budget, workers, layout_.bytes, raw + 64 * 1024, sampler_->stream(0).memory_bytes());
         state_ = sampler_->state();
+        if (!config_.stats_jsonl.empty()) {
+            if (config_.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
+            stats_log_ = std::make_unique<stats_jsonl_log>(config_.stats_jsonl);
+        }
     }
 
     pipeline(const pipeline&) = delete;
@@ -95,10 +99,14 @@ public:
             stop();
             throw;
         }
-        if (!h) return std::nullopt;
+        if (!h) {
+            if (stats_log_ && !final_logged_) stats_log_->write(stats()), final_logged_ = true;
+            return std::nullopt;
+        }
         const std::size_t slot = h->slot();
         state_ = slot_states_[slot];
         ++delivered_;
+        if (stats_log_ && delivered_ % config_.stats_every == 0) stats_log_->write(stats());
         return batch(std::move(*h), &layout_);
     }
 
@@ -349,6 +357,8 @@ private:
     memory_plan memory_;
     std::mutex planner_;
     std::unique_ptr<staging_ring> ring_;
+    std::unique_ptr<stats_jsonl_log> stats_log_;  // written from the consumer's thread only
+    bool final_logged_ = false;
     std::vector<sampler_state> slot_states_;  // sampler state after each slot's step (written after acquire)
     sampler_state state_;                     // after the last batch handed out
     std::vector<std::thread> threads_;

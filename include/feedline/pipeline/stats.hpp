@@ -5,10 +5,14 @@
 #pragma once
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
+
+#include <feedline/error.hpp>
 
 namespace feedline {
 
@@ -17,6 +21,7 @@ struct pipeline_stats {
     double seconds = 0;             // since the first next()
     double tokens_per_s = 0;
     double read_s = 0, assemble_s = 0, plan_s = 0;  // summed over workers
+    double tokenize_s = 0;          // text input: sentencepiece time, summed over workers
     double slot_wait_s = 0;         // workers waiting for a free slot (the trainer is the bottleneck)
     double stall_s = 0;             // the trainer waiting in next() (the data side is the bottleneck)
     double stall_fraction = 0;
@@ -37,16 +42,40 @@ struct pipeline_stats {
         char buf[1024];
         std::snprintf(buf, sizeof buf,
                       "{\"batches\": %llu, \"tokens\": %llu, \"bytes_read\": %llu, \"padding_tokens\": %llu, \"seconds\": %.4f, "
-                      "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"slot_wait_s\": %.4f, "
+                      "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"tokenize_s\": %.4f, \"slot_wait_s\": %.4f, "
                       "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"ready_batches\": %zu, \"slots\": %zu, \"workers\": %u, "
                       "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, ",
                       static_cast<unsigned long long>(batches), static_cast<unsigned long long>(tokens),
                       static_cast<unsigned long long>(bytes_read), static_cast<unsigned long long>(padding_tokens), seconds, tokens_per_s,
-                      read_s, assemble_s, plan_s, slot_wait_s, stall_s, stall_fraction, ready_batches, slots, workers,
+                      read_s, assemble_s, plan_s, tokenize_s, slot_wait_s, stall_s, stall_fraction, ready_batches, slots, workers,
                       static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
                       static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes));
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\"}";
     }
+};
+
+// Appends stats snapshots to a file as JSON lines (one object per line, with the wall-clock time), for
+// log shippers and plots. Opened when the pipeline is built, so a bad path fails before any thread.
+class stats_jsonl_log {
+public:
+    explicit stats_jsonl_log(const std::string& path) : path_(path), out_(std::fopen(path.c_str(), "a")) {
+        if (out_ == nullptr) throw io_error(path, errno, "cannot open the stats log for appending");
+    }
+    stats_jsonl_log(const stats_jsonl_log&) = delete;
+    stats_jsonl_log& operator=(const stats_jsonl_log&) = delete;
+    ~stats_jsonl_log() {
+        if (out_) std::fclose(out_);
+    }
+    void write(const pipeline_stats& s) {
+        const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        const std::string body = s.to_json();  // "{...}": the time goes first
+        if (std::fprintf(out_, "{\"unix_time\": %.3f, %s\n", now, body.c_str() + 1) < 0 || std::fflush(out_) != 0)
+            throw io_error(path_, errno, "cannot write the stats log");
+    }
+
+private:
+    std::string path_;
+    std::FILE* out_;
 };
 
 // Resident set size of this process (VmRSS), 0 when unreadable.
