@@ -204,16 +204,24 @@ public:
     std::default_sentinel_t end() { return {}; }
 
 private:
+    static constexpr std::uint64_t documents_per_chunk = 16;
+    struct token_chunk {
+        std::vector<std::int32_t> tokens;   // the documents' tokens, concatenated
+        std::vector<std::uint64_t> lengths;  // per document
+    };
+
 #if FEEDLINE_HAS_SENTENCEPIECE
     struct worker_state {
         sentencepiece::SentencePieceProcessor spm;
         std::string raw, text;
+        std::vector<int> ids;
         std::uint64_t epoch = UINT64_MAX;
         feistel_permutation order;
     };
 
-    // Tokens of this rank's `sequence`-th document: a pure function of the config and the number.
-    std::vector<std::int32_t> tokenize(worker_state& w, std::uint64_t sequence) {
+    // Tokens of this rank's `sequence`-th document, appended to `out`: a pure function of the config
+    // and the number.
+    void tokenize(worker_state& w, std::uint64_t sequence, std::vector<std::int32_t>& out) {
         const std::uint64_t n = corpus_->document_count();
         const std::uint64_t global = sequence * std::uint64_t(world_) + std::uint64_t(rank_);
         const std::uint64_t epoch = global / n, within = global % n;
@@ -225,21 +233,30 @@ private:
         auto t0 = std::chrono::steady_clock::now();
         corpus_->document_text(doc, w.raw, w.text);
         auto t1 = std::chrono::steady_clock::now();
-        std::vector<int> ids;
-        if (auto st = w.spm.Encode(w.text, &ids); !st.ok()) {
+        if (auto st = w.spm.Encode(w.text, &w.ids); !st.ok()) {
             const auto& ref = corpus_->document(doc);
             throw format_error(corpus_->file_of(ref).path(), ref.offset, "sentencepiece could not encode this document: " + st.ToString());
         }
-        std::vector<std::int32_t> out;
-        out.reserve(ids.size() + 2);
         if (config_.add_bos) out.push_back(bos_);
-        out.insert(out.end(), ids.begin(), ids.end());
+        out.insert(out.end(), w.ids.begin(), w.ids.end());
         if (config_.add_eos) out.push_back(eos_);
         auto t2 = std::chrono::steady_clock::now();
         read_ns_.fetch_add(ns(t0, t1), std::memory_order_relaxed);
         tokenize_ns_.fetch_add(ns(t1, t2), std::memory_order_relaxed);
         text_bytes_.fetch_add(w.text.size(), std::memory_order_relaxed);
-        return out;
+    }
+
+    // Pool item `chunk`: documents [chunk x K, chunk x K + K) of this rank, tokenized. Several
+    // documents per item, so hand-offs between workers and the assembler are not paid per document.
+    token_chunk tokenize_chunk(worker_state& w, std::uint64_t chunk) {
+        token_chunk c;
+        c.lengths.reserve(documents_per_chunk);
+        for (std::uint64_t d = chunk * documents_per_chunk; d < (chunk + 1) * documents_per_chunk; ++d) {
+            const std::size_t before = c.tokens.size();
+            tokenize(w, d, c.tokens);
+            c.lengths.push_back(c.tokens.size() - before);
+        }
+        return c;
     }
 #endif
 
@@ -254,18 +271,17 @@ private:
         const std::string model = config_.tokenizer;
         pool_options options;
         options.workers = memory_.workers;
-        // Documents tokenized ahead of the assembler: several batches' worth, so workers rarely wait for
-        // room and hand-offs are not paid per document (a batch of 2k tokens spans ~10 short documents).
-        options.window = 256 + 4 * std::size_t(memory_.workers);
-        options.first_sequence = state_.document;
-        pool_ = std::make_unique<ordered_pool<std::vector<std::int32_t>>>(
+        // Chunks tokenized ahead of the assembler: several batches' worth, so workers rarely wait for room.
+        options.window = 16 + 4 * std::size_t(memory_.workers);
+        options.first_sequence = state_.document / documents_per_chunk;
+        pool_ = std::make_unique<ordered_pool<token_chunk>>(
             options,
             [model](unsigned) {
                 auto w = std::make_unique<worker_state>();
                 if (auto st = w->spm.Load(model); !st.ok()) throw config_error("tokenizer", model + ": " + st.ToString());
                 return w;
             },
-            [this](std::unique_ptr<worker_state>& w, std::uint64_t sequence) { return tokenize(*w, sequence); });
+            [this](std::unique_ptr<worker_state>& w, std::uint64_t chunk) { return tokenize_chunk(*w, chunk); });
 #endif
         assembler_ = std::thread([this] { assemble(); });
     }
@@ -279,21 +295,29 @@ private:
             };
             std::deque<piece> pieces;
             std::vector<std::int32_t> carry;  // stream positions [base, base + carry.size())
-            std::uint64_t base = 0, cursor = 0, next_document = state_.document, step = state_.step;
+            std::uint64_t base = 0, cursor = 0, step = state_.step;
+            std::uint64_t next_document = state_.document / documents_per_chunk * documents_per_chunk;  // first of the first chunk
             bool first = true;
             for (;;) {
                 if (config_.max_steps && step >= config_.max_steps) break;
                 while (base + carry.size() < cursor + need) {
-                    auto tokens = pool_->next();
-                    if (!tokens) return finish();
-                    std::uint64_t skip = 0;
-                    if (first) {  // a restored stream starts inside this document
-                        skip = std::min<std::uint64_t>(state_.offset, tokens->size());
-                        first = false;
+                    auto chunk = pool_->next();
+                    if (!chunk) return finish();
+                    std::size_t from = 0;
+                    for (std::uint64_t length : chunk->lengths) {
+                        const std::uint64_t document = next_document++;
+                        std::uint64_t skip = 0;
+                        if (first && document < state_.document) skip = length;  // a restored stream starts later in this chunk
+                        if (first && document == state_.document) skip = std::min(state_.offset, length);  // ... inside this document
+                        const std::uint64_t at = base + carry.size();
+                        if (skip < length) {
+                            pieces.push_back({document, at - skip, length});
+                            carry.insert(carry.end(), chunk->tokens.begin() + static_cast<std::ptrdiff_t>(from + skip),
+                                         chunk->tokens.begin() + static_cast<std::ptrdiff_t>(from + length));
+                        }
+                        from += length;
                     }
-                    const std::uint64_t at = base + carry.size();
-                    pieces.push_back({next_document++, at - skip, tokens->size()});
-                    carry.insert(carry.end(), tokens->begin() + static_cast<std::ptrdiff_t>(skip), tokens->end());
+                    first = false;
                 }
                 std::byte* slot = ring_->acquire(step);
                 if (slot == nullptr) break;
@@ -347,7 +371,7 @@ private:
     std::unique_ptr<staging_ring> ring_;
     std::string device_reason_;
     std::vector<text_state> slot_states_;
-    std::unique_ptr<ordered_pool<std::vector<std::int32_t>>> pool_;  // documents -> tokens, in order
+    std::unique_ptr<ordered_pool<token_chunk>> pool_;  // chunks of documents -> tokens, in order
     std::thread assembler_;
     std::uint64_t delivered_ = 0;
     std::atomic<std::uint64_t> text_bytes_{0}, read_ns_{0}, tokenize_ns_{0}, assemble_ns_{0};
