@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -132,6 +133,40 @@ TEST_CASE("Pipeline.Workers.SameBatchesWithOneOrThreeWorkers") {
         pipeline one(data, base(1, mode)), three(data, base(3, mode));
         CHECK(take(one, 60) == take(three, 60));
     }
+}
+
+TEST_CASE("Pipeline.Autotune.ParksWorkersForASlowTrainerWithoutChangingTheData") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir, 2, 100, token_dtype::uint16);
+    auto cfg = base(0);  // workers = 0: the autotuner decides, up to max_workers
+    cfg.max_workers = 3;
+    cfg.max_steps = 320;
+    pipeline tuned(data, cfg), fixed(data, base(1));
+    unsigned fewest = 3, most_after = 0;
+    std::vector<copied> a;
+    for (std::uint64_t i = 0; i < 320; ++i) {
+        auto b = tuned.next();
+        REQUIRE(b);
+        a.push_back({b->step(), {b->host_inputs().begin(), b->host_inputs().end()}, {b->host_targets().begin(), b->host_targets().end()}, {}, {}});
+        b.reset();
+        if (i < 160) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a trainer much slower than the data side
+            fewest = std::min(fewest, tuned.active_workers());
+        } else {
+            most_after = std::max(most_after, tuned.active_workers());  // then one that only waits for data
+        }
+    }
+    CHECK_FALSE(tuned.next());  // ends after max_steps even with workers parked
+    CHECK(fewest == 1);         // producers waited on free slots: parked down to one
+    CHECK(most_after > 1);      // the trainer stalled: parked workers woke up
+    CHECK(tuned.stats().workers == 3);
+    auto b = take(fixed, 320);
+    for (auto& c : b) c.positions.clear(), c.cu.clear();
+    CHECK(a == b);
+    // A fixed worker count is never tuned.
+    pipeline pinned(data, base(3));
+    (void)take(pinned, 40);
+    CHECK(pinned.active_workers() == 3);
 }
 
 TEST_CASE("Pipeline.Resume.ExactWithAnotherWorkerCountAndPrefetchedBatches") {

@@ -21,7 +21,8 @@ struct pipeline_config {
     sample_mode mode = sample_mode::windows;
     shuffle_mode shuffle = shuffle_mode::global;
     tail_policy tail = tail_policy::drop;
-    unsigned workers = 0;              // 0: from the machine (cores this process may use, minus the trainer's)
+    unsigned workers = 0;              // 0: from the machine (cores this process may use, minus the trainer's), autotuned
+                                       // while running; N: exactly N, no autotuning
     std::size_t prefetch = 0;          // batches staged ahead of the trainer (ring slots); 0: 2 per worker, >= 2
     std::uint64_t memory_budget = 0;   // bytes for slots, scratch and indexes; 0: a quarter of what is available
     std::string io_backend = "auto";   // auto | io_uring | mmap | pread
@@ -32,6 +33,7 @@ struct pipeline_config {
     std::uint64_t stats_every = 100;
     std::string tokenizer;             // text input (text_pipeline): the sentencepiece model to tokenize with
     bool add_bos = false, add_eos = true;  // text input: the model's BOS before / EOS after every document
+    unsigned max_workers = 0;          // workers = 0: the most the autotuner may run (0: from the machine)
 };
 
 // Memory this process may use: MemAvailable, capped by the cgroup limit.

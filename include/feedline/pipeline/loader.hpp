@@ -66,7 +66,10 @@ public:
         layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
 
         unsigned workers = config_.workers;
-        if (workers == 0) workers = static_cast<unsigned>(std::clamp(topo.usable_cores() - 1.0, 1.0, 8.0));
+        if (workers == 0) {
+            workers = config_.max_workers ? config_.max_workers : static_cast<unsigned>(std::clamp(topo.usable_cores() - 1.0, 1.0, 8.0));
+            autotune_ = workers > 1;
+        }
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : memory_available_to_process(topo) / 4;
         const std::uint64_t raw = config_.batch_size * (config_.seq_len + 1) * dtype_size(data_->dtype());
         memory_ = plan_memory(config_, budget, workers, layout_.bytes, raw + 64 * 1024, sampler_->stream(0).memory_bytes());
@@ -106,9 +109,13 @@ public:
         const std::size_t slot = h->slot();
         state_ = slot_states_[slot];
         ++delivered_;
+        if (autotune_ && delivered_ % tune_every == 0) tune();
         if (stats_log_ && delivered_ % config_.stats_every == 0) stats_log_->write(stats());
         return batch(std::move(*h), &layout_);
     }
+
+    // Workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
+    unsigned active_workers() const noexcept { return target_workers_.load(std::memory_order_relaxed); }
 
     // Where the trainer is: restoring this continues with the batch after the last one returned.
     const sampler_state& state() const noexcept { return state_; }
@@ -149,6 +156,7 @@ public:
         s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
         s.slots = memory_.slots;
         s.workers = memory_.workers;
+        s.workers_active = started_ ? active_workers() : memory_.workers;
         s.rss_bytes = resident_bytes();
         s.pinned_bytes = ring_ && ring_->pinned() ? memory_.slots * memory_.slot_bytes : 0;
         s.memory_budget = memory_.budget;
@@ -195,7 +203,31 @@ private:
             io_reason_ = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
         }
         active_.store(memory_.workers);
-        for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this] { work(); });
+        target_workers_.store(memory_.workers);
+        tune_time_ = start_time_;
+        for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
+    }
+
+    // The autotuner, run by the consumer every tune_every batches: if the trainer waited more than 5% of
+    // the interval the data side is short, so one more worker runs; if it barely waited and the workers
+    // spent most of the interval waiting for free slots, one is parked (its core goes back to the
+    // trainer). Batches stay a pure function of the config whatever it does.
+    static constexpr std::uint64_t tune_every = 16;
+    void tune() {
+        const auto r = ring_->stats();
+        const auto now = std::chrono::steady_clock::now();
+        const double interval = std::chrono::duration<double>(now - tune_time_).count() * 1e9;
+        const double stalled = static_cast<double>(r.consumer_wait_ns - tune_consumer_wait_);
+        const double producers_waited = static_cast<double>(r.producer_wait_ns - tune_producer_wait_);
+        tune_time_ = now;
+        tune_consumer_wait_ = r.consumer_wait_ns;
+        tune_producer_wait_ = r.producer_wait_ns;
+        if (interval <= 0) return;
+        const unsigned n = target_workers_.load(std::memory_order_relaxed);
+        if (stalled > 0.05 * interval && n < memory_.workers)
+            target_workers_.store(n + 1, std::memory_order_relaxed);
+        else if (stalled < 0.005 * interval && producers_waited > 0.5 * interval * n && n > 1)
+            target_workers_.store(n - 1, std::memory_order_relaxed);
     }
 
     // A shard as one "document": what the sampler sees of llm.c data in windows mode.
@@ -208,7 +240,7 @@ private:
 
     std::uint64_t data_total_bytes() const { return data_->total_tokens() * dtype_size(data_->dtype()); }
 
-    void work() {
+    void work(unsigned index) {
         try {
             any_reader reader = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
             mmap_reader* mapped = reader.get_if<mmap_reader>();  // zero-copy: convert straight from the mapping
@@ -218,10 +250,17 @@ private:
             batch_plan plan;       // reused: no allocation per batch once warm
             sampler_state after;
             for (;;) {
+                // Parked by the autotuner: only timing changes, never which batch holds what.
+                while (index >= target_workers_.load(std::memory_order_relaxed) && !ring_->closed() && !planned_all_.load())
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 auto t0 = std::chrono::steady_clock::now();
                 {
                     std::lock_guard lock(planner_);
-                    if (ring_->closed() || (config_.max_steps && sampler_->state().step >= config_.max_steps)) break;
+                    if (ring_->closed()) break;
+                    if (config_.max_steps && sampler_->state().step >= config_.max_steps) {
+                        planned_all_.store(true);  // parked workers must leave too, or the stream never ends
+                        break;
+                    }
                     sampler_->next(plan);
                     after = sampler_->state();
                 }
@@ -363,6 +402,11 @@ private:
     sampler_state state_;                     // after the last batch handed out
     std::vector<std::thread> threads_;
     std::atomic<unsigned> active_{0};
+    std::atomic<unsigned> target_workers_{0};  // workers not parked (written by the consumer's tune())
+    std::atomic<bool> planned_all_{false};
+    bool autotune_ = false;
+    std::chrono::steady_clock::time_point tune_time_ = std::chrono::steady_clock::now();
+    std::uint64_t tune_consumer_wait_ = 0, tune_producer_wait_ = 0;
     bool started_ = false;
     std::uint64_t delivered_ = 0;
     std::chrono::steady_clock::time_point start_time_;

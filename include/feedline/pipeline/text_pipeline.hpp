@@ -175,6 +175,7 @@ public:
         s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
         s.slots = memory_.slots;
         s.workers = memory_.workers;
+        s.workers_active = memory_.workers;
         s.rss_bytes = resident_bytes();
         s.pinned_bytes = ring_ && ring_->pinned() ? memory_.slots * memory_.slot_bytes : 0;
         s.memory_budget = memory_.budget;
@@ -267,6 +268,7 @@ private:
         ring_ = std::move(chosen.ring);
         device_reason_ = std::move(chosen.reason);
         slot_states_.assign(memory_.slots, state_);
+        origin_ = state_;  // the assembler's copy: next() rewrites state_ while it runs
 #if FEEDLINE_HAS_SENTENCEPIECE
         const std::string model = config_.tokenizer;
         pool_options options;
@@ -295,8 +297,8 @@ private:
             };
             std::deque<piece> pieces;
             std::vector<std::int32_t> carry;  // stream positions [base, base + carry.size())
-            std::uint64_t base = 0, cursor = 0, step = state_.step;
-            std::uint64_t next_document = state_.document / documents_per_chunk * documents_per_chunk;  // first of the first chunk
+            std::uint64_t base = 0, cursor = 0, step = origin_.step;
+            std::uint64_t next_document = origin_.document / documents_per_chunk * documents_per_chunk;  // first of the first chunk
             bool first = true;
             for (;;) {
                 if (config_.max_steps && step >= config_.max_steps) break;
@@ -307,8 +309,8 @@ private:
                     for (std::uint64_t length : chunk->lengths) {
                         const std::uint64_t document = next_document++;
                         std::uint64_t skip = 0;
-                        if (first && document < state_.document) skip = length;  // a restored stream starts later in this chunk
-                        if (first && document == state_.document) skip = std::min(state_.offset, length);  // ... inside this document
+                        if (first && document < origin_.document) skip = length;  // a restored stream starts later in this chunk
+                        if (first && document == origin_.document) skip = std::min(origin_.offset, length);  // ... inside this document
                         const std::uint64_t at = base + carry.size();
                         if (skip < length) {
                             pieces.push_back({document, at - skip, length});
@@ -331,7 +333,7 @@ private:
                 }
                 cursor += B * T;
                 while (!pieces.empty() && pieces.front().start + pieces.front().length <= cursor) pieces.pop_front();
-                text_state after = state_;
+                text_state after = origin_;
                 after.step = step + 1;
                 after.document = pieces.empty() ? next_document : pieces.front().document;
                 after.offset = pieces.empty() ? 0 : cursor - pieces.front().start;
@@ -363,7 +365,8 @@ private:
     int world_ = 1, rank_ = 0, vocab_ = 0, bos_ = -1, eos_ = -1;
     batch_layout layout_;
     memory_plan memory_;
-    text_state state_;
+    text_state state_;   // what the trainer has consumed up to (main thread)
+    text_state origin_;  // where this run started (read by the assembler)
     std::unique_ptr<stats_jsonl_log> stats_log_;
     bool final_logged_ = false;
     bool started_ = false;
