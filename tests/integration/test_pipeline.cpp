@@ -169,6 +169,39 @@ TEST_CASE("Pipeline.Autotune.ParksWorkersForASlowTrainerWithoutChangingTheData")
     CHECK(pinned.active_workers() == 3);
 }
 
+TEST_CASE("Pipeline.Autotune.DeepensThePrefetchForABurstyTrainerWithoutChangingTheData") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir);
+    auto cfg = base(1);  // one fixed worker; prefetch = 0: the depth is tuned
+    cfg.batch_size = 32;
+    cfg.seq_len = 1024;
+    cfg.max_steps = 160;
+    pipeline tuned(data, cfg);
+    const std::size_t start = tuned.prefetch_depth();
+    CHECK(start == 2);
+    CHECK(tuned.memory().slots == 6);  // room to grow, planned and allocated up front
+    std::vector<copied> a;
+    for (std::uint64_t i = 0; i < 160; ++i) {
+        auto b = tuned.next();
+        REQUIRE(b);
+        a.push_back({b->step(), {b->host_inputs().begin(), b->host_inputs().end()}, {b->host_targets().begin(), b->host_targets().end()}, {}, {}});
+        // Gradient accumulation's rhythm: 8 batches back to back, then an optimizer step. The worker
+        // fills the ring during the pause and idles; the trainer then empties it and waits.
+        if (i % 8 == 7) std::this_thread::sleep_for(std::chrono::milliseconds(6));
+    }
+    CHECK(tuned.prefetch_depth() > start);
+    CHECK(tuned.prefetch_depth() <= tuned.memory().slots);
+    CHECK(tuned.stats().prefetch_depth == tuned.prefetch_depth());
+    CHECK(tuned.active_workers() == 1);
+    auto fixed_cfg = cfg;
+    fixed_cfg.prefetch = 2;  // a fixed depth is never tuned, and the batches are the same
+    pipeline fixed(data, fixed_cfg);
+    auto b = take(fixed, 160);
+    for (auto& c : b) c.positions.clear(), c.cu.clear();
+    CHECK(a == b);
+    CHECK(fixed.prefetch_depth() == 2);
+}
+
 TEST_CASE("Pipeline.Resume.ExactWithAnotherWorkerCountAndPrefetchedBatches") {
     ft::scratch_dir dir;
     auto data = make_dataset(dir);

@@ -117,6 +117,46 @@ TEST_CASE("HostRing.Slots.RefilledOnlyAfterRelease") {
     CHECK(ring.outstanding() == 1);
 }
 
+TEST_CASE("HostRing.Depth.ProducersRunAtMostDepthAheadOfReleases") {
+    host_ring ring({.slots = 5, .slot_bytes = 16, .first_sequence = 10});
+    CHECK(ring.depth() == 5);
+    ring.set_depth(2);
+    CHECK(ring.depth() == 2);
+    for (std::uint64_t s = 10; s < 12; ++s) {
+        fill(ring.acquire(s), 16, s);
+        ring.publish(s, 16);
+    }
+    std::atomic<bool> got{false};
+    std::thread producer([&] {
+        std::byte* p = ring.acquire(12);  // slot free, but 2 batches are already ahead of the releases
+        fill(p, 16, 12);
+        ring.publish(12, 16);
+        got.store(true);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(got.load());
+    auto h = ring.next();
+    REQUIRE(h);
+    CHECK_FALSE(got.load());  // taking a batch is not enough: it is still held
+    h.reset();
+    producer.join();
+    CHECK(got.load());
+    ring.set_depth(100);  // clamped to the slots; deeper takes effect at once
+    CHECK(ring.depth() == 5);
+    for (std::uint64_t s = 13; s < 15; ++s) {
+        fill(ring.acquire(s), 16, s);
+        ring.publish(s, 16);
+    }
+    for (std::uint64_t s = 11; s < 15; ++s) {
+        auto b = ring.next();
+        REQUIRE(b);
+        CHECK(b->sequence() == s);
+        CHECK(holds(b->host(), 16, s));
+    }
+    ring.set_depth(0);
+    CHECK(ring.depth() == 1);
+}
+
 TEST_CASE("HostRing.Close.WakesProducersAndDrainsWhatWasPublished") {
     host_ring ring({.slots = 2, .slot_bytes = 8});
     fill(ring.acquire(0), 8, 0);

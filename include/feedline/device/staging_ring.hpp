@@ -10,6 +10,7 @@
 // sleeps on a futex (detail::wait_point). Fed by the pipeline's workers; feeds the trainer.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -135,7 +136,7 @@ public:
     std::byte* acquire(std::uint64_t seq) {
         slot& s = slots_[seq % n_];
         auto t0 = std::chrono::steady_clock::now();
-        writable_.wait([&] { return stopped() || s.stamp.load(std::memory_order_acquire) == 2 * seq; });
+        writable_.wait([&] { return stopped() || (s.stamp.load(std::memory_order_acquire) == 2 * seq && within_depth(seq)); });
         producer_wait_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
         if (stopped()) return nullptr;
         prepare_fill(seq % n_);
@@ -200,6 +201,17 @@ public:
     }
     bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
+    // Prefetch depth: at most `depth` batches between the producers and the release of the consumer's
+    // batches (filling, ready, or held), so producers run at most that far ahead; [1, slots()], all
+    // slots by default. The pipeline's autotuner raises it when the trainer's bursts outrun a shallow
+    // ring; memory is allocated for slots() up front either way. A consumer must hold fewer handles
+    // than the depth, as it must hold fewer than slots().
+    void set_depth(std::size_t depth) noexcept {
+        depth_.store(std::clamp<std::size_t>(depth, 1, n_), std::memory_order_release);
+        writable_.notify();
+    }
+    std::size_t depth() const noexcept { return depth_.load(std::memory_order_acquire); }
+
     std::uint64_t next_sequence() const noexcept { return next_; }
     // Handles given out and not yet released (a ring must not be destroyed while this is non-zero).
     std::size_t outstanding() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
@@ -217,7 +229,12 @@ public:
 protected:
     // Throws config_error for 0 slots or 0 bytes.
     explicit staging_ring(const ring_options& o)
-        : n_(o.slots), slot_bytes_(o.slot_bytes), slots_(std::make_unique<slot[]>(o.slots == 0 ? 1 : o.slots)), next_(o.first_sequence) {
+        : n_(o.slots),
+          slot_bytes_(o.slot_bytes),
+          slots_(std::make_unique<slot[]>(o.slots == 0 ? 1 : o.slots)),
+          first_(o.first_sequence),
+          next_(o.first_sequence),
+          depth_(o.slots) {
         if (o.slots == 0) throw config_error("slots", "a ring needs at least 1 slot");
         if (o.slot_bytes == 0) throw config_error("slot_bytes", "must be at least 1");
         // Slot i first serves the first sequence s >= first_sequence with s % N == i.
@@ -246,6 +263,12 @@ private:
     };
 
     bool stopped() const noexcept { return closed_.load(std::memory_order_acquire); }
+    // Below full depth, seq may start only once all but depth - 1 of the batches before it were
+    // released. At full depth the slot stamps alone decide (a consumer may release out of order).
+    bool within_depth(std::uint64_t seq) const noexcept {
+        const std::size_t d = depth_.load(std::memory_order_acquire);
+        return d >= n_ || seq < first_ + consumed_.load(std::memory_order_acquire) + d;
+    }
     static std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
         return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -253,14 +276,16 @@ private:
     void release_slot(std::uint64_t seq, std::size_t slot, void* stream) noexcept {
         record_release(slot, stream);
         slots_[slot].stamp.store(2 * (seq + n_), std::memory_order_release);
-        consumed_.fetch_add(1, std::memory_order_relaxed);
+        consumed_.fetch_add(1, std::memory_order_release);
         outstanding_.fetch_sub(1, std::memory_order_relaxed);
         writable_.notify();
     }
 
     std::size_t n_, slot_bytes_;
     std::unique_ptr<slot[]> slots_;
+    std::uint64_t first_;
     std::uint64_t next_;  // consumer thread only
+    std::atomic<std::size_t> depth_;
     std::atomic<bool> closed_{false}, failing_{false}, failed_{false};
     std::exception_ptr failure_;
     std::atomic<std::uint64_t> published_{0}, consumed_{0}, producer_wait_ns_{0}, consumer_wait_ns_{0};

@@ -23,7 +23,8 @@ struct pipeline_config {
     tail_policy tail = tail_policy::drop;
     unsigned workers = 0;              // 0: from the machine (cores this process may use, minus the trainer's), autotuned
                                        // while running; N: exactly N, no autotuning
-    std::size_t prefetch = 0;          // batches staged ahead of the trainer (ring slots); 0: 2 per worker, >= 2
+    std::size_t prefetch = 0;          // batches staged ahead of the trainer (ring slots); 0: 2 per worker to start,
+                                       // autotuned up to twice that (at least 4 more) within the memory budget
     std::uint64_t memory_budget = 0;   // bytes for slots, scratch and indexes; 0: a quarter of what is available
     std::string io_backend = "auto";   // auto | io_uring | mmap | pread
     std::string device = "auto";       // auto | cpu | cuda | cuda:N
@@ -47,6 +48,7 @@ inline std::uint64_t memory_available_to_process(const topology& t) {
 struct memory_plan {
     std::uint64_t budget = 0;
     std::size_t slots = 0, slot_bytes = 0;
+    std::size_t depth = 0;  // prefetch depth to start with (<= slots; the autotuner may raise it to slots)
     std::uint64_t worker_bytes = 0;  // scratch per worker (raw tokens of one batch + requests)
     std::uint64_t index_bytes = 0;   // the sampler's epoch layout
     unsigned workers = 0;
@@ -57,9 +59,12 @@ struct memory_plan {
 // when even two slots do not fit.
 inline memory_plan plan_memory(const pipeline_config& c, std::uint64_t budget, unsigned workers, std::size_t slot_bytes,
                                std::uint64_t worker_bytes, std::uint64_t index_bytes) {
-    memory_plan p{budget, 0, slot_bytes, worker_bytes, index_bytes, workers};
+    memory_plan p{.budget = budget, .slot_bytes = slot_bytes, .worker_bytes = worker_bytes, .index_bytes = index_bytes, .workers = workers};
     const std::uint64_t fixed = workers * worker_bytes + index_bytes;
-    const std::size_t wanted = c.prefetch ? c.prefetch : std::max<std::size_t>(2, 2 * std::size_t(workers));
+    // Auto: start 2 batches deep per worker, with room for the autotuner to double that (at least 4 more:
+    // enough for gradient accumulation's bursts of a single worker).
+    const std::size_t start = std::max<std::size_t>(2, 2 * std::size_t(workers));
+    const std::size_t wanted = c.prefetch ? c.prefetch : start + std::max<std::size_t>(4, start);
     if (c.prefetch == 1) throw config_error("prefetch", "needs at least 2 batches (one in use, one being filled)");
     const std::uint64_t fits = budget > fixed ? (budget - fixed) / std::max<std::size_t>(1, slot_bytes) : 0;
     if (fits < 2)
@@ -70,6 +75,7 @@ inline memory_plan plan_memory(const pipeline_config& c, std::uint64_t budget, u
         throw config_error("prefetch", std::to_string(c.prefetch) + " batches of " + std::to_string(slot_bytes) + " bytes exceed the memory budget of " +
                                            std::to_string(budget) + " bytes (" + std::to_string(fits) + " fit)");
     p.slots = static_cast<std::size_t>(std::min<std::uint64_t>(wanted, fits));
+    p.depth = c.prefetch ? p.slots : std::min(start, p.slots);
     return p;
 }
 

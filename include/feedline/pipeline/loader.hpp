@@ -109,13 +109,15 @@ public:
         const std::size_t slot = h->slot();
         state_ = slot_states_[slot];
         ++delivered_;
-        if (autotune_ && delivered_ % tune_every == 0) tune();
+        if ((autotune_ || tune_depth_) && delivered_ % tune_every == 0) tune();
         if (stats_log_ && delivered_ % config_.stats_every == 0) stats_log_->write(stats());
         return batch(std::move(*h), &layout_);
     }
 
     // Workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
     unsigned active_workers() const noexcept { return target_workers_.load(std::memory_order_relaxed); }
+    // Batches the workers may run ahead of the trainer now (raised by the autotuner when prefetch = 0).
+    std::size_t prefetch_depth() const noexcept { return ring_ ? ring_->depth() : memory_.depth; }
 
     // Where the trainer is: restoring this continues with the batch after the last one returned.
     const sampler_state& state() const noexcept { return state_; }
@@ -157,6 +159,7 @@ public:
         s.slots = memory_.slots;
         s.workers = memory_.workers;
         s.workers_active = started_ ? active_workers() : memory_.workers;
+        s.prefetch_depth = prefetch_depth();
         s.rss_bytes = resident_bytes();
         s.pinned_bytes = ring_ && ring_->pinned() ? memory_.slots * memory_.slot_bytes : 0;
         s.memory_budget = memory_.budget;
@@ -204,14 +207,20 @@ private:
         }
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
+        ring_->set_depth(memory_.depth);
+        tune_depth_ = config_.prefetch == 0 && memory_.depth < memory_.slots;
         tune_time_ = start_time_;
         for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
     }
 
-    // The autotuner, run by the consumer every tune_every batches: if the trainer waited more than 5% of
-    // the interval the data side is short, so one more worker runs; if it barely waited and the workers
-    // spent most of the interval waiting for free slots, one is parked (its core goes back to the
-    // trainer). Batches stay a pure function of the config whatever it does.
+    // The autotuner, run by the consumer every tune_every batches on the ring's waits over the interval:
+    // - the trainer waited (> 1%) although the workers also sat waiting for room (> 10% each): the
+    //   ring is too shallow for the trainer's bursts (gradient accumulation, evaluation pauses), so
+    //   the prefetch depth grows by one, up to the slots the budget allocated;
+    // - the trainer waited > 5% and the workers were busy: the data side is short, one more worker runs;
+    // - the trainer barely waited (< 0.5%) and the workers spent over half the interval each waiting
+    //   for room: one worker is parked (its core goes back to the trainer).
+    // Batches stay a pure function of the config whatever it does: only timing changes.
     static constexpr std::uint64_t tune_every = 16;
     void tune() {
         const auto r = ring_->stats();
@@ -222,11 +231,15 @@ private:
         tune_time_ = now;
         tune_consumer_wait_ = r.consumer_wait_ns;
         tune_producer_wait_ = r.producer_wait_ns;
-        if (interval <= 0) return;
+        // The first interval holds the start-up (readers opening, the first fill): no steady-state signal.
+        if (interval <= 0 || delivered_ == tune_every) return;
         const unsigned n = target_workers_.load(std::memory_order_relaxed);
-        if (stalled > 0.05 * interval && n < memory_.workers)
+        const std::size_t depth = ring_->depth();
+        if (tune_depth_ && stalled > 0.01 * interval && producers_waited > 0.1 * interval * n && depth < memory_.slots)
+            ring_->set_depth(depth + 1);
+        else if (autotune_ && stalled > 0.05 * interval && n < memory_.workers)
             target_workers_.store(n + 1, std::memory_order_relaxed);
-        else if (stalled < 0.005 * interval && producers_waited > 0.5 * interval * n && n > 1)
+        else if (autotune_ && stalled < 0.005 * interval && producers_waited > 0.5 * interval * n && n > 1)
             target_workers_.store(n - 1, std::memory_order_relaxed);
     }
 
@@ -404,7 +417,8 @@ private:
     std::atomic<unsigned> active_{0};
     std::atomic<unsigned> target_workers_{0};  // workers not parked (written by the consumer's tune())
     std::atomic<bool> planned_all_{false};
-    bool autotune_ = false;
+    bool autotune_ = false;    // workers = 0: park and wake workers
+    bool tune_depth_ = false;  // prefetch = 0: raise the prefetch depth
     std::chrono::steady_clock::time_point tune_time_ = std::chrono::steady_clock::now();
     std::uint64_t tune_consumer_wait_ = 0, tune_producer_wait_ = 0;
     bool started_ = false;

@@ -25,7 +25,7 @@ struct pipeline_stats {
     double slot_wait_s = 0;         // workers waiting for a free slot (the trainer is the bottleneck)
     double stall_s = 0;             // the trainer waiting in next() (the data side is the bottleneck)
     double stall_fraction = 0;
-    std::size_t ready_batches = 0, slots = 0;
+    std::size_t ready_batches = 0, slots = 0, prefetch_depth = 0;  // ready now, allocated, allowed ahead
     unsigned workers = 0, workers_active = 0;  // threads, and how many the autotuner lets run
     std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
     std::string io_backend, device;
@@ -43,11 +43,11 @@ struct pipeline_stats {
         std::snprintf(buf, sizeof buf,
                       "{\"batches\": %llu, \"tokens\": %llu, \"bytes_read\": %llu, \"padding_tokens\": %llu, \"seconds\": %.4f, "
                       "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"tokenize_s\": %.4f, \"slot_wait_s\": %.4f, "
-                      "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"ready_batches\": %zu, \"slots\": %zu, \"workers\": %u, \"workers_active\": %u, "
+                      "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"ready_batches\": %zu, \"slots\": %zu, \"prefetch_depth\": %zu, \"workers\": %u, \"workers_active\": %u, "
                       "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, ",
                       static_cast<unsigned long long>(batches), static_cast<unsigned long long>(tokens),
                       static_cast<unsigned long long>(bytes_read), static_cast<unsigned long long>(padding_tokens), seconds, tokens_per_s,
-                      read_s, assemble_s, plan_s, tokenize_s, slot_wait_s, stall_s, stall_fraction, ready_batches, slots, workers, workers_active,
+                      read_s, assemble_s, plan_s, tokenize_s, slot_wait_s, stall_s, stall_fraction, ready_batches, slots, prefetch_depth, workers, workers_active,
                       static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
                       static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes));
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\"}";

@@ -176,6 +176,7 @@ public:
         s.slots = memory_.slots;
         s.workers = memory_.workers;
         s.workers_active = memory_.workers;
+        s.prefetch_depth = memory_.slots;  // the whole ring (no depth tuning here)
         s.rss_bytes = resident_bytes();
         s.pinned_bytes = ring_ && ring_->pinned() ? memory_.slots * memory_.slot_bytes : 0;
         s.memory_budget = memory_.budget;
