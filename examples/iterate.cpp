@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
     std::uint64_t batch_size = 32, seq_len = 1024, batches = 100, seed = 1234, budget = 0;
     unsigned workers = 0;
     std::size_t prefetch = 0;
-    app.add_option("dataset", dataset, "Megatron prefix, llm.c shard pattern, or directory")->required();
+    app.add_option("dataset", dataset, "Megatron prefix, llm.c shard pattern or directory, or JSONL / text files (with --model)")->required();
     app.add_option("--batch-size", batch_size, "samples per batch")->capture_default_str();
     app.add_option("--seq-len", seq_len, "tokens per sample")->capture_default_str();
     app.add_option("--batches", batches, "batches to take")->capture_default_str();
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     app.add_option("--device", device, "cpu, auto, cuda or cuda:N")->capture_default_str();
     app.add_option("--io-backend", backend, "auto, io_uring, mmap or pread")->capture_default_str();
     app.add_option("--memory-budget", budget, "bytes (0: a quarter of available memory)")->capture_default_str();
-    app.add_option("--model", model, "sentencepiece model: DATASET is JSONL/text (files, directory or glob), tokenized on the fly by the workers");
+    app.add_option("--model", model, "sentencepiece model: JSONL / text input is tokenized on the fly by the workers");
     CLI11_PARSE(app, argc, argv);
     try {
         const feedline::pipeline_config config{.batch_size = batch_size,
@@ -44,21 +44,12 @@ int main(int argc, char** argv) {
                                                .tokenizer = model};
         std::uint64_t sum = 0, n = 0;
         auto t0 = std::chrono::steady_clock::now();
-        auto drain = [&](auto& p) {
-            for (auto& b : p) {
-                for (std::int32_t t : b.host_inputs()) sum += static_cast<std::uint64_t>(t);
-                ++n;
-            }
-            return p.stats();
-        };
-        feedline::pipeline_stats st;
-        if (model.empty()) {
-            feedline::pipeline p(dataset, config);
-            st = drain(p);
-        } else {
-            feedline::text_pipeline p({dataset}, config);
-            st = drain(p);
+        feedline::pipeline p(dataset, config);
+        for (auto& b : p) {
+            for (std::int32_t t : b.host_inputs()) sum += static_cast<std::uint64_t>(t);
+            ++n;
         }
+        const feedline::pipeline_stats st = p.stats();
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         nlohmann::json j = nlohmann::json::parse(st.to_json());
         j["batches"] = n;

@@ -21,7 +21,7 @@ int main(int argc, char** argv) try {
     std::printf("%llu batches, input checksum %llu\n", static_cast<unsigned long long>(data.stats().batches),
                 static_cast<unsigned long long>(checksum));
     std::printf("%s\n", data.stats().to_json().c_str());
-    // Resume: a new pipeline, data.restore(feedline::sampler_state_from_json(saved)), same batches on.
+    // Resume: a new pipeline, data.restore(feedline::pipeline_state_from_json(saved)), same batches on.
     return 0;
 } catch (const feedline::error& e) {  // bad data or config: the message names the file, offset or field
     std::fprintf(stderr, "quickstart: %s\n", e.what());

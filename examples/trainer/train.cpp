@@ -155,11 +155,12 @@ int run(options o, trainer::communicator& comm) {
                                      .workers = o.workers,
                                      .device = device,
                                      .rank = comm.rank(),
-                                     .world_size = comm.size()});
+                                     .world_size = comm.size(),
+                                     .tokenizer = o.tokenizer});  // used when the data is raw text
     std::uint64_t step = 0, tokens = 0;
     if (resumed) {
         model->load_state(resumed->params, resumed->m, resumed->v);
-        data.restore(feedline::sampler_state_from_json(resumed->pipeline_state));
+        data.restore(feedline::pipeline_state_from_json(resumed->pipeline_state));
         step = resumed->step;
         tokens = resumed->tokens;
         resumed.reset();
@@ -167,10 +168,10 @@ int run(options o, trainer::communicator& comm) {
     const std::uint64_t tokens_at_start = tokens;
 
     say(fmt::format("feedline-train: {} parameters (vocab {}, context {}, embed {}, hidden {}) on {}; {} rank(s) x {} x {} tokens x {} accumulation = "
-                    "{} tokens per step; data {} ({} tokens)",
+                    "{} tokens per step; data {} ({})",
                     o.model.parameter_count(), o.model.vocab, o.model.context, o.model.embed, o.model.hidden, model->describe(), comm.size(),
                     o.batch_size, o.seq_len, o.grad_accum, comm.size() * o.batch_size * o.seq_len * o.grad_accum, o.data,
-                    data.dataset().total_tokens()));
+                    data.describe()));
 
     double pending_train_loss = 0;  // training loss taken off the device early (by an evaluation)
     auto evaluate = [&]() -> std::optional<double> {
@@ -183,7 +184,8 @@ int run(options o, trainer::communicator& comm) {
                                               .device = device,
                                               .rank = comm.rank(),
                                               .world_size = comm.size(),
-                                              .max_steps = o.eval_batches});
+                                              .max_steps = o.eval_batches,
+                                              .tokenizer = o.tokenizer});
         std::vector<std::uint64_t> ignore(o.model.vocab);
         double sums[2] = {0, 0};
         pending_train_loss += model->take_loss_sum();  // training loss since the last progress line: kept for it
@@ -332,7 +334,7 @@ int main(int argc, char** argv) {
     options o;
     CLI::App app{"Train a small next-token model on a feedline dataset (GPU via cuBLAS if present, else CPU via OpenBLAS)"};
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
-    app.add_option("--data", o.data, "training data: Megatron prefix, llm.c shard pattern or directory")->required();
+    app.add_option("--data", o.data, "training data: Megatron prefix, llm.c shard pattern or directory, or JSONL / text (tokenized on the fly with --tokenizer)")->required();
     app.add_option("--eval-data", o.eval_data, "held-out data for evaluation (same forms as --data)");
     app.add_option("--max-steps", o.max_steps, "optimizer steps in all (a resumed run continues up to this)")->capture_default_str();
     app.add_option("--max-seconds", o.max_seconds, "stop after this much wall time (0: no limit)")->capture_default_str();

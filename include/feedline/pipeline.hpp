@@ -1,5 +1,5 @@
 // feedline/pipeline.hpp: the public entry point. One include gives the whole library: the pipeline
-// (dataset -> sampler -> workers -> staging ring -> trainer) and every layer under it: storage
+// (dataset or text -> sampler -> workers -> staging ring -> trainer) and every layer under it: storage
 // backends, dataset formats, sampling, queues, the ordered worker pool, topology and device staging
 // (the pinned ring when built with CUDA, the host ring always).
 #pragma once
@@ -23,9 +23,10 @@
 #include <feedline/format/text_corpus.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
-#include <feedline/pipeline/loader.hpp>
+#include <feedline/pipeline/pipeline.hpp>
 #include <feedline/pipeline/stats.hpp>
 #include <feedline/pipeline/text_pipeline.hpp>
+#include <feedline/pipeline/token_pipeline.hpp>
 #include <feedline/sampling/permutation.hpp>
 #include <feedline/sampling/sampler.hpp>
 #include <feedline/sampling/state_io.hpp>

@@ -181,13 +181,24 @@ TEST_CASE("Pipeline.Autotune.DeepensThePrefetchForABurstyTrainerWithoutChangingT
     CHECK(start == 2);
     CHECK(tuned.memory().slots == 6);  // room to grow, planned and allocated up front
     std::vector<copied> a;
+    // Gradient accumulation's rhythm: 8 batches back to back, then an optimizer step. The pause is
+    // measured, not fixed, so the test holds at any speed (sanitizers, a loaded machine): it lasts
+    // until the worker has filled the ring and sits waiting for room, then as long again as the burst
+    // took. The trainer then empties the shallow ring and waits for the rest of its burst.
+    auto burst_start = std::chrono::steady_clock::now();
     for (std::uint64_t i = 0; i < 160; ++i) {
-        auto b = tuned.next();
-        REQUIRE(b);
-        a.push_back({b->step(), {b->host_inputs().begin(), b->host_inputs().end()}, {b->host_targets().begin(), b->host_targets().end()}, {}, {}});
-        // Gradient accumulation's rhythm: 8 batches back to back, then an optimizer step. The worker
-        // fills the ring during the pause and idles; the trainer then empties it and waits.
-        if (i % 8 == 7) std::this_thread::sleep_for(std::chrono::milliseconds(6));
+        {
+            auto b = tuned.next();
+            REQUIRE(b);
+            a.push_back({b->step(), {b->host_inputs().begin(), b->host_inputs().end()}, {b->host_targets().begin(), b->host_targets().end()}, {}, {}});
+        }  // released before the pause: a held batch would count against the depth
+        if (i % 8 != 7) continue;
+        const auto burst = std::chrono::steady_clock::now() - burst_start;
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (tuned.stats().ready_batches < tuned.prefetch_depth() && std::chrono::steady_clock::now() < give_up)
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        std::this_thread::sleep_for(burst);
+        burst_start = std::chrono::steady_clock::now();
     }
     CHECK(tuned.prefetch_depth() > start);
     CHECK(tuned.prefetch_depth() <= tuned.memory().slots);
@@ -216,7 +227,7 @@ TEST_CASE("Pipeline.Resume.ExactWithAnotherWorkerCountAndPrefetchedBatches") {
                 pipeline first(data, base(3, mode));
                 got = take(first, k);
                 // Workers have run ahead (up to the ring's slots); the state counts only what was taken.
-                auto bytes = to_bytes(first.state());
+                auto bytes = to_bytes(std::get<sampler_state>(first.state()));
                 saved.assign(reinterpret_cast<const std::uint8_t*>(bytes.data()), reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
             }
             pipeline second(data, base(1, mode));
@@ -272,7 +283,35 @@ TEST_CASE("Pipeline.Range.ForLoopEndsAfterMaxSteps") {
     std::uint64_t n = 0;
     for (auto& b : p) CHECK(b.step() == n++);
     CHECK(n == 25);
-    CHECK(p.state().step == 25);
+    CHECK(std::get<sampler_state>(p.state()).step == 25);
+}
+
+TEST_CASE("Pipeline.Source.ShardsAreTokensAndTheirStateRoundTripsAsJson") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir, 2);
+    CHECK(detect_source(dir / "part_0") == source_kind::tokens);
+    CHECK(detect_source(dir.path().string()) == source_kind::tokens);
+    CHECK(detect_source(dir / "part_*.idx") == source_kind::tokens);
+    auto cfg = base(2);
+    cfg.max_steps = 12;
+    pipeline whole(dir.path().string(), cfg);  // opened by spec: the directory of shards
+    CHECK(whole.kind() == source_kind::tokens);
+    REQUIRE(whole.tokens() != nullptr);
+    CHECK(whole.text() == nullptr);
+    CHECK(whole.tokens()->dataset().total_tokens() == data->total_tokens());
+    auto all = take(whole, 12);
+    cfg.max_steps = 0;
+    std::string saved;
+    {
+        pipeline first(data, cfg);
+        (void)take(first, 5);
+        saved = to_json(first.state());
+    }
+    pipeline second(data, cfg);
+    CHECK_THROWS_AS(second.restore(text_state{}), config_error);  // a text pipeline's state does not fit
+    second.restore(pipeline_state_from_json(saved));
+    auto rest = take(second, 7);
+    CHECK(std::equal(rest.begin(), rest.end(), all.begin() + 5));
 }
 
 TEST_CASE("Pipeline.Stats.JsonLinesEveryNBatchesAndAtTheEnd") {

@@ -1,7 +1,8 @@
 // On-the-fly tokenization: text_pipeline's windows are cut from exactly the ids spm_encode gives for
 // the same model and documents (model trained in the test), the stream is the same with 1 or 3
-// workers, resume is exact from the middle of a document, ranks take disjoint documents, and bad
-// input fails with the file and offset.
+// workers, resume is exact from the middle of a document, packed rows equal the shard sampler's on
+// the same ids, feedline::pipeline picks the text path from the spec, ranks take disjoint documents,
+// and bad input fails with the file and offset.
 #include <doctest/doctest.h>
 
 #include <feedline/pipeline.hpp>
@@ -55,8 +56,10 @@ struct text_fixture {
 
 struct copied {
     std::vector<std::int32_t> inputs, targets;
+    friend bool operator==(const copied&, const copied&) = default;
 };
-std::vector<copied> take(text_pipeline& p) {
+template <class Pipeline>
+std::vector<copied> take(Pipeline& p) {
     std::vector<copied> out;
     for (auto& b : p) out.push_back({{b.host_inputs().begin(), b.host_inputs().end()}, {b.host_targets().begin(), b.host_targets().end()}});
     return out;
@@ -147,6 +150,152 @@ TEST_CASE("TextPipeline.Resume.ExactFromTheMiddleOfADocument") {
     CHECK_THROWS_AS(text_pipeline({f.jsonl}, f.config(1, 5)).restore(s), config_error);
 }
 
+TEST_CASE("Pipeline.Text.OneEntryPointForTextWithItsStateInCheckpoints") {
+    text_fixture f;
+    // What the spec names decides the pipeline: JSONL / text files, alone or in a directory or glob.
+    CHECK(detect_source(f.jsonl) == source_kind::text);
+    CHECK(detect_source(f.lines) == source_kind::text);
+    CHECK(detect_source(f.dir / "*.jsonl") == source_kind::text);
+    CHECK(detect_source(f.dir.path().string()) == source_kind::text);
+    CHECK(open_dataset(f.jsonl).kind() == source_kind::text);
+
+    text_pipeline direct({f.jsonl}, f.config(2, 30));
+    const auto expected = take(direct);
+    pipeline whole(f.jsonl, f.config(2, 30));
+    CHECK(whole.kind() == source_kind::text);
+    CHECK(whole.text() != nullptr);
+    CHECK(whole.tokens() == nullptr);
+    CHECK(whole.describe().find("120 text documents") != std::string::npos);
+    CHECK(take(whole) == expected);
+    CHECK(whole.stats().batches == 30);
+
+    // A checkpoint stores the state as JSON; a JSON library re-serialises it (keys sorted) and the
+    // restored pipeline, with another worker count, continues exactly.
+    std::string saved;
+    {
+        pipeline first(f.jsonl, f.config(1, 11));
+        (void)take(first);
+        saved = nlohmann::json::parse(to_json(first.state())).dump();
+    }
+    pipeline second(f.jsonl, f.config(3, 30));
+    const pipeline_state s = pipeline_state_from_json(saved);
+    REQUIRE(std::holds_alternative<text_state>(s));
+    CHECK(std::get<text_state>(s).step == 11);
+    second.restore(s);
+    const auto rest = take(second);
+    REQUIRE(rest.size() == 19);
+    CHECK(std::equal(rest.begin(), rest.end(), expected.begin() + 11));
+
+    // A token-shard state does not restore a text pipeline; text needs a tokenizer; garbage is no state.
+    pipeline third(f.jsonl, f.config(1, 5));
+    CHECK_THROWS_AS(third.restore(sampler_state{}), config_error);
+    auto no_model = f.config(1, 5);
+    no_model.tokenizer.clear();
+    CHECK_THROWS_AS(pipeline(f.jsonl, no_model), config_error);
+    CHECK_THROWS_AS(pipeline_state_from_json("{\"format\": \"feedline.text_state\", \"version\": 1}"), format_error);
+    CHECK_THROWS_AS(pipeline_state_from_json("not json"), format_error);
+}
+
+namespace {
+struct packed_batch {
+    std::vector<std::int32_t> inputs, targets, positions, cu, pieces;
+    friend bool operator==(const packed_batch&, const packed_batch&) = default;
+};
+template <class Pipeline>
+std::vector<packed_batch> take_packed(Pipeline& p) {
+    std::vector<packed_batch> out;
+    auto v = [](auto span) { return std::vector<std::int32_t>(span.begin(), span.end()); };
+    for (auto& b : p) out.push_back({v(b.host_inputs()), v(b.host_targets()), v(b.host_position_ids()), v(b.host_cu_seqlens()), v(b.host_pieces())});
+    return out;
+}
+}  // namespace
+
+TEST_CASE("TextPipeline.Packed.RowsEqualTheShardSamplersOnTheSameIdsAndResumeMidDocument") {
+    text_fixture f;
+    // The reference: every document's sentencepiece ids + EOS written to a Megatron shard and packed
+    // by the shard sampler. The text pipeline packs its stream by the same rule as documents arrive.
+    sentencepiece::SentencePieceProcessor spm;
+    REQUIRE(spm.Load(f.model).ok());
+    {
+        megatron_writer w(f.dir / "ref", token_dtype::int32);
+        for (const auto& d : f.docs) {
+            std::vector<int> ids;
+            REQUIRE(spm.Encode(d, &ids).ok());
+            ids.push_back(spm.eos_id());
+            w.add_document(std::vector<std::uint32_t>(ids.begin(), ids.end()));
+        }
+        w.finish();
+    }
+    const std::uint64_t steps = 40;
+    auto cfg = f.config(2, steps);
+    cfg.mode = sample_mode::packed;
+    const std::uint64_t B = cfg.batch_size, T = cfg.seq_len;
+    // The shard sampler's packed rows in order (documents in file order, rows not shuffled: a stream
+    // cannot shuffle rows it has not seen), assembled as the slot layout documents.
+    auto ref = std::make_shared<const token_dataset>(f.dir / "ref");
+    REQUIRE(ref->total_tokens() > 2 * steps * B * T);  // within the first epoch
+    sampler rows(*ref,
+                 {.seq_len = T, .global_batch = B, .seed = 9, .mode = sample_mode::packed, .shuffle = shuffle_mode::none, .shuffle_samples = false,
+                  .rank = 0, .world_size = 1},
+                 ref->shard_document_starts());
+    pread_reader reader;
+    std::vector<packed_batch> expected;
+    for (std::uint64_t step = 0; step < steps; ++step) {
+        packed_batch e;
+        for (const auto& sample : rows.next().samples) {
+            std::vector<std::int32_t> row;
+            for (const auto& seg : sample.segments) {
+                std::vector<std::int32_t> t(seg.length);
+                ref->read_tokens(reader, ref->document(seg.document), seg.offset, seg.length, t.data());
+                row.insert(row.end(), t.begin(), t.end());
+            }
+            row_boundaries bounds;
+            boundaries_of(sample.segments, T, bounds);
+            std::vector<std::int32_t> targets(T, -1);
+            for (std::size_t k = 0; k + 1 < bounds.cu_seqlens.size(); ++k)  // the next token inside each piece
+                for (std::int32_t j = bounds.cu_seqlens[k]; j + 1 < bounds.cu_seqlens[k + 1]; ++j) targets[j] = row[j + 1];
+            const auto pieces = static_cast<std::int32_t>(bounds.cu_seqlens.size() - 1);
+            row.resize(T, 0);
+            bounds.cu_seqlens.resize(T + 1, bounds.cu_seqlens.back());
+            e.inputs.insert(e.inputs.end(), row.begin(), row.end());
+            e.targets.insert(e.targets.end(), targets.begin(), targets.end());
+            e.positions.insert(e.positions.end(), bounds.position_ids.begin(), bounds.position_ids.end());
+            e.cu.insert(e.cu.end(), bounds.cu_seqlens.begin(), bounds.cu_seqlens.end());
+            e.pieces.push_back(pieces);
+        }
+        expected.push_back(std::move(e));
+    }
+    pipeline text(f.jsonl, cfg);
+    const auto got = take_packed(text);
+    REQUIRE(got.size() == steps);
+    for (std::size_t i = 0; i < steps; ++i) {
+        CAPTURE(i);
+        CHECK(got[i] == expected[i]);
+    }
+    CHECK(text.stats().padding_tokens > 0);
+
+    // Resume at several steps (some inside a document split across rows), with another worker count.
+    bool inside = false;
+    for (std::uint64_t k : {1ull, 6ull, 13ull, 22ull, 31ull}) {
+        CAPTURE(k);
+        pipeline first(f.jsonl, [&] { auto c = cfg; c.max_steps = k; return c; }());
+        (void)take_packed(first);
+        const auto s = pipeline_state_from_json(to_json(first.state()));
+        inside = inside || std::get<text_state>(s).offset > 0;
+        pipeline second(f.jsonl, [&] { auto c = cfg; c.workers = 3; return c; }());
+        second.restore(s);
+        const auto rest = take_packed(second);
+        REQUIRE(rest.size() == steps - k);
+        CHECK(std::equal(rest.begin(), rest.end(), got.begin() + static_cast<std::ptrdiff_t>(k)));
+    }
+    CHECK(inside);
+    // A windows-mode state does not restore a packed pipeline.
+    pipeline windows(f.jsonl, f.config(1, 3));
+    (void)take(windows);
+    pipeline packed(f.jsonl, cfg);
+    CHECK_THROWS_AS(packed.restore(windows.state()), config_error);
+}
+
 TEST_CASE("TextPipeline.Ranks.TakeDisjointDocuments") {
     text_fixture f;
     // One window per document would be needed to see documents directly; instead compare streams: with
@@ -193,7 +342,7 @@ TEST_CASE("TextPipeline.Errors.NamedFileOffsetAndField") {
     cfg.tokenizer.clear();
     CHECK_THROWS_AS(text_pipeline({f.jsonl}, cfg), config_error);
     cfg = f.config(1, 1);
-    cfg.mode = sample_mode::packed;
+    cfg.seq_len = 0;
     CHECK_THROWS_AS(text_pipeline({f.jsonl}, cfg), config_error);
     CHECK_THROWS_AS(text_pipeline({f.dir / "nothing-here.jsonl"}, f.config(1, 1)), io_error);
     // A file truncated after opening surfaces at next() as a format_error naming it and the offset.

@@ -61,6 +61,32 @@ TEST_CASE("feedline-train: a resumed run reproduces the uninterrupted run's loss
     }
 }
 
+TEST_CASE("feedline-train: trains straight from JSONL tokenized on the fly, and resumes it exactly") {
+    ft::trainer_corpus data;
+    // The same flags as on shards, with the JSONL the shards were packed from as --data.
+    auto on_text = [&](const std::string& extra) {
+        std::string cmd = data.train_command("--decay-steps 10 --warmup 2 " + extra);
+        return ft::run(cmd.replace(cmd.find(" --data " + data.train), 8 + data.train.size(), " --data " + (data.dir / "train.jsonl")), data.dir);
+    };
+    auto full = on_text("--max-steps 10");
+    REQUIRE_MESSAGE(full.code == 0, full.err);
+    CHECK(full.out.find("text documents") != std::string::npos);  // the start line says what the data is
+    const std::string ck = data.dir / "ck-text";
+    auto first = on_text("--max-steps 4 --checkpoint " + ck);
+    REQUIRE_MESSAGE(first.code == 0, first.err);
+    auto second = on_text("--max-steps 10 --workers 2 --resume " + ck);
+    REQUIRE_MESSAGE(second.code == 0, second.err);
+    const auto a = ft::progress_lines(full.out), c = ft::progress_lines(second.out);
+    REQUIRE(a.size() == 10);
+    REQUIRE(c.size() == 6);
+    for (std::size_t i = 0; i < 6; ++i) {
+        CAPTURE(i);
+        CHECK(c[i]["step"] == a[4 + i]["step"]);
+        CHECK(c[i]["loss"].get<double>() == a[4 + i]["loss"].get<double>());  // the text state resumed mid-stream
+    }
+    CHECK(a.back()["loss"].get<double>() < a.front()["loss"].get<double>());
+}
+
 TEST_CASE("feedline-train: bad flags, data and checkpoints fail with a clear message") {
     ft::trainer_corpus data;
     SUBCASE("token ids beyond --vocab-size") {

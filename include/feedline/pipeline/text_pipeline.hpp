@@ -6,12 +6,11 @@
 // consecutive rows sharing one token, crossing documents) written straight into ring slots.
 // The state is (step, document number, token offset inside it): a restored pipeline starts tokenizing
 // at that document and drops the tokens before the offset, so resume works in the middle of a document.
-// Windows mode only: packing whole documents needs their lengths up front (pack the text into shards).
+// Packed mode places whole documents into rows by the same greedy rule as for shards, on the stream.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -23,6 +22,9 @@
 #if FEEDLINE_HAS_SENTENCEPIECE
 #include <sentencepiece_processor.h>
 #endif
+#if FEEDLINE_HAS_JSON
+#include <nlohmann/json.hpp>
+#endif
 
 #include <feedline/device/make_ring.hpp>
 #include <feedline/exec/worker_pool.hpp>
@@ -31,53 +33,55 @@
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/stats.hpp>
 #include <feedline/sampling/permutation.hpp>
+#include <feedline/sampling/windows.hpp>
 
 namespace feedline {
 
 // Where a text pipeline is: the next step, and the next token (document number in this rank's order,
 // offset in its tokens). The other fields say what the position means; restore() checks them.
 struct text_state {
-    std::uint64_t seed = 0, seq_len = 0, batch_size = 0, world_size = 1, rank = 0;
+    std::uint64_t seed = 0, seq_len = 0, batch_size = 0, world_size = 1, rank = 0, packed = 0;
     std::uint64_t step = 0, document = 0, offset = 0;
     friend bool operator==(const text_state&, const text_state&) = default;
 };
 
+#if FEEDLINE_HAS_JSON
 inline std::string to_json(const text_state& s) {
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "{\"kind\": \"text\", \"version\": 1, \"seed\": %llu, \"seq_len\": %llu, \"batch_size\": %llu, \"world_size\": %llu, "
-                  "\"rank\": %llu, \"step\": %llu, \"document\": %llu, \"offset\": %llu}",
-                  (unsigned long long)s.seed, (unsigned long long)s.seq_len, (unsigned long long)s.batch_size, (unsigned long long)s.world_size,
-                  (unsigned long long)s.rank, (unsigned long long)s.step, (unsigned long long)s.document, (unsigned long long)s.offset);
-    return buf;
+    const nlohmann::json j = {{"format", "feedline.text_state"}, {"version", 1},          {"seed", s.seed},         {"seq_len", s.seq_len},
+                              {"batch_size", s.batch_size},      {"world_size", s.world_size}, {"rank", s.rank}, {"packed", s.packed}, {"step", s.step},
+                              {"document", s.document},          {"offset", s.offset}};
+    return j.dump();
 }
 
+// Throws format_error for anything but a version 1 text state.
 inline text_state text_state_from_json(const std::string& text) {
-    text_state s;
-    unsigned long long v[8] = {};
-    const int n = std::sscanf(text.c_str(),
-                              " {\"kind\": \"text\", \"version\": 1, \"seed\": %llu, \"seq_len\": %llu, \"batch_size\": %llu, \"world_size\": %llu, "
-                              "\"rank\": %llu, \"step\": %llu, \"document\": %llu, \"offset\": %llu}",
-                              &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
-    if (n != 8) throw config_error("state", "not a version 1 text pipeline state: " + text.substr(0, 200));
-    s.seed = v[0], s.seq_len = v[1], s.batch_size = v[2], s.world_size = v[3], s.rank = v[4], s.step = v[5], s.document = v[6], s.offset = v[7];
-    return s;
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("format", "") != "feedline.text_state")
+        throw format_error("text state (JSON)", 0, "not a feedline text pipeline state");
+    try {
+        if (j.at("version").get<int>() != 1) throw format_error("text state (JSON)", 0, "unsupported version " + j.at("version").dump());
+        return {.seed = j.at("seed"), .seq_len = j.at("seq_len"), .batch_size = j.at("batch_size"), .world_size = j.at("world_size"),
+                .rank = j.at("rank"), .packed = j.at("packed"), .step = j.at("step"), .document = j.at("document"), .offset = j.at("offset")};
+    } catch (const nlohmann::json::exception& e) {
+        throw format_error("text state (JSON)", 0, std::string("missing or mistyped field: ") + e.what());
+    }
 }
+#endif
 
 class text_pipeline {
 public:
     // `inputs`: JSONL or text files, directories or globs. Needs config.tokenizer (a sentencepiece
-    // model). Throws config_error (no tokenizer, packed mode, bad numbers), io_error, format_error
+    // model). Throws config_error (no tokenizer, bad numbers), io_error, format_error
     // before any thread starts.
     text_pipeline(const std::vector<std::string>& inputs, pipeline_config config, text_options options = {})
-        : config_(std::move(config)) {
+        : text_pipeline(std::make_shared<const text_corpus>(inputs, std::move(options)), std::move(config)) {}
+
+    // A corpus opened before (feedline::open_dataset); shared, read-only.
+    text_pipeline(std::shared_ptr<const text_corpus> corpus, pipeline_config config) : config_(std::move(config)), corpus_(std::move(corpus)) {
 #if !FEEDLINE_HAS_SENTENCEPIECE
-        (void)inputs;
-        (void)options;
         throw config_error("tokenizer", "on-the-fly tokenization needs sentencepiece, which this build of feedline lacks");
 #else
         if (config_.tokenizer.empty()) throw config_error("tokenizer", "text input needs a sentencepiece model (pipeline_config::tokenizer)");
-        if (config_.mode != sample_mode::windows) throw config_error("mode", "text is tokenized on the fly in windows mode only; pack it into shards for packed mode");
         if (config_.batch_size == 0) throw config_error("batch_size", "must be at least 1");
         if (config_.seq_len == 0 || config_.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
         sentencepiece::SentencePieceProcessor probe;
@@ -88,20 +92,25 @@ public:
         if (config_.add_bos && bos_ < 0) throw config_error("add_bos", config_.tokenizer + " has no BOS piece");
         if (config_.add_eos && eos_ < 0) throw config_error("add_eos", config_.tokenizer + " has no EOS piece");
         device_ = parse_device(config_.device);
-        corpus_ = std::make_shared<const text_corpus>(inputs, options);
+        if (!corpus_) throw config_error("dataset", "no text corpus given");
         const launch_info env = launch_from_environment();
         world_ = config_.world_size >= 0 ? config_.world_size : env.world_size;
         rank_ = config_.rank >= 0 ? config_.rank : env.rank;
         if (world_ < 1) throw config_error("world_size", "must be at least 1");
         if (rank_ < 0 || rank_ >= world_) throw config_error("rank", std::to_string(rank_) + " is not in [0, " + std::to_string(world_) + ")");
-        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, false);
+        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
         const topology topo = read_topology();
         unsigned workers = config_.workers;
         if (workers == 0) workers = static_cast<unsigned>(std::clamp(topo.usable_cores() - 1.0, 1.0, 8.0));
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : memory_available_to_process(topo) / 4;
         // Per worker: its processor (a few MB for an 8k model) and one document's text and ids.
         memory_ = plan_memory(config_, budget, workers, layout_.bytes, 8u << 20, corpus_->memory_bytes());
-        state_ = {config_.seed, config_.seq_len, config_.batch_size, std::uint64_t(world_), std::uint64_t(rank_), 0, 0, 0};
+        state_ = {.seed = config_.seed,
+                  .seq_len = config_.seq_len,
+                  .batch_size = config_.batch_size,
+                  .world_size = std::uint64_t(world_),
+                  .rank = std::uint64_t(rank_),
+                  .packed = config_.mode == sample_mode::packed};
         if (!config_.stats_jsonl.empty()) {
             if (config_.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
             stats_log_ = std::make_unique<stats_jsonl_log>(config_.stats_jsonl);
@@ -114,7 +123,13 @@ public:
     ~text_pipeline() { stop(); }
 
     const text_corpus& corpus() const noexcept { return *corpus_; }
+    const pipeline_config& config() const noexcept { return config_; }
     const memory_plan& memory() const noexcept { return memory_; }
+    int rank() const noexcept { return rank_; }
+    int world_size() const noexcept { return world_; }
+    // All workers run and the whole ring is the prefetch depth (its tokenizers are the bottleneck).
+    unsigned active_workers() const noexcept { return memory_.workers; }
+    std::size_t prefetch_depth() const noexcept { return memory_.slots; }
     int vocab_size() const noexcept { return vocab_; }
 
     // The next step's batch, in order; empty after max_steps. Rethrows a worker's error (a bad JSONL
@@ -145,8 +160,8 @@ public:
     void restore(const text_state& s) {
         if (started_) throw config_error("restore", "call restore() before the first next()");
         if (s.seed != state_.seed || s.seq_len != state_.seq_len || s.batch_size != state_.batch_size || s.world_size != state_.world_size ||
-            s.rank != state_.rank)
-            throw config_error("state", "saved for seed/seq_len/batch_size/world_size/rank " + to_json(s) + ", this pipeline is " + to_json(state_));
+            s.rank != state_.rank || s.packed != state_.packed)
+            throw config_error("state", "saved for seed/seq_len/batch_size/world_size/rank/packed " + shape_of(s) + ", this pipeline is " + shape_of(state_));
         state_ = s;
     }
 
@@ -161,6 +176,7 @@ public:
         s.batches = delivered_;
         s.tokens = delivered_ * config_.batch_size * config_.seq_len;
         s.bytes_read = text_bytes_.load(std::memory_order_relaxed);
+        s.padding_tokens = padding_.load(std::memory_order_relaxed);
         s.seconds = started_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count() : 0;
         s.tokens_per_s = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0;
         s.read_s = read_ns_.load(std::memory_order_relaxed) * 1e-9;
@@ -206,6 +222,10 @@ public:
     std::default_sentinel_t end() { return {}; }
 
 private:
+    static std::string shape_of(const text_state& s) {
+        return std::to_string(s.seed) + "/" + std::to_string(s.seq_len) + "/" + std::to_string(s.batch_size) + "/" + std::to_string(s.world_size) + "/" +
+               std::to_string(s.rank) + "/" + std::to_string(s.packed);
+    }
     static constexpr std::uint64_t documents_per_chunk = 16;
     struct token_chunk {
         std::vector<std::int32_t> tokens;   // the documents' tokens, concatenated
@@ -289,70 +309,158 @@ private:
         assembler_ = std::thread([this] { assemble(); });
     }
 
-    // Cuts the ordered token stream into windows, one batch per ring slot.
+    // The rank's token stream as the assembler holds it: whole chunks of documents from the pool, in
+    // order, starting at the restored (document, offset). Stream positions count from the restored
+    // token; `carry` holds positions [base, base + carry.size()).
+    struct token_stream {
+        struct piece {
+            std::uint64_t document, start, length;  // stream position of the document's token 0, and its tokens
+        };
+        std::deque<piece> pieces;  // documents not yet fully consumed (none of length 0)
+        std::vector<std::int32_t> carry;
+        std::uint64_t base = 0, next_document = 0;
+        bool first = true;
+        std::uint64_t end() const noexcept { return base + carry.size(); }
+        // Drops tokens before `cursor` once they are the larger part of the buffer (amortised O(1)).
+        void consumed(std::uint64_t cursor) {
+            while (!pieces.empty() && pieces.front().start + pieces.front().length <= cursor) pieces.pop_front();
+            if (cursor - base > carry.size() / 2 && cursor - base > 4096) {
+                carry.erase(carry.begin(), carry.begin() + static_cast<std::ptrdiff_t>(cursor - base));
+                base = cursor;
+            }
+        }
+        // Where `cursor` is, as a resumable state: the document it is in and the offset inside it.
+        void locate(std::uint64_t cursor, text_state& s) const {
+            s.document = pieces.empty() ? next_document : pieces.front().document;
+            s.offset = pieces.empty() ? 0 : cursor - pieces.front().start;
+        }
+    };
+
+    // Appends the next chunk of documents to the stream; false once the pool has stopped.
+    bool pull(token_stream& s) {
+        auto chunk = pool_->next();
+        if (!chunk) return false;
+        std::size_t from = 0;
+        for (std::uint64_t length : chunk->lengths) {
+            const std::uint64_t document = s.next_document++;
+            std::uint64_t skip = 0;
+            if (s.first && document < origin_.document) skip = length;  // a restored stream starts later in this chunk
+            if (s.first && document == origin_.document) skip = std::min(origin_.offset, length);  // ... inside this document
+            if (skip < length) {
+                s.pieces.push_back({document, s.end() - skip, length});
+                s.carry.insert(s.carry.end(), chunk->tokens.begin() + static_cast<std::ptrdiff_t>(from + skip),
+                               chunk->tokens.begin() + static_cast<std::ptrdiff_t>(from + length));
+            }
+            from += length;
+        }
+        s.first = false;
+        return true;
+    }
+
+    // One batch per ring slot, in step order, until max_steps or stop().
     void assemble() {
         try {
-            const std::uint64_t B = config_.batch_size, T = config_.seq_len, need = B * T + 1;
-            struct piece {
-                std::uint64_t document, start, length;  // stream positions of the document's tokens
-            };
-            std::deque<piece> pieces;
-            std::vector<std::int32_t> carry;  // stream positions [base, base + carry.size())
-            std::uint64_t base = 0, cursor = 0, step = origin_.step;
-            std::uint64_t next_document = origin_.document / documents_per_chunk * documents_per_chunk;  // first of the first chunk
-            bool first = true;
-            for (;;) {
-                if (config_.max_steps && step >= config_.max_steps) break;
-                while (base + carry.size() < cursor + need) {
-                    auto chunk = pool_->next();
-                    if (!chunk) return finish();
-                    std::size_t from = 0;
-                    for (std::uint64_t length : chunk->lengths) {
-                        const std::uint64_t document = next_document++;
-                        std::uint64_t skip = 0;
-                        if (first && document < origin_.document) skip = length;  // a restored stream starts later in this chunk
-                        if (first && document == origin_.document) skip = std::min(origin_.offset, length);  // ... inside this document
-                        const std::uint64_t at = base + carry.size();
-                        if (skip < length) {
-                            pieces.push_back({document, at - skip, length});
-                            carry.insert(carry.end(), chunk->tokens.begin() + static_cast<std::ptrdiff_t>(from + skip),
-                                         chunk->tokens.begin() + static_cast<std::ptrdiff_t>(from + length));
-                        }
-                        from += length;
-                    }
-                    first = false;
-                }
-                std::byte* slot = ring_->acquire(step);
-                if (slot == nullptr) break;
-                auto t0 = std::chrono::steady_clock::now();
-                auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
-                auto* targets = reinterpret_cast<std::int32_t*>(slot + layout_.targets);
-                const std::int32_t* src = carry.data() + (cursor - base);
-                for (std::uint64_t r = 0; r < B; ++r) {
-                    std::memcpy(inputs + r * T, src + r * T, T * sizeof(std::int32_t));
-                    std::memcpy(targets + r * T, src + r * T + 1, T * sizeof(std::int32_t));
-                }
-                cursor += B * T;
-                while (!pieces.empty() && pieces.front().start + pieces.front().length <= cursor) pieces.pop_front();
-                text_state after = origin_;
-                after.step = step + 1;
-                after.document = pieces.empty() ? next_document : pieces.front().document;
-                after.offset = pieces.empty() ? 0 : cursor - pieces.front().start;
-                slot_states_[step % memory_.slots] = after;
-                // Drop consumed tokens once they are the larger part of the buffer (amortised O(1)).
-                if (cursor - base > carry.size() / 2 && cursor - base > 4096) {
-                    carry.erase(carry.begin(), carry.begin() + static_cast<std::ptrdiff_t>(cursor - base));
-                    base = cursor;
-                }
-                assemble_ns_.fetch_add(ns(t0, std::chrono::steady_clock::now()), std::memory_order_relaxed);
-                ring_->publish(step, layout_.bytes, {B, T});
-                ++step;
-            }
+            token_stream s;
+            s.next_document = origin_.document / documents_per_chunk * documents_per_chunk;  // first of the first chunk
+            if (layout_.packed)
+                cut_packed(s);
+            else
+                cut_windows(s);
         } catch (...) {
             ring_->fail(std::current_exception());
             return;
         }
         finish();
+    }
+
+    // Windows: B rows of T + 1 consecutive stream tokens, consecutive rows sharing one, crossing documents.
+    void cut_windows(token_stream& s) {
+        const std::uint64_t B = config_.batch_size, T = config_.seq_len, need = B * T + 1;
+        for (std::uint64_t step = origin_.step, cursor = 0;; ++step) {
+            if (config_.max_steps && step >= config_.max_steps) return;
+            while (s.end() < cursor + need)
+                if (!pull(s)) return;
+            std::byte* slot = ring_->acquire(step);
+            if (slot == nullptr) return;
+            auto t0 = std::chrono::steady_clock::now();
+            auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
+            auto* targets = reinterpret_cast<std::int32_t*>(slot + layout_.targets);
+            const std::int32_t* src = s.carry.data() + (cursor - s.base);
+            for (std::uint64_t r = 0; r < B; ++r) {
+                std::memcpy(inputs + r * T, src + r * T, T * sizeof(std::int32_t));
+                std::memcpy(targets + r * T, src + r * T + 1, T * sizeof(std::int32_t));
+            }
+            cursor += B * T;
+            publish(s, step, cursor, t0);
+        }
+    }
+
+    // Packed: whole documents placed greedily in stream order into rows of T, by the rule of the
+    // sampler's packed_rows (sampling/windows.hpp): a document that fits in a row but not in the rest
+    // of the current one starts the next row (the rest is padding); a longer one is split where it
+    // falls. The rule needs only the lengths seen so far, so it runs on the stream; batches end on row
+    // boundaries, so a restored stream (document, offset) starts a row exactly where this one did.
+    void cut_packed(token_stream& s) {
+        const std::uint64_t B = config_.batch_size, T = config_.seq_len;
+        std::vector<segment> segments;
+        row_boundaries bounds;
+        for (std::uint64_t step = origin_.step, cursor = 0;; ++step) {
+            if (config_.max_steps && step >= config_.max_steps) return;
+            std::byte* slot = ring_->acquire(step);
+            if (slot == nullptr) return;
+            auto t0 = std::chrono::steady_clock::now();
+            auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
+            auto* targets = reinterpret_cast<std::int32_t*>(slot + layout_.targets);
+            auto* positions = reinterpret_cast<std::int32_t*>(slot + layout_.position_ids);
+            auto* cu = reinterpret_cast<std::int32_t*>(slot + layout_.cu_seqlens);
+            auto* pieces = reinterpret_cast<std::int32_t*>(slot + layout_.pieces);
+            std::uint64_t padding = 0;
+            for (std::uint64_t r = 0; r < B; ++r) {
+                std::int32_t* in = inputs + r * T;
+                std::int32_t* tg = targets + r * T;
+                segments.clear();
+                for (std::uint64_t col = 0; col < T;) {
+                    if (s.pieces.empty() && !pull(s)) return;  // stopped (the slot is never published)
+                    if (s.pieces.empty()) continue;            // a chunk of empty documents
+                    const auto p = s.pieces.front();
+                    const std::uint64_t off = cursor - p.start, rest = p.length - off;
+                    if (off == 0 && rest <= T && col > 0 && col + rest > T) break;  // would be split needlessly: pad
+                    const std::uint64_t take = std::min(rest, T - col);
+                    std::memcpy(in + col, s.carry.data() + (cursor - s.base), take * sizeof(std::int32_t));
+                    segments.push_back({p.document, off, take});
+                    cursor += take;
+                    col += take;
+                    if (take == rest) s.pieces.pop_front();
+                }
+                boundaries_of(segments, T, bounds);
+                const std::uint64_t used = T - bounds.padding;
+                std::fill(in + used, in + T, 0);
+                // Targets: the next token of the same piece; -1 (ignore) at a piece's end and on padding.
+                for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
+                std::fill(tg + (used ? used - 1 : 0), tg + T, -1);
+                for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = -1;
+                std::copy(bounds.position_ids.begin(), bounds.position_ids.end(), positions + r * T);
+                std::int32_t* row_cu = cu + r * (T + 1);
+                std::copy(bounds.cu_seqlens.begin(), bounds.cu_seqlens.end(), row_cu);
+                std::fill(row_cu + bounds.cu_seqlens.size(), row_cu + T + 1, bounds.cu_seqlens.back());
+                pieces[r] = static_cast<std::int32_t>(bounds.cu_seqlens.size() - 1);
+                padding += bounds.padding;
+            }
+            padding_.fetch_add(padding, std::memory_order_relaxed);
+            publish(s, step, cursor, t0);
+        }
+    }
+
+    // The batch of `step` is in its slot and the stream consumed up to `cursor`: records where a
+    // restore would continue and hands the slot over.
+    void publish(token_stream& s, std::uint64_t step, std::uint64_t cursor, std::chrono::steady_clock::time_point t0) {
+        s.consumed(cursor);
+        text_state after = origin_;
+        after.step = step + 1;
+        s.locate(cursor, after);
+        slot_states_[step % memory_.slots] = after;
+        assemble_ns_.fetch_add(ns(t0, std::chrono::steady_clock::now()), std::memory_order_relaxed);
+        ring_->publish(step, layout_.bytes, {config_.batch_size, config_.seq_len});
     }
     void finish() { ring_->close(); }
 
@@ -378,7 +486,7 @@ private:
     std::unique_ptr<ordered_pool<token_chunk>> pool_;  // chunks of documents -> tokens, in order
     std::thread assembler_;
     std::uint64_t delivered_ = 0;
-    std::atomic<std::uint64_t> text_bytes_{0}, read_ns_{0}, tokenize_ns_{0}, assemble_ns_{0};
+    std::atomic<std::uint64_t> text_bytes_{0}, read_ns_{0}, tokenize_ns_{0}, assemble_ns_{0}, padding_{0};
 };
 
 }  // namespace feedline

@@ -1,4 +1,5 @@
-// feedline/pipeline/loader.hpp: feedline::pipeline, from a token dataset to batches on the device.
+// feedline/pipeline/token_pipeline.hpp: feedline::token_pipeline, from a token dataset to batches on the
+// device (feedline::pipeline in pipeline/pipeline.hpp picks it for Megatron and llm.c shards).
 // A planner (the sampler, behind a mutex: planning a batch costs microseconds) hands each worker the
 // next step number and its plan; the worker reads that step's token ranges with one batched read
 // through its own reader, converts them into the step's ring slot in place (inputs, targets and, when
@@ -31,16 +32,15 @@
 
 namespace feedline {
 
-// Opens a dataset by spec: a Megatron prefix, an llm.c shard pattern, a directory or a list of them.
-inline std::shared_ptr<const token_dataset> open_dataset(const std::string& spec) { return std::make_shared<const token_dataset>(spec); }
-
-class pipeline {
+class token_pipeline {
 public:
-    pipeline(const std::string& dataset_spec, pipeline_config config) : pipeline(open_dataset(dataset_spec), std::move(config)) {}
+    // A Megatron prefix, an llm.c shard pattern, a directory or a list of them.
+    token_pipeline(const std::string& dataset_spec, pipeline_config config)
+        : token_pipeline(std::make_shared<const token_dataset>(dataset_spec), std::move(config)) {}
 
     // Validates everything and sizes memory; threads start at the first next() (so restore() can come
     // first). Throws config_error / format_error / io_error before any thread exists.
-    pipeline(std::shared_ptr<const token_dataset> data, pipeline_config config) : data_(std::move(data)), config_(std::move(config)) {
+    token_pipeline(std::shared_ptr<const token_dataset> data, pipeline_config config) : data_(std::move(data)), config_(std::move(config)) {
         if (config_.batch_size == 0) throw config_error("batch_size", "must be at least 1");
         if (config_.seq_len == 0 || config_.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
         backend_ = parse_io_backend(config_.io_backend);
@@ -80,9 +80,9 @@ public:
         }
     }
 
-    pipeline(const pipeline&) = delete;
-    pipeline& operator=(const pipeline&) = delete;
-    ~pipeline() { stop(); }
+    token_pipeline(const token_pipeline&) = delete;
+    token_pipeline& operator=(const token_pipeline&) = delete;
+    ~token_pipeline() { stop(); }
 
     const token_dataset& dataset() const noexcept { return *data_; }
     const pipeline_config& config() const noexcept { return config_; }
@@ -175,7 +175,7 @@ public:
         using value_type = batch;
         using difference_type = std::ptrdiff_t;
         iterator() = default;
-        explicit iterator(pipeline* p) : p_(p) { ++*this; }
+        explicit iterator(token_pipeline* p) : p_(p) { ++*this; }
         batch& operator*() { return *current_; }
         iterator& operator++() {
             current_.reset();  // return the previous slot before waiting for the next
@@ -187,7 +187,7 @@ public:
         friend bool operator==(const iterator& a, std::default_sentinel_t) { return a.p_ == nullptr; }
 
     private:
-        pipeline* p_ = nullptr;
+        token_pipeline* p_ = nullptr;
         std::optional<batch> current_;
     };
     iterator begin() { return iterator(this); }
