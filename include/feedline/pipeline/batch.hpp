@@ -6,8 +6,11 @@
 // boundaries so device kernels read them aligned. Fed by the pipeline's workers; read by the trainer.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <optional>
 #include <span>
 
 #include <feedline/device/staging_ring.hpp>
@@ -88,6 +91,48 @@ private:
 
     batch_handle handle_;
     const batch_layout* layout_;
+};
+
+// A packed row's bookkeeping, once its first T - padding inputs are written from `bounds`' pieces:
+// zero inputs on the padding, targets (the next token of the same piece; -1 at a piece's end and on
+// padding), position ids, cu_seqlens (T + 1 entries, the last used one repeated). Returns the number
+// of pieces. Shared by every pipeline that packs, so their slots agree to the token.
+inline std::int32_t finish_packed_row(const row_boundaries& bounds, std::uint64_t T, std::int32_t* in, std::int32_t* tg, std::int32_t* positions,
+                                      std::int32_t* cu) {
+    const std::uint64_t used = T - bounds.padding;
+    std::fill(in + used, in + T, 0);
+    for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
+    std::fill(tg + (used ? used - 1 : 0), tg + T, -1);
+    for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = -1;
+    std::copy(bounds.position_ids.begin(), bounds.position_ids.end(), positions);
+    std::copy(bounds.cu_seqlens.begin(), bounds.cu_seqlens.end(), cu);
+    std::fill(cu + bounds.cu_seqlens.size(), cu + T + 1, bounds.cu_seqlens.back());
+    return static_cast<std::int32_t>(bounds.cu_seqlens.size() - 1);
+}
+
+// Range-for over anything with `std::optional<batch> next()`: for (auto& b : pipeline) { ... }. Ends
+// when next() is empty (after max_steps, or never). Each step releases the previous batch's slot
+// before waiting for the next one.
+template <class Source>
+class batch_iterator {
+public:
+    using value_type = batch;
+    using difference_type = std::ptrdiff_t;
+    batch_iterator() = default;
+    explicit batch_iterator(Source* s) : s_(s) { ++*this; }
+    batch& operator*() { return *current_; }
+    batch_iterator& operator++() {
+        current_.reset();
+        current_ = s_->next();
+        if (!current_) s_ = nullptr;
+        return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const batch_iterator& a, std::default_sentinel_t) { return a.s_ == nullptr; }
+
+private:
+    Source* s_ = nullptr;
+    std::optional<batch> current_;
 };
 
 }  // namespace feedline

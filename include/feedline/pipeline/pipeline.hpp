@@ -132,26 +132,7 @@ public:
     void stop() noexcept { tokens_ ? tokens_->stop() : text_->stop(); }
 
     // Range-for over batches: for (auto& b : pipeline) { ... }. Ends after max_steps (or never).
-    class iterator {
-    public:
-        using value_type = batch;
-        using difference_type = std::ptrdiff_t;
-        iterator() = default;
-        explicit iterator(pipeline* p) : p_(p) { ++*this; }
-        batch& operator*() { return *current_; }
-        iterator& operator++() {
-            current_.reset();  // return the previous slot before waiting for the next
-            current_ = p_->next();
-            if (!current_) p_ = nullptr;
-            return *this;
-        }
-        void operator++(int) { ++*this; }
-        friend bool operator==(const iterator& a, std::default_sentinel_t) { return a.p_ == nullptr; }
-
-    private:
-        pipeline* p_ = nullptr;
-        std::optional<batch> current_;
-    };
+    using iterator = batch_iterator<pipeline>;
     iterator begin() { return iterator(this); }
     std::default_sentinel_t end() { return {}; }
 

@@ -12,7 +12,9 @@
 #include <fstream>
 #include <string>
 
+#include <feedline/device/staging_ring.hpp>
 #include <feedline/error.hpp>
+#include <feedline/pipeline/config.hpp>
 
 namespace feedline {
 
@@ -85,6 +87,24 @@ inline std::uint64_t resident_bytes() {
     while (std::getline(in, line))
         if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
     return 0;
+}
+
+// What every pipeline reports the same way: the ring's waits and occupancy and the memory plan.
+// `s.seconds` must be set first (the stall fraction is a share of it).
+inline void add_ring_and_memory(pipeline_stats& s, const staging_ring* ring, const memory_plan& m) {
+    if (ring) {
+        const auto r = ring->stats();
+        s.slot_wait_s = static_cast<double>(r.producer_wait_ns) * 1e-9;
+        s.stall_s = static_cast<double>(r.consumer_wait_ns) * 1e-9;
+        s.ready_batches = r.ready;
+    }
+    s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
+    s.slots = m.slots;
+    s.workers = m.workers;
+    s.rss_bytes = resident_bytes();
+    s.pinned_bytes = ring && ring->pinned() ? m.slots * m.slot_bytes : 0;
+    s.memory_budget = m.budget;
+    s.planned_bytes = m.total();
 }
 
 }  // namespace feedline

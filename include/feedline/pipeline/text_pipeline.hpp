@@ -182,42 +182,16 @@ public:
         s.read_s = read_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.tokenize_s = tokenize_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.assemble_s = assemble_ns_.load(std::memory_order_relaxed) * 1e-9;
-        if (ring_) {
-            auto r = ring_->stats();
-            s.slot_wait_s = static_cast<double>(r.producer_wait_ns) * 1e-9;
-            s.stall_s = static_cast<double>(r.consumer_wait_ns) * 1e-9;
-            s.ready_batches = r.ready;
-        }
-        s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
-        s.slots = memory_.slots;
-        s.workers = memory_.workers;
+        add_ring_and_memory(s, ring_.get(), memory_);
         s.workers_active = memory_.workers;
         s.prefetch_depth = memory_.slots;  // the whole ring (no depth tuning here)
-        s.rss_bytes = resident_bytes();
-        s.pinned_bytes = ring_ && ring_->pinned() ? memory_.slots * memory_.slot_bytes : 0;
-        s.memory_budget = memory_.budget;
-        s.planned_bytes = memory_.total();
         s.io_backend = "pread (text documents, tokenized by the workers)";
         s.device = device_reason_;
         return s;
     }
 
-    class iterator {
-    public:
-        explicit iterator(text_pipeline* p) : p_(p) { advance(); }
-        batch& operator*() { return *current_; }
-        iterator& operator++() {
-            current_.reset();
-            advance();
-            return *this;
-        }
-        bool operator==(std::default_sentinel_t) const { return !current_.has_value(); }
-
-    private:
-        void advance() { current_ = p_->next(); }
-        text_pipeline* p_;
-        std::optional<batch> current_;
-    };
+    // Range-for over batches: for (auto& b : pipeline) { ... }.
+    using iterator = batch_iterator<text_pipeline>;
     iterator begin() { return iterator(this); }
     std::default_sentinel_t end() { return {}; }
 
@@ -433,17 +407,7 @@ private:
                     if (take == rest) s.pieces.pop_front();
                 }
                 boundaries_of(segments, T, bounds);
-                const std::uint64_t used = T - bounds.padding;
-                std::fill(in + used, in + T, 0);
-                // Targets: the next token of the same piece; -1 (ignore) at a piece's end and on padding.
-                for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
-                std::fill(tg + (used ? used - 1 : 0), tg + T, -1);
-                for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = -1;
-                std::copy(bounds.position_ids.begin(), bounds.position_ids.end(), positions + r * T);
-                std::int32_t* row_cu = cu + r * (T + 1);
-                std::copy(bounds.cu_seqlens.begin(), bounds.cu_seqlens.end(), row_cu);
-                std::fill(row_cu + bounds.cu_seqlens.size(), row_cu + T + 1, bounds.cu_seqlens.back());
-                pieces[r] = static_cast<std::int32_t>(bounds.cu_seqlens.size() - 1);
+                pieces[r] = finish_packed_row(bounds, T, in, tg, positions + r * T, cu + r * (T + 1));
                 padding += bounds.padding;
             }
             padding_.fetch_add(padding, std::memory_order_relaxed);

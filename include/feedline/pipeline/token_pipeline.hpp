@@ -149,47 +149,16 @@ public:
         s.read_s = read_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.assemble_s = assemble_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.plan_s = plan_ns_.load(std::memory_order_relaxed) * 1e-9;
-        if (ring_) {
-            auto r = ring_->stats();
-            s.slot_wait_s = static_cast<double>(r.producer_wait_ns) * 1e-9;
-            s.stall_s = static_cast<double>(r.consumer_wait_ns) * 1e-9;
-            s.ready_batches = r.ready;
-        }
-        s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
-        s.slots = memory_.slots;
-        s.workers = memory_.workers;
+        add_ring_and_memory(s, ring_.get(), memory_);
         s.workers_active = started_ ? active_workers() : memory_.workers;
         s.prefetch_depth = prefetch_depth();
-        s.rss_bytes = resident_bytes();
-        s.pinned_bytes = ring_ && ring_->pinned() ? memory_.slots * memory_.slot_bytes : 0;
-        s.memory_budget = memory_.budget;
-        s.planned_bytes = memory_.total();
         s.io_backend = io_reason_;
         s.device = device_reason_;
         return s;
     }
 
     // Range-for over batches: for (auto& b : pipeline) { ... }. Ends after max_steps (or never).
-    class iterator {
-    public:
-        using value_type = batch;
-        using difference_type = std::ptrdiff_t;
-        iterator() = default;
-        explicit iterator(token_pipeline* p) : p_(p) { ++*this; }
-        batch& operator*() { return *current_; }
-        iterator& operator++() {
-            current_.reset();  // return the previous slot before waiting for the next
-            current_ = p_->next();
-            if (!current_) p_ = nullptr;
-            return *this;
-        }
-        void operator++(int) { ++*this; }
-        friend bool operator==(const iterator& a, std::default_sentinel_t) { return a.p_ == nullptr; }
-
-    private:
-        token_pipeline* p_ = nullptr;
-        std::optional<batch> current_;
-    };
+    using iterator = batch_iterator<token_pipeline>;
     iterator begin() { return iterator(this); }
     std::default_sentinel_t end() { return {}; }
 
@@ -378,18 +347,8 @@ private:
             std::int32_t* in = inputs + i * T;
             std::int32_t* tg = targets + i * T;
             boundaries_of(segs, T, bounds);
-            const std::uint64_t used = T - bounds.padding;
-            convert_tokens(raw.data() + i * T * item, data_->dtype(), used, in);
-            std::fill(in + used, in + T, 0);
-            // Targets: the next token of the same piece; -1 (ignore) at a piece's end and on padding.
-            for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
-            std::fill(tg + (used ? used - 1 : 0), tg + T, -1);
-            for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = -1;
-            std::copy(bounds.position_ids.begin(), bounds.position_ids.end(), positions + i * T);
-            std::int32_t* row_cu = cu + i * (T + 1);
-            std::copy(bounds.cu_seqlens.begin(), bounds.cu_seqlens.end(), row_cu);
-            std::fill(row_cu + bounds.cu_seqlens.size(), row_cu + T + 1, bounds.cu_seqlens.back());
-            pieces[i] = static_cast<std::int32_t>(bounds.cu_seqlens.size() - 1);
+            convert_tokens(raw.data() + i * T * item, data_->dtype(), T - bounds.padding, in);
+            pieces[i] = finish_packed_row(bounds, T, in, tg, positions + i * T, cu + i * (T + 1));
             padding += bounds.padding;
         }
         padding_.fetch_add(padding, std::memory_order_relaxed);
