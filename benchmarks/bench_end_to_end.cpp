@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
         }
         if (py != nullptr && ::pclose(py) == 0) {
             auto j = nlohmann::json::parse(last);
+            out["peers"] = j["peers"];  // each peer's tokens/s, for plot_end_to_end.py
             out["best_peer"] = j["best_peer"];
             out["best_peer_tokens_per_s"] = j["best_tokens_per_s"];
             out["vs_best_peer"] = f2 / j["best_tokens_per_s"].get<double>();

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "run_command.hpp"
 #include "test_support.hpp"
@@ -116,6 +117,42 @@ TEST_CASE("TextPipeline.Workers.SameStreamWithOneOrThreeWorkersAndShuffled") {
     // Shuffled: the first window is not file order's first document.
     text_pipeline ordered({f.jsonl}, f.config(1, 1));
     CHECK(take(ordered)[0].inputs != a[0].inputs);
+}
+
+TEST_CASE("TextPipeline.Autotune.ParksTokenizersForASlowTrainerAndWakesThemWhenItStalls") {
+    text_fixture f;
+    auto cfg = f.config(0, 480);  // workers = 0: the autotuner decides, up to max_workers
+    cfg.max_workers = 3;
+    cfg.batch_size = 8;
+    cfg.seq_len = 64;
+    cfg.shuffle = shuffle_mode::global;
+    text_pipeline tuned({f.jsonl}, cfg);
+    CHECK(tuned.active_workers() == 3);
+    CHECK(tuned.prefetch_depth() == 6);  // prefetch = 0: 2 per worker to start
+    unsigned fewest = 3, most_after = 0;
+    std::vector<copied> a;
+    for (std::uint64_t i = 0; i < 480; ++i) {
+        auto b = tuned.next();
+        REQUIRE(b);
+        a.push_back({{b->host_inputs().begin(), b->host_inputs().end()}, {b->host_targets().begin(), b->host_targets().end()}});
+        b.reset();
+        if (i < 160) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a trainer much slower than tokenizing
+            fewest = std::min(fewest, tuned.active_workers());
+        } else {
+            most_after = std::max(most_after, tuned.active_workers());  // then one that only waits for data
+        }
+    }
+    CHECK_FALSE(tuned.next());
+    CHECK(fewest == 1);     // the assembler waited on free slots: tokenizers parked down to one
+    CHECK(most_after > 1);  // the trainer stalled: parked tokenizers woke up
+    CHECK(tuned.stats().workers == 3);
+    CHECK(tuned.stats().workers_active == tuned.active_workers());
+    auto fixed_cfg = cfg;
+    fixed_cfg.workers = 1;
+    text_pipeline fixed({f.jsonl}, fixed_cfg);
+    CHECK(take(fixed) == a);  // only timing changed
+    CHECK(fixed.active_workers() == 1);
 }
 
 TEST_CASE("TextPipeline.Resume.ExactFromTheMiddleOfADocument") {

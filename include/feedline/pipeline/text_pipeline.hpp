@@ -29,6 +29,7 @@
 #include <feedline/device/make_ring.hpp>
 #include <feedline/exec/worker_pool.hpp>
 #include <feedline/format/text_corpus.hpp>
+#include <feedline/pipeline/autotuner.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/stats.hpp>
@@ -101,7 +102,10 @@ public:
         layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
         const topology topo = read_topology();
         unsigned workers = config_.workers;
-        if (workers == 0) workers = static_cast<unsigned>(std::clamp(topo.usable_cores() - 1.0, 1.0, 8.0));
+        if (workers == 0) {
+            workers = config_.max_workers ? config_.max_workers : static_cast<unsigned>(std::clamp(topo.usable_cores() - 1.0, 1.0, 8.0));
+            autotune_ = workers > 1;
+        }
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : memory_available_to_process(topo) / 4;
         // Per worker: its processor (a few MB for an 8k model) and one document's text and ids.
         memory_ = plan_memory(config_, budget, workers, layout_.bytes, 8u << 20, corpus_->memory_bytes());
@@ -127,9 +131,10 @@ public:
     const memory_plan& memory() const noexcept { return memory_; }
     int rank() const noexcept { return rank_; }
     int world_size() const noexcept { return world_; }
-    // All workers run and the whole ring is the prefetch depth (its tokenizers are the bottleneck).
-    unsigned active_workers() const noexcept { return memory_.workers; }
-    std::size_t prefetch_depth() const noexcept { return memory_.slots; }
+    // Tokenizing workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
+    unsigned active_workers() const noexcept { return pool_ ? pool_->active_workers() : memory_.workers; }
+    // Batches the assembler may run ahead of the trainer now (raised by the autotuner when prefetch = 0).
+    std::size_t prefetch_depth() const noexcept { return ring_ ? ring_->depth() : memory_.depth; }
     int vocab_size() const noexcept { return vocab_; }
 
     // The next step's batch, in order; empty after max_steps. Rethrows a worker's error (a bad JSONL
@@ -149,6 +154,7 @@ public:
         }
         state_ = slot_states_[h->slot()];
         ++delivered_;
+        if (tuner_.enabled()) tune();
         if (stats_log_ && delivered_ % config_.stats_every == 0) stats_log_->write(stats());
         return batch(std::move(*h), &layout_);
     }
@@ -183,8 +189,8 @@ public:
         s.tokenize_s = tokenize_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.assemble_s = assemble_ns_.load(std::memory_order_relaxed) * 1e-9;
         add_ring_and_memory(s, ring_.get(), memory_);
-        s.workers_active = memory_.workers;
-        s.prefetch_depth = memory_.slots;  // the whole ring (no depth tuning here)
+        s.workers_active = active_workers();
+        s.prefetch_depth = prefetch_depth();
         s.io_backend = "pread (text documents, tokenized by the workers)";
         s.device = device_reason_;
         return s;
@@ -200,6 +206,15 @@ private:
         return std::to_string(s.seed) + "/" + std::to_string(s.seq_len) + "/" + std::to_string(s.batch_size) + "/" + std::to_string(s.world_size) + "/" +
                std::to_string(s.rank) + "/" + std::to_string(s.packed);
     }
+    // One assembler writes the slots, so it is the ring's only producer; parked workers are
+    // tokenizers (the pool's window keeps the order whatever runs).
+    void tune() {
+        if (delivered_ % autotuner::every != 0 || !pool_) return;
+        const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = pool_->active_workers(), .depth = ring_->depth()}, 1);
+        if (k.depth != ring_->depth()) ring_->set_depth(k.depth);
+        if (k.workers != pool_->active_workers()) pool_->set_active_workers(k.workers);
+    }
+
     static constexpr std::uint64_t documents_per_chunk = 16;
     struct token_chunk {
         std::vector<std::int32_t> tokens;   // the documents' tokens, concatenated
@@ -263,6 +278,12 @@ private:
         ring_ = std::move(chosen.ring);
         device_reason_ = std::move(chosen.reason);
         slot_states_.assign(memory_.slots, state_);
+        ring_->set_depth(memory_.depth);
+        tuner_ = autotuner({.tune_workers = autotune_,
+                            .tune_depth = config_.prefetch == 0 && memory_.depth < memory_.slots,
+                            .max_workers = memory_.workers,
+                            .max_depth = memory_.slots},
+                           start_time_);
         origin_ = state_;  // the assembler's copy: next() rewrites state_ while it runs
 #if FEEDLINE_HAS_SENTENCEPIECE
         const std::string model = config_.tokenizer;
@@ -450,6 +471,8 @@ private:
     std::unique_ptr<ordered_pool<token_chunk>> pool_;  // chunks of documents -> tokens, in order
     std::thread assembler_;
     std::uint64_t delivered_ = 0;
+    bool autotune_ = false;  // workers = 0: park and wake tokenizing workers
+    autotuner tuner_;         // workers = 0 and/or prefetch = 0
     std::atomic<std::uint64_t> text_bytes_{0}, read_ns_{0}, tokenize_ns_{0}, assemble_ns_{0}, padding_{0};
 };
 

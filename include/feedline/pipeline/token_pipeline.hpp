@@ -24,6 +24,7 @@
 
 #include <feedline/device/make_ring.hpp>
 #include <feedline/format/dataset.hpp>
+#include <feedline/pipeline/autotuner.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/stats.hpp>
@@ -109,7 +110,7 @@ public:
         const std::size_t slot = h->slot();
         state_ = slot_states_[slot];
         ++delivered_;
-        if ((autotune_ || tune_depth_) && delivered_ % tune_every == 0) tune();
+        if (tuner_.enabled()) tune();
         if (stats_log_ && delivered_ % config_.stats_every == 0) stats_log_->write(stats());
         return batch(std::move(*h), &layout_);
     }
@@ -163,6 +164,15 @@ public:
     std::default_sentinel_t end() { return {}; }
 
 private:
+    // Workers write slots themselves: each running worker is a producer of the ring.
+    void tune() {
+        if (delivered_ % autotuner::every != 0) return;
+        const unsigned n = active_workers();
+        const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = n, .depth = ring_->depth()}, n);
+        if (k.depth != ring_->depth()) ring_->set_depth(k.depth);
+        target_workers_.store(k.workers, std::memory_order_relaxed);
+    }
+
     void start() {
         started_ = true;
         start_time_ = std::chrono::steady_clock::now();
@@ -177,39 +187,12 @@ private:
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         ring_->set_depth(memory_.depth);
-        tune_depth_ = config_.prefetch == 0 && memory_.depth < memory_.slots;
-        tune_time_ = start_time_;
+        tuner_ = autotuner({.tune_workers = autotune_,
+                            .tune_depth = config_.prefetch == 0 && memory_.depth < memory_.slots,
+                            .max_workers = memory_.workers,
+                            .max_depth = memory_.slots},
+                           start_time_);
         for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
-    }
-
-    // The autotuner, run by the consumer every tune_every batches on the ring's waits over the interval:
-    // - the trainer waited (> 1%) although the workers also sat waiting for room (> 10% each): the
-    //   ring is too shallow for the trainer's bursts (gradient accumulation, evaluation pauses), so
-    //   the prefetch depth grows by one, up to the slots the budget allocated;
-    // - the trainer waited > 5% and the workers were busy: the data side is short, one more worker runs;
-    // - the trainer barely waited (< 0.5%) and the workers spent over half the interval each waiting
-    //   for room: one worker is parked (its core goes back to the trainer).
-    // Batches stay a pure function of the config whatever it does: only timing changes.
-    static constexpr std::uint64_t tune_every = 16;
-    void tune() {
-        const auto r = ring_->stats();
-        const auto now = std::chrono::steady_clock::now();
-        const double interval = std::chrono::duration<double>(now - tune_time_).count() * 1e9;
-        const double stalled = static_cast<double>(r.consumer_wait_ns - tune_consumer_wait_);
-        const double producers_waited = static_cast<double>(r.producer_wait_ns - tune_producer_wait_);
-        tune_time_ = now;
-        tune_consumer_wait_ = r.consumer_wait_ns;
-        tune_producer_wait_ = r.producer_wait_ns;
-        // The first interval holds the start-up (readers opening, the first fill): no steady-state signal.
-        if (interval <= 0 || delivered_ == tune_every) return;
-        const unsigned n = target_workers_.load(std::memory_order_relaxed);
-        const std::size_t depth = ring_->depth();
-        if (tune_depth_ && stalled > 0.01 * interval && producers_waited > 0.1 * interval * n && depth < memory_.slots)
-            ring_->set_depth(depth + 1);
-        else if (autotune_ && stalled > 0.05 * interval && n < memory_.workers)
-            target_workers_.store(n + 1, std::memory_order_relaxed);
-        else if (autotune_ && stalled < 0.005 * interval && producers_waited > 0.5 * interval * n && n > 1)
-            target_workers_.store(n - 1, std::memory_order_relaxed);
     }
 
     // A shard as one "document": what the sampler sees of llm.c data in windows mode.
@@ -377,9 +360,7 @@ private:
     std::atomic<unsigned> target_workers_{0};  // workers not parked (written by the consumer's tune())
     std::atomic<bool> planned_all_{false};
     bool autotune_ = false;    // workers = 0: park and wake workers
-    bool tune_depth_ = false;  // prefetch = 0: raise the prefetch depth
-    std::chrono::steady_clock::time_point tune_time_ = std::chrono::steady_clock::now();
-    std::uint64_t tune_consumer_wait_ = 0, tune_producer_wait_ = 0;
+    autotuner tuner_;           // workers = 0 and/or prefetch = 0
     bool started_ = false;
     std::uint64_t delivered_ = 0;
     std::chrono::steady_clock::time_point start_time_;

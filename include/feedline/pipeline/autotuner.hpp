@@ -1,0 +1,73 @@
+// feedline/pipeline/autotuner.hpp: how many workers run and how far they may run ahead, decided from
+// the staging ring's measured waits (the consumer's stall, the producers' wait for a free slot) over
+// intervals of a few batches. Shared by the token and text pipelines; the pipelines apply its
+// decisions (park/wake workers, ring depth), which change only timing, never which batch holds what.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include <feedline/device/staging_ring.hpp>
+
+namespace feedline {
+
+class autotuner {
+public:
+    // What the run is now and what it may become.
+    struct knobs {
+        unsigned workers = 1;    // running now
+        std::size_t depth = 2;   // batches the producers may run ahead now
+    };
+    struct limits {
+        bool tune_workers = false;  // workers = 0 in the config
+        bool tune_depth = false;    // prefetch = 0 in the config
+        unsigned max_workers = 1;   // threads started
+        std::size_t max_depth = 2;  // ring slots allocated
+    };
+
+    static constexpr std::uint64_t every = 16;  // batches per judged interval
+
+    autotuner() = default;
+    autotuner(limits l, std::chrono::steady_clock::time_point start) : limits_(l), last_(start) {}
+
+    bool enabled() const noexcept { return limits_.tune_workers || limits_.tune_depth; }
+
+    // Called by the consumer after its `delivered`-th batch with the ring's counters; every `every`
+    // batches it judges the interval since the last judgement and returns the knobs to use from now.
+    // `producer_threads`: the threads that wait for the ring's free slots (the running workers where
+    // they write slots themselves, 1 where a single assembler does).
+    //
+    // - the trainer waited (> 1%) although the producers also sat waiting for room (> 10% each): the
+    //   ring is too shallow for the trainer's bursts (gradient accumulation, evaluation pauses), so
+    //   the depth grows by one, up to the slots the budget allocated;
+    // - the trainer waited > 5% and the producers were busy: the data side is short, one more worker;
+    // - the trainer barely waited (< 0.5%) and each producer spent over half the interval waiting for
+    //   room: one worker is parked (its core goes back to the trainer).
+    // The first interval holds the start-up (readers opening, the first fill) and is not judged.
+    knobs after_batch(std::uint64_t delivered, const ring_stats& r, knobs now, unsigned producer_threads,
+                      std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {
+        if (!enabled() || delivered % every != 0) return now;
+        const double interval = std::chrono::duration<double, std::nano>(t - last_).count();
+        const double stalled = static_cast<double>(r.consumer_wait_ns - consumer_wait_);
+        const double producers_waited = static_cast<double>(r.producer_wait_ns - producer_wait_);
+        last_ = t;
+        consumer_wait_ = r.consumer_wait_ns;
+        producer_wait_ = r.producer_wait_ns;
+        if (interval <= 0 || delivered == every) return now;
+        if (limits_.tune_depth && stalled > 0.01 * interval && producers_waited > 0.1 * interval * producer_threads && now.depth < limits_.max_depth)
+            ++now.depth;
+        else if (limits_.tune_workers && stalled > 0.05 * interval && now.workers < limits_.max_workers)
+            ++now.workers;
+        else if (limits_.tune_workers && stalled < 0.005 * interval && producers_waited > 0.5 * interval * producer_threads && now.workers > 1)
+            --now.workers;
+        return now;
+    }
+
+private:
+    limits limits_;
+    std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+    std::uint64_t consumer_wait_ = 0, producer_wait_ = 0;
+};
+
+}  // namespace feedline
