@@ -26,12 +26,11 @@
 #include <nlohmann/json.hpp>
 #endif
 
-#include <feedline/device/make_ring.hpp>
 #include <feedline/exec/worker_pool.hpp>
 #include <feedline/format/text_corpus.hpp>
-#include <feedline/pipeline/autotuner.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
+#include <feedline/pipeline/ring_consumer.hpp>
 #include <feedline/pipeline/stats.hpp>
 #include <feedline/sampling/permutation.hpp>
 #include <feedline/sampling/windows.hpp>
@@ -109,16 +108,13 @@ public:
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : memory_available_to_process(topo) / 4;
         // Per worker: its processor (a few MB for an 8k model) and one document's text and ids.
         memory_ = plan_memory(config_, budget, workers, layout_.bytes, 8u << 20, corpus_->memory_bytes());
-        state_ = {.seed = config_.seed,
-                  .seq_len = config_.seq_len,
-                  .batch_size = config_.batch_size,
-                  .world_size = std::uint64_t(world_),
-                  .rank = std::uint64_t(rank_),
-                  .packed = config_.mode == sample_mode::packed};
-        if (!config_.stats_jsonl.empty()) {
-            if (config_.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
-            stats_log_ = std::make_unique<stats_jsonl_log>(config_.stats_jsonl);
-        }
+        consumer_.set_state({.seed = config_.seed,
+                             .seq_len = config_.seq_len,
+                             .batch_size = config_.batch_size,
+                             .world_size = std::uint64_t(world_),
+                             .rank = std::uint64_t(rank_),
+                             .packed = config_.mode == sample_mode::packed});
+        consumer_.open_log(config_);
 #endif
     }
 
@@ -134,65 +130,51 @@ public:
     // Tokenizing workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
     unsigned active_workers() const noexcept { return pool_ ? pool_->active_workers() : memory_.workers; }
     // Batches the assembler may run ahead of the trainer now (raised by the autotuner when prefetch = 0).
-    std::size_t prefetch_depth() const noexcept { return ring_ ? ring_->depth() : memory_.depth; }
+    std::size_t prefetch_depth() const noexcept { return consumer_.prefetch_depth(memory_); }
     int vocab_size() const noexcept { return vocab_; }
 
     // The next step's batch, in order; empty after max_steps. Rethrows a worker's error (a bad JSONL
     // line found while tokenizing arrives as the format_error naming file and offset).
     std::optional<batch> next() {
-        if (!started_) start();
-        std::optional<batch_handle> h;
-        try {
-            h = ring_->next();
-        } catch (...) {
-            stop();
-            throw;
-        }
-        if (!h) {
-            if (stats_log_ && !final_logged_) stats_log_->write(stats()), final_logged_ = true;
-            return std::nullopt;
-        }
-        state_ = slot_states_[h->slot()];
-        ++delivered_;
-        if (tuner_.enabled()) tune();
-        if (stats_log_ && delivered_ % config_.stats_every == 0) stats_log_->write(stats());
+        if (!consumer_.started()) start();
+        auto h = consumer_.next(config_, [this] { stop(); }, [this] { return stats(); });
+        if (!h) return std::nullopt;
+        // One assembler writes the slots, so it is the ring's only producer; parked workers are
+        // tokenizers (the pool's window keeps the order whatever runs).
+        if (pool_)
+            if (const unsigned n = pool_->active_workers(), want = consumer_.tune(n, 1); want != n) pool_->set_active_workers(want);
         return batch(std::move(*h), &layout_);
     }
 
-    const text_state& state() const noexcept { return state_; }
+    const text_state& state() const noexcept { return consumer_.state(); }
 
     // Continues from a saved state; only before the first next(). Any worker count; same seed, shape
     // and ranks.
     void restore(const text_state& s) {
-        if (started_) throw config_error("restore", "call restore() before the first next()");
-        if (s.seed != state_.seed || s.seq_len != state_.seq_len || s.batch_size != state_.batch_size || s.world_size != state_.world_size ||
-            s.rank != state_.rank || s.packed != state_.packed)
-            throw config_error("state", "saved for seed/seq_len/batch_size/world_size/rank/packed " + shape_of(s) + ", this pipeline is " + shape_of(state_));
-        state_ = s;
+        if (consumer_.started()) throw config_error("restore", "call restore() before the first next()");
+        const text_state& own = consumer_.state();
+        if (s.seed != own.seed || s.seq_len != own.seq_len || s.batch_size != own.batch_size || s.world_size != own.world_size || s.rank != own.rank ||
+            s.packed != own.packed)
+            throw config_error("state", "saved for seed/seq_len/batch_size/world_size/rank/packed " + shape_of(s) + ", this pipeline is " + shape_of(own));
+        consumer_.set_state(s);
     }
 
     void stop() noexcept {
-        if (ring_) ring_->close();
+        consumer_.close();
         if (pool_) pool_->stop();
         if (assembler_.joinable()) assembler_.join();
     }
 
     pipeline_stats stats() const {
         pipeline_stats s;
-        s.batches = delivered_;
-        s.tokens = delivered_ * config_.batch_size * config_.seq_len;
+        consumer_.fill(s, config_, memory_);
         s.bytes_read = text_bytes_.load(std::memory_order_relaxed);
         s.padding_tokens = padding_.load(std::memory_order_relaxed);
-        s.seconds = started_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count() : 0;
-        s.tokens_per_s = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0;
         s.read_s = read_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.tokenize_s = tokenize_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.assemble_s = assemble_ns_.load(std::memory_order_relaxed) * 1e-9;
-        add_ring_and_memory(s, ring_.get(), memory_);
         s.workers_active = active_workers();
-        s.prefetch_depth = prefetch_depth();
         s.io_backend = "pread (text documents, tokenized by the workers)";
-        s.device = device_reason_;
         return s;
     }
 
@@ -206,15 +188,6 @@ private:
         return std::to_string(s.seed) + "/" + std::to_string(s.seq_len) + "/" + std::to_string(s.batch_size) + "/" + std::to_string(s.world_size) + "/" +
                std::to_string(s.rank) + "/" + std::to_string(s.packed);
     }
-    // One assembler writes the slots, so it is the ring's only producer; parked workers are
-    // tokenizers (the pool's window keeps the order whatever runs).
-    void tune() {
-        if (delivered_ % autotuner::every != 0 || !pool_) return;
-        const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = pool_->active_workers(), .depth = ring_->depth()}, 1);
-        if (k.depth != ring_->depth()) ring_->set_depth(k.depth);
-        if (k.workers != pool_->active_workers()) pool_->set_active_workers(k.workers);
-    }
-
     static constexpr std::uint64_t documents_per_chunk = 16;
     struct token_chunk {
         std::vector<std::int32_t> tokens;   // the documents' tokens, concatenated
@@ -272,26 +245,15 @@ private:
 #endif
 
     void start() {
-        started_ = true;
-        start_time_ = std::chrono::steady_clock::now();
-        auto chosen = make_ring({.slots = memory_.slots, .slot_bytes = layout_.bytes, .first_sequence = state_.step}, device_);
-        ring_ = std::move(chosen.ring);
-        device_reason_ = std::move(chosen.reason);
-        slot_states_.assign(memory_.slots, state_);
-        ring_->set_depth(memory_.depth);
-        tuner_ = autotuner({.tune_workers = autotune_,
-                            .tune_depth = config_.prefetch == 0 && memory_.depth < memory_.slots,
-                            .max_workers = memory_.workers,
-                            .max_depth = memory_.slots},
-                           start_time_);
-        origin_ = state_;  // the assembler's copy: next() rewrites state_ while it runs
+        consumer_.start(config_, memory_, layout_, device_, autotune_);
+        origin_ = consumer_.state();  // the assembler's copy: next() rewrites the consumer's while it runs
 #if FEEDLINE_HAS_SENTENCEPIECE
         const std::string model = config_.tokenizer;
         pool_options options;
         options.workers = memory_.workers;
         // Chunks tokenized ahead of the assembler: several batches' worth, so workers rarely wait for room.
         options.window = 16 + 4 * std::size_t(memory_.workers);
-        options.first_sequence = state_.document / documents_per_chunk;
+        options.first_sequence = origin_.document / documents_per_chunk;
         pool_ = std::make_unique<ordered_pool<token_chunk>>(
             options,
             [model](unsigned) {
@@ -362,7 +324,7 @@ private:
             else
                 cut_windows(s);
         } catch (...) {
-            ring_->fail(std::current_exception());
+            consumer_.ring().fail(std::current_exception());
             return;
         }
         finish();
@@ -375,7 +337,7 @@ private:
             if (config_.max_steps && step >= config_.max_steps) return;
             while (s.end() < cursor + need)
                 if (!pull(s)) return;
-            std::byte* slot = ring_->acquire(step);
+            std::byte* slot = consumer_.ring().acquire(step);
             if (slot == nullptr) return;
             auto t0 = std::chrono::steady_clock::now();
             auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
@@ -401,7 +363,7 @@ private:
         row_boundaries bounds;
         for (std::uint64_t step = origin_.step, cursor = 0;; ++step) {
             if (config_.max_steps && step >= config_.max_steps) return;
-            std::byte* slot = ring_->acquire(step);
+            std::byte* slot = consumer_.ring().acquire(step);
             if (slot == nullptr) return;
             auto t0 = std::chrono::steady_clock::now();
             auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
@@ -443,11 +405,11 @@ private:
         text_state after = origin_;
         after.step = step + 1;
         s.locate(cursor, after);
-        slot_states_[step % memory_.slots] = after;
+        consumer_.set_slot_state(step, after);
         assemble_ns_.fetch_add(ns(t0, std::chrono::steady_clock::now()), std::memory_order_relaxed);
-        ring_->publish(step, layout_.bytes, {config_.batch_size, config_.seq_len});
+        consumer_.ring().publish(step, layout_.bytes, {config_.batch_size, config_.seq_len});
     }
-    void finish() { ring_->close(); }
+    void finish() { consumer_.ring().close(); }
 
     static std::uint64_t ns(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
         return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
@@ -459,20 +421,11 @@ private:
     int world_ = 1, rank_ = 0, vocab_ = 0, bos_ = -1, eos_ = -1;
     batch_layout layout_;
     memory_plan memory_;
-    text_state state_;   // what the trainer has consumed up to (main thread)
-    text_state origin_;  // where this run started (read by the assembler)
-    std::unique_ptr<stats_jsonl_log> stats_log_;
-    bool final_logged_ = false;
-    bool started_ = false;
-    std::chrono::steady_clock::time_point start_time_;
-    std::unique_ptr<staging_ring> ring_;
-    std::string device_reason_;
-    std::vector<text_state> slot_states_;
+    ring_consumer<text_state> consumer_;  // the ring; what the trainer has consumed up to (main thread)
+    text_state origin_;                     // where this run started (read by the assembler)
     std::unique_ptr<ordered_pool<token_chunk>> pool_;  // chunks of documents -> tokens, in order
     std::thread assembler_;
-    std::uint64_t delivered_ = 0;
     bool autotune_ = false;  // workers = 0: park and wake tokenizing workers
-    autotuner tuner_;         // workers = 0 and/or prefetch = 0
     std::atomic<std::uint64_t> text_bytes_{0}, read_ns_{0}, tokenize_ns_{0}, assemble_ns_{0}, padding_{0};
 };
 

@@ -22,11 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include <feedline/device/make_ring.hpp>
 #include <feedline/format/dataset.hpp>
-#include <feedline/pipeline/autotuner.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
+#include <feedline/pipeline/ring_consumer.hpp>
 #include <feedline/pipeline/stats.hpp>
 #include <feedline/sampling/sampler.hpp>
 #include <feedline/storage/reader.hpp>
@@ -74,11 +73,8 @@ public:
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : memory_available_to_process(topo) / 4;
         const std::uint64_t raw = config_.batch_size * (config_.seq_len + 1) * dtype_size(data_->dtype());
         memory_ = plan_memory(config_, budget, workers, layout_.bytes, raw + 64 * 1024, sampler_->stream(0).memory_bytes());
-        state_ = sampler_->state();
-        if (!config_.stats_jsonl.empty()) {
-            if (config_.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
-            stats_log_ = std::make_unique<stats_jsonl_log>(config_.stats_jsonl);
-        }
+        consumer_.set_state(sampler_->state());
+        consumer_.open_log(config_);
     }
 
     token_pipeline(const token_pipeline&) = delete;
@@ -95,45 +91,34 @@ public:
     // shard found mid-epoch arrives here as the format_error naming file and offset), after which the
     // pipeline is stopped.
     std::optional<batch> next() {
-        if (!started_) start();
-        std::optional<batch_handle> h;
-        try {
-            h = ring_->next();
-        } catch (...) {
-            stop();
-            throw;
-        }
-        if (!h) {
-            if (stats_log_ && !final_logged_) stats_log_->write(stats()), final_logged_ = true;
-            return std::nullopt;
-        }
-        const std::size_t slot = h->slot();
-        state_ = slot_states_[slot];
-        ++delivered_;
-        if (tuner_.enabled()) tune();
-        if (stats_log_ && delivered_ % config_.stats_every == 0) stats_log_->write(stats());
+        if (!consumer_.started()) start();
+        auto h = consumer_.next(config_, [this] { stop(); }, [this] { return stats(); });
+        if (!h) return std::nullopt;
+        // Workers write slots themselves: each running worker is a producer of the ring.
+        const unsigned n = active_workers();
+        if (const unsigned want = consumer_.tune(n, n); want != n) target_workers_.store(want, std::memory_order_relaxed);
         return batch(std::move(*h), &layout_);
     }
 
     // Workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
     unsigned active_workers() const noexcept { return target_workers_.load(std::memory_order_relaxed); }
     // Batches the workers may run ahead of the trainer now (raised by the autotuner when prefetch = 0).
-    std::size_t prefetch_depth() const noexcept { return ring_ ? ring_->depth() : memory_.depth; }
+    std::size_t prefetch_depth() const noexcept { return consumer_.prefetch_depth(memory_); }
 
     // Where the trainer is: restoring this continues with the batch after the last one returned.
-    const sampler_state& state() const noexcept { return state_; }
+    const sampler_state& state() const noexcept { return consumer_.state(); }
 
     // Continues from a saved state (any worker count; any world size with the same global batch).
     // Only before the first next(). Throws config_error when the state does not belong here.
     void restore(const sampler_state& s) {
-        if (started_) throw config_error("restore", "call restore() before the first next()");
+        if (consumer_.started()) throw config_error("restore", "call restore() before the first next()");
         sampler_->restore(s);
-        state_ = sampler_->state();
+        consumer_.set_state(sampler_->state());
     }
 
     // Workers stop and join; batches not taken are dropped. Idempotent.
     void stop() noexcept {
-        if (ring_) ring_->close();
+        consumer_.close();
         for (auto& t : threads_)
             if (t.joinable()) t.join();
     }
@@ -141,20 +126,14 @@ public:
     // A snapshot of the counters. Call from the consumer's thread (the one calling next()).
     pipeline_stats stats() const {
         pipeline_stats s;
-        s.batches = delivered_;
-        s.tokens = delivered_ * config_.batch_size * config_.seq_len;
+        consumer_.fill(s, config_, memory_);
         s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
         s.padding_tokens = padding_.load(std::memory_order_relaxed);
-        s.seconds = started_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count() : 0;
-        s.tokens_per_s = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0;
         s.read_s = read_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.assemble_s = assemble_ns_.load(std::memory_order_relaxed) * 1e-9;
         s.plan_s = plan_ns_.load(std::memory_order_relaxed) * 1e-9;
-        add_ring_and_memory(s, ring_.get(), memory_);
-        s.workers_active = started_ ? active_workers() : memory_.workers;
-        s.prefetch_depth = prefetch_depth();
+        s.workers_active = consumer_.started() ? active_workers() : memory_.workers;
         s.io_backend = io_reason_;
-        s.device = device_reason_;
         return s;
     }
 
@@ -164,34 +143,14 @@ public:
     std::default_sentinel_t end() { return {}; }
 
 private:
-    // Workers write slots themselves: each running worker is a producer of the ring.
-    void tune() {
-        if (delivered_ % autotuner::every != 0) return;
-        const unsigned n = active_workers();
-        const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = n, .depth = ring_->depth()}, n);
-        if (k.depth != ring_->depth()) ring_->set_depth(k.depth);
-        target_workers_.store(k.workers, std::memory_order_relaxed);
-    }
-
     void start() {
-        started_ = true;
-        start_time_ = std::chrono::steady_clock::now();
-        auto chosen = make_ring({.slots = memory_.slots, .slot_bytes = layout_.bytes, .first_sequence = state_.step}, device_);
-        ring_ = std::move(chosen.ring);
-        device_reason_ = std::move(chosen.reason);
-        slot_states_.assign(memory_.slots, state_);
+        consumer_.start(config_, memory_, layout_, device_, autotune_);
         {
             auto probe = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
             io_reason_ = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
         }
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
-        ring_->set_depth(memory_.depth);
-        tuner_ = autotuner({.tune_workers = autotune_,
-                            .tune_depth = config_.prefetch == 0 && memory_.depth < memory_.slots,
-                            .max_workers = memory_.workers,
-                            .max_depth = memory_.slots},
-                           start_time_);
         for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
     }
 
@@ -206,6 +165,7 @@ private:
     std::uint64_t data_total_bytes() const { return data_->total_tokens() * dtype_size(data_->dtype()); }
 
     void work(unsigned index) {
+        staging_ring& ring = consumer_.ring();
         try {
             any_reader reader = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
             mmap_reader* mapped = reader.get_if<mmap_reader>();  // zero-copy: convert straight from the mapping
@@ -216,12 +176,12 @@ private:
             sampler_state after;
             for (;;) {
                 // Parked by the autotuner: only timing changes, never which batch holds what.
-                while (index >= target_workers_.load(std::memory_order_relaxed) && !ring_->closed() && !planned_all_.load())
+                while (index >= target_workers_.load(std::memory_order_relaxed) && !ring.closed() && !planned_all_.load())
                     std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 auto t0 = std::chrono::steady_clock::now();
                 {
                     std::lock_guard lock(planner_);
-                    if (ring_->closed()) break;
+                    if (ring.closed()) break;
                     if (config_.max_steps && sampler_->state().step >= config_.max_steps) {
                         planned_all_.store(true);  // parked workers must leave too, or the stream never ends
                         break;
@@ -231,9 +191,9 @@ private:
                 }
                 auto t1 = std::chrono::steady_clock::now();
                 plan_ns_.fetch_add(ns(t0, t1), std::memory_order_relaxed);
-                std::byte* slot = ring_->acquire(plan.step);
+                std::byte* slot = ring.acquire(plan.step);
                 if (slot == nullptr) break;
-                slot_states_[plan.step % memory_.slots] = after;
+                consumer_.set_slot_state(plan.step, after);
                 auto t2 = std::chrono::steady_clock::now();
                 if (mapped != nullptr && config_.mode == sample_mode::windows) {
                     assemble_mapped(plan, *mapped, raw, requests, slot);
@@ -245,12 +205,12 @@ private:
                     assemble(plan, raw, slot, bounds);
                     assemble_ns_.fetch_add(ns(t3, std::chrono::steady_clock::now()), std::memory_order_relaxed);
                 }
-                ring_->publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});
+                ring.publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});
             }
         } catch (...) {
-            ring_->fail(std::current_exception());
+            ring.fail(std::current_exception());
         }
-        if (active_.fetch_sub(1) == 1) ring_->close();  // the last worker out ends the stream
+        if (active_.fetch_sub(1) == 1) ring.close();  // the last worker out ends the stream
     }
 
     // Appends the read requests of one sample's segments (dest: consecutive from `dest`).
@@ -350,22 +310,14 @@ private:
     batch_layout layout_;
     memory_plan memory_;
     std::mutex planner_;
-    std::unique_ptr<staging_ring> ring_;
-    std::unique_ptr<stats_jsonl_log> stats_log_;  // written from the consumer's thread only
-    bool final_logged_ = false;
-    std::vector<sampler_state> slot_states_;  // sampler state after each slot's step (written after acquire)
-    sampler_state state_;                     // after the last batch handed out
+    ring_consumer<sampler_state> consumer_;  // the ring; the sampler state after each slot's step (written after acquire)
     std::vector<std::thread> threads_;
     std::atomic<unsigned> active_{0};
     std::atomic<unsigned> target_workers_{0};  // workers not parked (written by the consumer's tune())
     std::atomic<bool> planned_all_{false};
-    bool autotune_ = false;    // workers = 0: park and wake workers
-    autotuner tuner_;           // workers = 0 and/or prefetch = 0
-    bool started_ = false;
-    std::uint64_t delivered_ = 0;
-    std::chrono::steady_clock::time_point start_time_;
+    bool autotune_ = false;  // workers = 0: park and wake workers
     std::atomic<std::uint64_t> bytes_read_{0}, padding_{0}, read_ns_{0}, assemble_ns_{0}, plan_ns_{0};
-    std::string io_reason_, device_reason_;
+    std::string io_reason_;
 };
 
 }  // namespace feedline
