@@ -366,6 +366,18 @@ TEST_CASE("Pipeline.Errors.TruncatedShardMidRunIsAFormatErrorAtNext") {
     CHECK_THROWS_AS(p.next(), format_error);  // stays failed; the destructor joins the workers
 }
 
+TEST_CASE("Pipeline.Errors.AnAbsentCudaDeviceFailsAtEveryNextUntilDestroyed") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir);
+    auto cfg = base(2);
+    cfg.device = "cuda:1000";  // no machine has this device: the ring cannot be made
+    pipeline p(data, cfg);     // the device is checked when the ring is made, at the first next()
+    CHECK_THROWS_AS(p.next(), config_error);
+    CHECK_THROWS_AS(p.next(), config_error);  // tried again, not a dangling ring
+    CHECK(p.stats().batches == 0);
+    CHECK(std::get<sampler_state>(p.state()).step == 0);
+}
+
 TEST_CASE("Pipeline.Config.FailsAtConstructionWithTheNumbers") {
     ft::scratch_dir dir;
     auto data = make_dataset(dir);
