@@ -32,8 +32,6 @@ public:
 
     bool started() const noexcept { return ring_ != nullptr; }
     staging_ring& ring() noexcept { return *ring_; }
-    std::uint64_t delivered() const noexcept { return delivered_; }
-    const std::string& device_reason() const noexcept { return device_reason_; }
     std::size_t prefetch_depth(const memory_plan& m) const noexcept { return ring_ ? ring_->depth() : m.depth; }
 
     // Where the trainer is: the state after the last batch returned (or the restored one).
