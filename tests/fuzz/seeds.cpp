@@ -1,8 +1,16 @@
-// Valid inputs the replay driver mutates: a small Megatron .idx and llm.c headers of both widths.
+// Valid inputs the replay driver mutates, per target: a small Megatron .idx, llm.c headers of both
+// widths, sampler states (binary and JSON) of each fuzzed sampler, JSONL and plain text.
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
+
+#ifdef FEEDLINE_FUZZ_SAMPLER_STATE
+#include <feedline/sampling/state_io.hpp>
+
+#include "fuzz_sampler_configs.hpp"
+#endif
 
 namespace {
 template <class T>
@@ -15,7 +23,7 @@ void put(std::vector<std::uint8_t>& v, T x) {
 
 std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     std::vector<std::vector<std::uint8_t>> seeds;
-#ifdef FEEDLINE_FUZZ_MEGATRON
+#if defined(FEEDLINE_FUZZ_MEGATRON_IDX)
     for (std::uint8_t code : {1, 4, 8}) {
         std::vector<std::uint8_t> idx = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
         put<std::uint64_t>(idx, 1);
@@ -28,6 +36,36 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
         for (std::int64_t d : {0, 2, 3}) put<std::int64_t>(idx, d);
         put<std::uint64_t>(idx, 6 * static_cast<std::uint64_t>(item));  // .bin size
         seeds.push_back(idx);
+    }
+#elif defined(FEEDLINE_FUZZ_SAMPLER_STATE)
+    // Byte 0 picks the sampler (and 0x80 the JSON form); states at the start and a few steps in.
+    for (unsigned which = 0; which < feedline::fuzzing::sampler_kinds; ++which)
+        for (int steps : {0, 5}) {
+            auto sampler = feedline::fuzzing::make_sampler(which);
+            feedline::batch_plan plan;
+            for (int i = 0; i < steps; ++i) sampler->next(plan);
+            std::vector<std::uint8_t> bin{static_cast<std::uint8_t>(which)};
+            for (std::byte b : feedline::to_bytes(sampler->state())) bin.push_back(static_cast<std::uint8_t>(b));
+            seeds.push_back(bin);
+#if FEEDLINE_HAS_JSON
+            std::string json = feedline::to_json(sampler->state());
+            std::vector<std::uint8_t> j{static_cast<std::uint8_t>(0x80 | which)};
+            j.insert(j.end(), json.begin(), json.end());
+            seeds.push_back(j);
+#endif
+        }
+#elif defined(FEEDLINE_FUZZ_TEXT)
+    // Byte 0: 3 JSONL, 0-2 a plain-text split (whole file, blank lines, lines); +4 skip_invalid.
+    const std::string jsonl = "{\"text\": \"one\\nline \\u00e9\\ud83d\\ude00\"}\r\n\n  \n{\"id\": 2, \"text\": \"two\"}\n"
+                              "{\"text\": 3}\n[1]\n{\"text\": \"last, no newline\"}";
+    const std::string plain = "first block\r\nsame block\n\n\n second\n \t\nthird\r\r\n";
+    for (std::uint8_t mode : {3, 7}) {
+        seeds.push_back({mode});
+        seeds.back().insert(seeds.back().end(), jsonl.begin(), jsonl.end());
+    }
+    for (std::uint8_t mode : {0, 1, 2}) {
+        seeds.push_back({mode});
+        seeds.back().insert(seeds.back().end(), plain.begin(), plain.end());
     }
 #else
     for (auto [magic, version, width] : {std::tuple{20240520, 1, 2}, std::tuple{20240801, 7, 4}}) {

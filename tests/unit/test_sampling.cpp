@@ -527,5 +527,25 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
     CHECK(sampler_state_from_json(json) == s.state());
     CHECK(json.find("\"step\":5") != std::string::npos);
     CHECK_THROWS_AS(sampler_state_from_json("{\"format\": \"feedline.sampler_state\", \"version\": 1}"), format_error);
+    CHECK_THROWS_AS(sampler_state_from_json("{\"format\": 1}"), format_error);
+    // Hand-edited numbers: a negative position would wrap to 2^64 - 5, a float seed would be cast
+    // (undefined when out of range), a mode past 32 bits truncated. Each is refused by name.
+    auto edited = [&](const std::string& field, const std::string& value) {
+        auto j = nlohmann::json::parse(json);
+        j[field] = nlohmann::json::parse(value);
+        return j.dump();
+    };
+    CHECK(sampler_state_from_json(edited("step", "7")).step == 7);
+    for (auto [field, value] : {std::pair{"index", "[-5]"}, {"seed", "1e300"}, {"seed", "1.5"}, {"mode", "4294967296"},
+                                {"step", "\"5\""}, {"epoch", "3"}, {"weights", "[null]"}}) {
+        CAPTURE(field);
+        CAPTURE(value);
+        try {
+            sampler_state_from_json(edited(field, value));
+            FAIL("accepted");
+        } catch (const format_error& e) {
+            CHECK(std::string(e.what()).find(field) != std::string::npos);
+        }
+    }
 #endif
 }

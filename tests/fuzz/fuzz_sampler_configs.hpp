@@ -1,0 +1,44 @@
+// The small samplers fuzz_sampler_state restores into, shared with its seeds: windows, packed rows,
+// shard-block shuffling with padded tails, and a blend of two datasets.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <feedline/sampling/sampler.hpp>
+
+namespace feedline::fuzzing {
+
+struct lengths {
+    std::vector<std::uint64_t> n;
+    std::uint64_t document_count() const { return n.size(); }
+    std::uint64_t document_length(std::uint64_t i) const { return n[i]; }
+};
+
+inline constexpr unsigned sampler_kinds = 4;
+
+// Dataset `d` of sampler kind `which` (only the blend has a dataset 1).
+inline const lengths& dataset(unsigned which, std::uint32_t d) {
+    static const lengths a{{5, 0, 17, 3, 40, 1, 9, 26, 2, 11}}, b{{12, 30, 2, 7}};
+    return which == 3 && d == 1 ? b : a;
+}
+
+inline std::unique_ptr<sampler> make_sampler(unsigned which) {
+    sampler_config c{.seq_len = 8, .global_batch = 4, .seed = 7, .rank = 0, .world_size = 1};
+    switch (which) {
+        case 0: return std::make_unique<sampler>(dataset(0, 0), c);
+        case 1: c.mode = sample_mode::packed; return std::make_unique<sampler>(dataset(1, 0), c);
+        case 2:
+            c.shuffle = shuffle_mode::shard_blocks;
+            c.tail = tail_policy::pad;
+            c.global_batch = 6;
+            return std::make_unique<sampler>(dataset(2, 0), c, std::vector<std::uint64_t>{0, 4, 7});
+        default: {
+            std::vector<const lengths*> both{&dataset(3, 0), &dataset(3, 1)};
+            return std::make_unique<sampler>(both, std::vector<double>{0.7, 0.3}, c);
+        }
+    }
+}
+
+}  // namespace feedline::fuzzing

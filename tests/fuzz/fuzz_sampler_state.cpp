@@ -1,0 +1,86 @@
+// Fuzz target: a resume file (sampler state, binary or JSON) must parse or throw format_error, and a
+// parsed position restored into a sampler must either be refused with config_error or plan batches
+// whose every segment lies inside its document: a corrupt checkpoint never reads out of bounds.
+// Input: byte 0 picks the sampler (low bits) and the encoding (0x80: JSON); the rest is the file.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <feedline/sampling/sampler.hpp>
+#include <feedline/sampling/state_io.hpp>
+
+#include "fuzz_sampler_configs.hpp"
+
+using namespace feedline;
+
+namespace {
+
+// Every segment of every sample must lie inside a document of its dataset.
+void check_plan(const batch_plan& plan, unsigned which) {
+    for (const sample_plan& s : plan.samples)
+        for (const segment& g : s.segments) {
+            const fuzzing::lengths& d = fuzzing::dataset(which, s.dataset);
+            if (g.document >= d.document_count() || g.offset > d.document_length(g.document) ||
+                g.length > d.document_length(g.document) - g.offset)
+                __builtin_trap();
+        }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size == 0) return 0;
+    const unsigned which = data[0] % fuzzing::sampler_kinds;
+    const bool json = (data[0] & 0x80) != 0;
+    std::span<const std::byte> file(reinterpret_cast<const std::byte*>(data + 1), size - 1);
+    sampler_state s;
+    try {
+        if (json) {
+#if FEEDLINE_HAS_JSON
+            s = sampler_state_from_json(std::string(reinterpret_cast<const char*>(file.data()), file.size()));
+#else
+            return 0;
+#endif
+        } else {
+            s = sampler_state_from_bytes(file);
+        }
+    } catch (const format_error&) {
+        return 0;
+    }
+    // What parses writes back to the same state (bit-exact in binary; in JSON when the weights are
+    // numbers JSON can hold).
+    try {
+        if (to_bytes(sampler_state_from_bytes(to_bytes(s))) != to_bytes(s)) __builtin_trap();
+#if FEEDLINE_HAS_JSON
+        bool finite = true;
+        for (double w : s.weights) finite = finite && std::isfinite(w);
+        if (finite && to_bytes(sampler_state_from_json(to_json(s))) != to_bytes(s)) __builtin_trap();
+#endif
+    } catch (const config_error&) {
+        return 0;  // per-dataset fields of different lengths: to_bytes refuses to write them
+    }
+
+    // The position fields (step, taken, epoch, index) come from the input; the identity fields from
+    // the sampler, so restore() gets past them and judges the position itself.
+    auto sampler = fuzzing::make_sampler(which);
+    sampler_state want = sampler->state();
+    want.step = s.step;
+    for (std::size_t i = 0; i < want.taken.size(); ++i) {
+        if (i < s.taken.size()) want.taken[i] = s.taken[i];
+        if (i < s.epoch.size()) want.epoch[i] = s.epoch[i] % 4096;  // an epoch layout costs O(documents) each
+        if (i < s.index.size()) want.index[i] = s.index[i];
+    }
+    try {
+        sampler->restore(want);
+        batch_plan plan;
+        for (int step = 0; step < 3; ++step) {
+            sampler->next(plan);
+            check_plan(plan, which);
+        }
+    } catch (const config_error&) {
+    }
+    return 0;
+}
