@@ -536,8 +536,9 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
         return j.dump();
     };
     CHECK(sampler_state_from_json(edited("step", "7")).step == 7);
-    for (auto [field, value] : {std::pair{"index", "[-5]"}, {"seed", "1e300"}, {"seed", "1.5"}, {"mode", "4294967296"},
-                                {"step", "\"5\""}, {"epoch", "3"}, {"weights", "[null]"}}) {
+    for (const auto& edit : {std::pair{"index", "[-5]"}, {"seed", "1e300"}, {"seed", "1.5"}, {"mode", "4294967296"},
+                             {"step", "\"5\""}, {"epoch", "3"}, {"weights", "[null]"}}) {
+        const std::string field = edit.first, value = edit.second;  // named copies: CAPTURE cannot take bindings
         CAPTURE(field);
         CAPTURE(value);
         try {
