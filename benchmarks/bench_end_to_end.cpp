@@ -95,9 +95,11 @@ void warm(const token_dataset& d) {
 
 #if FEEDLINE_HAS_SENTENCEPIECE
 // On-the-fly tokenization: sentencepiece alone on one thread (every document of the corpus encoded
-// once, from memory) vs text_pipeline delivering windows with 1 and 2 workers, in tokens/s.
+// once, from memory) vs text_pipeline delivering windows with 1 and 2 workers, in tokens/s. Also
+// sentencepiece alone on 2 threads (half the documents each, a processor each): how far Encode
+// itself scales on this machine, the ceiling for the pipeline's 2-workers-vs-1 ratio.
 struct tokenize_rates {
-    double spm = 0, w1 = 0, w2 = 0, text_mb_per_s_spm = 0;
+    double spm = 0, spm2 = 0, w1 = 0, w2 = 0, text_mb_per_s_spm = 0;
 };
 tokenize_rates measure_tokenization(const std::string& text, const std::string& model) {
     text_corpus corpus({text});
@@ -120,6 +122,25 @@ tokenize_rates measure_tokenization(const std::string& text, const std::string& 
         corpus_tokens = n;
         return static_cast<double>(n) / seconds_since(t0);
     });
+    cases.add("sentencepiece alone, 2 threads (tokens/s)", [&] {
+        std::atomic<std::uint64_t> n{0};
+        auto half = [&](std::size_t first) {
+            sentencepiece::SentencePieceProcessor own;
+            if (!own.Load(model).ok()) return;
+            std::vector<int> ids;
+            std::uint64_t local = 0;
+            for (std::size_t i = first; i < docs.size(); i += 2) {
+                own.Encode(docs[i], &ids);
+                local += ids.size() + 1;
+            }
+            n += local;
+        };
+        auto t0 = clock_type::now();
+        std::thread other(half, 1);
+        half(0);
+        other.join();
+        return static_cast<double>(n.load()) / seconds_since(t0);
+    });
     auto pipeline_rate = [&](unsigned workers) {
         // About one pass over the corpus per measurement.
         const std::uint64_t steps = std::max<std::uint64_t>(10, corpus_tokens / (8 * 256));
@@ -131,9 +152,10 @@ tokenize_rates measure_tokenization(const std::string& text, const std::string& 
     };
     cases.add("text_pipeline 1 worker (tokens/s)", [&] { return pipeline_rate(1); });
     cases.add("text_pipeline 2 workers (tokens/s)", [&] { return pipeline_rate(2); });
-    auto r = cases.run(3, "tokens/s");
+    auto r = cases.run(5, "tokens/s");
     tokenize_rates out;
     out.spm = r["sentencepiece alone, 1 thread (tokens/s)"].median;
+    out.spm2 = r["sentencepiece alone, 2 threads (tokens/s)"].median;
     out.w1 = r["text_pipeline 1 worker (tokens/s)"].median;
     out.w2 = r["text_pipeline 2 workers (tokens/s)"].median;
     out.text_mb_per_s_spm = out.spm * (static_cast<double>(corpus_bytes) / static_cast<double>(corpus_tokens)) / 1e6;
@@ -225,13 +247,15 @@ int main(int argc, char** argv) {
     if (!text.empty() && !tokenizer.empty()) {
 #if FEEDLINE_HAS_SENTENCEPIECE
         const tokenize_rates t = measure_tokenization(text, tokenizer);
-        std::printf("tokenization: sentencepiece alone %.0f tokens/s (%.2f MB/s of text), pipeline 1 worker %.0f, 2 workers %.0f tokens/s\n", t.spm,
-                    t.text_mb_per_s_spm, t.w1, t.w2);
+        std::printf("tokenization: sentencepiece alone %.0f tokens/s (%.2f MB/s of text), on 2 threads %.0f; pipeline 1 worker %.0f, 2 workers %.0f tokens/s\n",
+                    t.spm, t.text_mb_per_s_spm, t.spm2, t.w1, t.w2);
         out["tokenize_spm_tokens_per_s"] = t.spm;
+        out["tokenize_spm_2t_tokens_per_s"] = t.spm2;
         out["tokenize_1w_tokens_per_s"] = t.w1;
         out["tokenize_2w_tokens_per_s"] = t.w2;
         out["tokenize_1w_vs_spm"] = t.w1 / t.spm;
         out["tokenize_2w_vs_1w"] = t.w2 / t.w1;
+        out["tokenize_spm_2t_vs_1t"] = t.spm2 / t.spm;  // the machine's own scaling of Encode: the ceiling of the line above
 #else
         std::printf("tokenization: skipped (built without sentencepiece)\n");
 #endif

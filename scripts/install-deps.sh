@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  cmake ninja-build pkg-config g++ clang libclang-rt-14-dev   # build; clang for the libFuzzer targets
+  cmake ninja-build pkg-config g++ clang libclang-rt-14-dev   # build; clang for the sanitizer build and its libFuzzer targets
   libboost-dev doctest-dev                                    # core + tests
   liburing-dev libsentencepiece-dev sentencepiece libnuma-dev libhwloc-dev   # optional parts
   nlohmann-json3-dev libcli11-dev libfmt-dev                  # JSONL input, tools

@@ -120,7 +120,7 @@ int run(options o, trainer::communicator& comm) {
 
     // Where the model runs: the rank's GPU (by local rank) when there is one, else the CPU.
     std::string device = "cpu";
-    int gpu = -1;
+    [[maybe_unused]] int gpu = -1;  // read only by the CUDA backend
     if (o.device != "cpu") {
         const auto probe = feedline::gpu_probe();
         if (probe) {

@@ -410,7 +410,7 @@ TEST_CASE("Pipeline.Config.FailsAtConstructionWithTheNumbers") {
 }
 
 TEST_CASE("Pipeline.Memory.ResidentAnonymousMemoryStaysWithinTheBudget") {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if FEEDLINE_TEST_SANITIZED
     ft::skip("resident memory is not meaningful under a sanitizer (shadow memory, quarantine)");
 #endif
     ft::scratch_dir dir;

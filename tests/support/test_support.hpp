@@ -16,6 +16,19 @@
 #include <thread>
 #include <vector>
 
+// 1 in a build under AddressSanitizer or ThreadSanitizer: GCC defines __SANITIZE_*__, clang answers
+// __has_feature.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define FEEDLINE_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define FEEDLINE_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef FEEDLINE_TEST_SANITIZED
+#define FEEDLINE_TEST_SANITIZED 0
+#endif
+
 namespace feedline::test {
 
 // Ends the test process as "skipped" with the reason on stderr. Each doctest case runs in its own
@@ -112,7 +125,7 @@ inline std::size_t baseline_thread_count() {
 }
 
 // Stress sizes: the full count in plain builds; sanitizers slow atomics 5-50x, so they run a tenth.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if FEEDLINE_TEST_SANITIZED
 inline constexpr std::uint64_t stress_items = 1'000'000;
 #else
 inline constexpr std::uint64_t stress_items = 10'000'000;
