@@ -211,12 +211,14 @@ int main(int argc, char** argv) {
     const double n2 = r["naive_gather_2t (tokens/s)"].median, f2 = r["feedline_2w (tokens/s)"].median;
 
     // Paced consumer: a synthetic step of twice the time one worker takes to produce a batch, with one
-    // worker (the consumer's busy step occupies a core of its own).
+    // worker (the consumer's busy step occupies a core of its own). 5x the batches of a case, so the
+    // run lasts long enough (~0.5 s here) that start-up and a single hiccup of the host do not decide
+    // the p99 or the stall fraction.
     const double step_s = 2.0 * static_cast<double>(B * T) / f1;
     std::vector<double> waits;
     double stall_fraction = 0;
     {
-        pipeline p(data, config(1, 1000));
+        pipeline p(data, config(1, 5 * batches));
         for (auto it = p.begin(); it != p.end();) {
             auto t0 = clock_type::now();
             ++it;  // releases the previous batch, waits for the next
