@@ -8,13 +8,11 @@
 
 #include <feedline/sampling/sampler.hpp>
 
+#include "../support/synthetic_lengths.hpp"
+
 namespace feedline::fuzzing {
 
-struct lengths {
-    std::vector<std::uint64_t> n;
-    std::uint64_t document_count() const { return n.size(); }
-    std::uint64_t document_length(std::uint64_t i) const { return n[i]; }
-};
+using lengths = test::synthetic_lengths;
 
 inline constexpr unsigned sampler_kinds = 4;
 

@@ -1,6 +1,7 @@
-// Fuzz target: a resume file (sampler state, binary or JSON) must parse or throw format_error, and a
-// parsed position restored into a sampler must either be refused with config_error or plan batches
-// whose every segment lies inside its document: a corrupt checkpoint never reads out of bounds.
+// Fuzz target: a resume file (sampler state, binary or JSON; the JSON is also read as a text
+// pipeline's state) must parse or throw format_error, and a parsed position restored into a sampler
+// must either be refused with config_error or plan batches whose every segment lies inside its
+// document: a corrupt checkpoint never reads out of bounds.
 // Input: byte 0 picks the sampler (low bits) and the encoding (0x80: JSON); the rest is the file.
 #include <cmath>
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <feedline/pipeline/text_state.hpp>
 #include <feedline/sampling/sampler.hpp>
 #include <feedline/sampling/state_io.hpp>
 
@@ -40,7 +42,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
         if (json) {
 #if FEEDLINE_HAS_JSON
-            s = sampler_state_from_json(std::string(reinterpret_cast<const char*>(file.data()), file.size()));
+            const std::string text(reinterpret_cast<const char*>(file.data()), file.size());
+            try {  // a text pipeline's state: the same rules, and it writes back to itself
+                const text_state t = text_state_from_json(text);
+                if (text_state_from_json(to_json(t)) != t) __builtin_trap();
+            } catch (const format_error&) {
+            }
+            s = sampler_state_from_json(text);
 #else
             return 0;
 #endif

@@ -7,6 +7,7 @@
 #include <vector>
 
 #ifdef FEEDLINE_FUZZ_SAMPLER_STATE
+#include <feedline/pipeline/text_state.hpp>
 #include <feedline/sampling/state_io.hpp>
 
 #include "fuzz_sampler_configs.hpp"
@@ -54,6 +55,12 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
             seeds.push_back(j);
 #endif
         }
+#if FEEDLINE_HAS_JSON
+    // A text pipeline's state, which the JSON form is also read as.
+    const std::string text_json = feedline::to_json(feedline::text_state{.seed = 3, .seq_len = 8, .batch_size = 4, .step = 9, .document = 17, .offset = 5});
+    seeds.push_back({0x80});
+    seeds.back().insert(seeds.back().end(), text_json.begin(), text_json.end());
+#endif
 #elif defined(FEEDLINE_FUZZ_TEXT)
     // Byte 0: 3 JSONL, 0-2 a plain-text split (whole file, blank lines, lines); +4 skip_invalid.
     const std::string jsonl = "{\"text\": \"one\\nline \\u00e9\\ud83d\\ude00\"}\r\n\n  \n{\"id\": 2, \"text\": \"two\"}\n"

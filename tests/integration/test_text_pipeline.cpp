@@ -231,6 +231,29 @@ TEST_CASE("Pipeline.Text.OneEntryPointForTextWithItsStateInCheckpoints") {
     CHECK_THROWS_AS(pipeline(f.jsonl, no_model), config_error);
     CHECK_THROWS_AS(pipeline_state_from_json("{\"format\": \"feedline.text_state\", \"version\": 1}"), format_error);
     CHECK_THROWS_AS(pipeline_state_from_json("not json"), format_error);
+    CHECK_THROWS_AS(pipeline_state_from_json("{\"format\": 1}"), format_error);  // not nlohmann's own type_error
+    CHECK_THROWS_AS(pipeline_state_from_json("[1, 2]"), format_error);
+
+    // Hand-edited numbers: a negative offset would wrap to 2^64 - 3, a float document be cast
+    // (undefined when out of range). Each is refused with the field's name.
+    auto edited = [&](const std::string& field, const std::string& value) {
+        auto j = nlohmann::json::parse(saved);
+        j[field] = nlohmann::json::parse(value);
+        return j.dump();
+    };
+    CHECK(std::get<text_state>(pipeline_state_from_json(edited("offset", "2"))).offset == 2);
+    for (const auto& edit : {std::pair{"offset", "-3"}, {"document", "1e300"}, {"seed", "1.5"}, {"step", "\"5\""}, {"packed", "2"},
+                             {"version", "4294967297"}, {"rank", "null"}}) {
+        const std::string field = edit.first, value = edit.second;  // named copies: CAPTURE cannot take bindings
+        CAPTURE(field);
+        CAPTURE(value);
+        try {
+            (void)pipeline_state_from_json(edited(field, value));
+            FAIL("accepted");
+        } catch (const format_error& e) {
+            CHECK(std::string(e.what()).find(field) != std::string::npos);
+        }
+    }
 }
 
 namespace {

@@ -11,8 +11,8 @@ namespace {
 
 // Feeds intervals of 10 ms with the given waits (fractions of the interval, summed over producers).
 struct driver {
+    std::chrono::steady_clock::time_point t = std::chrono::steady_clock::time_point{} + 1s;  // before tuner, which starts at t
     autotuner tuner;
-    std::chrono::steady_clock::time_point t = std::chrono::steady_clock::time_point{} + 1s;
     ring_stats r;
     std::uint64_t delivered = 0;
     explicit driver(autotuner::limits l) : tuner(l, t) {}

@@ -71,8 +71,7 @@ inline std::string to_json(const pipeline_state& s) {
 
 // Either kind of saved state, told apart by its "format" field. Throws format_error otherwise.
 inline pipeline_state pipeline_state_from_json(const std::string& text) {
-    const auto j = nlohmann::json::parse(text, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.value("format", "") == "feedline.text_state") return text_state_from_json(text);
+    if (detail::json_format_of(nlohmann::json::parse(text, nullptr, false)) == "feedline.text_state") return text_state_from_json(text);
     return sampler_state_from_json(text);
 }
 #endif

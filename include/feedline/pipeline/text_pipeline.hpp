@@ -22,9 +22,6 @@
 #if FEEDLINE_HAS_SENTENCEPIECE
 #include <sentencepiece_processor.h>
 #endif
-#if FEEDLINE_HAS_JSON
-#include <nlohmann/json.hpp>
-#endif
 
 #include <feedline/exec/worker_pool.hpp>
 #include <feedline/format/text_corpus.hpp>
@@ -32,41 +29,11 @@
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/ring_consumer.hpp>
 #include <feedline/pipeline/stats.hpp>
+#include <feedline/pipeline/text_state.hpp>
 #include <feedline/sampling/permutation.hpp>
 #include <feedline/sampling/windows.hpp>
 
 namespace feedline {
-
-// Where a text pipeline is: the next step, and the next token (document number in this rank's order,
-// offset in its tokens). The other fields say what the position means; restore() checks them.
-struct text_state {
-    std::uint64_t seed = 0, seq_len = 0, batch_size = 0, world_size = 1, rank = 0, packed = 0;
-    std::uint64_t step = 0, document = 0, offset = 0;
-    friend bool operator==(const text_state&, const text_state&) = default;
-};
-
-#if FEEDLINE_HAS_JSON
-inline std::string to_json(const text_state& s) {
-    const nlohmann::json j = {{"format", "feedline.text_state"}, {"version", 1},          {"seed", s.seed},         {"seq_len", s.seq_len},
-                              {"batch_size", s.batch_size},      {"world_size", s.world_size}, {"rank", s.rank}, {"packed", s.packed}, {"step", s.step},
-                              {"document", s.document},          {"offset", s.offset}};
-    return j.dump();
-}
-
-// Throws format_error for anything but a version 1 text state.
-inline text_state text_state_from_json(const std::string& text) {
-    const auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("format", "") != "feedline.text_state")
-        throw format_error("text state (JSON)", 0, "not a feedline text pipeline state");
-    try {
-        if (j.at("version").get<int>() != 1) throw format_error("text state (JSON)", 0, "unsupported version " + j.at("version").dump());
-        return {.seed = j.at("seed"), .seq_len = j.at("seq_len"), .batch_size = j.at("batch_size"), .world_size = j.at("world_size"),
-                .rank = j.at("rank"), .packed = j.at("packed"), .step = j.at("step"), .document = j.at("document"), .offset = j.at("offset")};
-    } catch (const nlohmann::json::exception& e) {
-        throw format_error("text state (JSON)", 0, std::string("missing or mistyped field: ") + e.what());
-    }
-}
-#endif
 
 class text_pipeline {
 public:

@@ -11,10 +11,7 @@
 #include <string>
 #include <vector>
 
-#if FEEDLINE_HAS_JSON
-#include <nlohmann/json.hpp>
-#endif
-
+#include <feedline/detail/json_fields.hpp>
 #include <feedline/error.hpp>
 #include <feedline/sampling/sampler.hpp>
 
@@ -113,55 +110,29 @@ inline std::string to_json(const sampler_state& s) {
 }
 
 inline sampler_state sampler_state_from_json(const std::string& text) {
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != "feedline.sampler_state")
-        throw format_error("sampler state (JSON)", 0, "not a feedline sampler state");
-    auto fail = [](const std::string& what) { throw format_error("sampler state (JSON)", 0, what); };
-    // Checked by hand: nlohmann's get<std::uint64_t>() would wrap a negative number and cast a float
-    // (undefined behaviour when it is out of range), so a hand-edited state could resume anywhere.
-    auto field = [&](const char* name) -> const nlohmann::json& {
-        if (!j.contains(name)) fail(std::string("missing field: ") + name);
-        return j[name];
-    };
-    auto whole = [&](const nlohmann::json& v, const std::string& name, std::uint64_t max) {
-        if (!v.is_number_unsigned() || v.get<std::uint64_t>() > max) fail(name + " is not an integer in [0, " + std::to_string(max) + "]");
-        return v.get<std::uint64_t>();
-    };
-    auto u64 = [&](const char* name) { return whole(field(name), name, UINT64_MAX); };
-    auto u32 = [&](const char* name) { return static_cast<std::uint32_t>(whole(field(name), name, UINT32_MAX)); };
-    auto array = [&](const char* name) -> const nlohmann::json& {
-        const auto& v = field(name);
-        if (!v.is_array()) fail(std::string(name) + " is not an array");
-        return v;
-    };
-    auto u64s = [&](const char* name) {
-        std::vector<std::uint64_t> out;
-        for (const auto& v : array(name)) out.push_back(whole(v, std::string(name) + "[]", UINT64_MAX));
-        return out;
-    };
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    const detail::json_fields f(j, "sampler state (JSON)");
+    if (j.is_discarded() || detail::json_format_of(j) != "feedline.sampler_state") f.fail("not a feedline sampler state");
     sampler_state s;
-    s.version = u32("version");
-    if (s.version != sampler_state::current_version) fail("unsupported version " + std::to_string(s.version));
-    s.seed = u64("seed");
-    s.seq_len = u64("seq_len");
-    s.global_batch = u64("global_batch");
-    s.mode = u32("mode");
-    s.shuffle = u32("shuffle");
-    s.shuffle_samples = u32("shuffle_samples");
-    s.tail = u32("tail");
-    s.step = u64("step");
-    s.dataset_documents = u64s("dataset_documents");
-    s.dataset_tokens = u64s("dataset_tokens");
-    for (const auto& v : array("weights")) {
-        if (!v.is_number()) fail("weights[] is not a number");
-        s.weights.push_back(v.get<double>());
-    }
-    s.taken = u64s("taken");
-    s.epoch = u64s("epoch");
-    s.index = u64s("index");
+    s.version = f.u32("version");
+    if (s.version != sampler_state::current_version) f.fail("unsupported version " + std::to_string(s.version));
+    s.seed = f.u64("seed");
+    s.seq_len = f.u64("seq_len");
+    s.global_batch = f.u64("global_batch");
+    s.mode = f.u32("mode");
+    s.shuffle = f.u32("shuffle");
+    s.shuffle_samples = f.u32("shuffle_samples");
+    s.tail = f.u32("tail");
+    s.step = f.u64("step");
+    s.dataset_documents = f.u64s("dataset_documents");
+    s.dataset_tokens = f.u64s("dataset_tokens");
+    s.weights = f.numbers("weights");
+    s.taken = f.u64s("taken");
+    s.epoch = f.u64s("epoch");
+    s.index = f.u64s("index");
     const std::size_t n = s.dataset_documents.size();
     if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
-        fail("per-dataset arrays differ in length");
+        f.fail("per-dataset arrays differ in length");
     return s;
 }
 #endif
