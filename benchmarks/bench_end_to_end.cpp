@@ -7,7 +7,8 @@
 //   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
 // Then a paced consumer (a synthetic step of 2x one worker's batch time, 1 worker): p50/p99 of next().
 // With --peers it runs benchmarks/compare_python.py (PyTorch DataLoader, nanoGPT get_batch, numpy)
-// under /usr/bin/python3 on the same shards and reports feedline's ratio to the best of them.
+// under /usr/bin/python3 on the same shards and reports feedline's ratio to the best of them. With
+// --text (and --tokenizer): JSONL parsing with and without simdjson, and on-the-fly tokenization.
 // Last line: one JSON object with tokens_per_s, vs_naive_gather, vs_best_peer, p99_wait_us, ...
 #include <sys/mman.h>
 
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -93,6 +95,33 @@ void warm(const token_dataset& d) {
     }
 }
 
+// JSONL parsing, the part of reading a document before tokenizing it: every line of `path` through
+// jsonl_field_parser's fast path (simdjson when built in) and through nlohmann_json alone, in MB/s of
+// lines. Nothing when the file is not JSONL.
+struct jsonl_rates {
+    double fast = 0, reference = 0;
+};
+std::optional<jsonl_rates> measure_jsonl(const std::string& path) {
+    if (!path.ends_with(".jsonl")) return std::nullopt;
+    std::ifstream in(path, std::ios::binary);
+    std::vector<std::string> lines;
+    std::uint64_t bytes = 0;
+    for (std::string line; std::getline(in, line);) bytes += line.size(), lines.push_back(std::move(line));
+    auto rate = [&](jsonl_field_parser::engine e) {
+        jsonl_field_parser parser(e);
+        std::string text;
+        auto t0 = clock_type::now();
+        for (std::string& line : lines)
+            if (parser.extract(line, "text", text) != jsonl_field_status::ok) throw format_error(path, 0, "a line without a \"text\" string");
+        return static_cast<double>(bytes) / seconds_since(t0) / 1e6;
+    };
+    interleaved cases;
+    cases.add("JSONL field, fast path (MB/s)", [&] { return rate(jsonl_field_parser::engine::fastest); });
+    cases.add("JSONL field, nlohmann_json alone (MB/s)", [&] { return rate(jsonl_field_parser::engine::nlohmann); });
+    auto r = cases.run(5, "MB/s");
+    return jsonl_rates{r["JSONL field, fast path (MB/s)"].median, r["JSONL field, nlohmann_json alone (MB/s)"].median};
+}
+
 #if FEEDLINE_HAS_SENTENCEPIECE
 // On-the-fly tokenization: sentencepiece alone on one thread (every document of the corpus encoded
 // once, from memory) vs text_pipeline delivering windows with 1 and 2 workers, in tokens/s. Also
@@ -104,8 +133,8 @@ struct tokenize_rates {
 tokenize_rates measure_tokenization(const std::string& text, const std::string& model) {
     text_corpus corpus({text});
     std::vector<std::string> docs(corpus.document_count());
-    std::string raw;
-    for (std::uint64_t i = 0; i < docs.size(); ++i) corpus.document_text(i, raw, docs[i]);
+    text_corpus::scratch scratch;
+    for (std::uint64_t i = 0; i < docs.size(); ++i) corpus.document_text(i, scratch, docs[i]);
     sentencepiece::SentencePieceProcessor spm;
     if (!spm.Load(model).ok()) throw config_error("--tokenizer", model + ": cannot load");
     std::uint64_t corpus_tokens = 0, corpus_bytes = 0;
@@ -246,6 +275,12 @@ int main(int argc, char** argv) {
                           {"vs_best_peer", nullptr},
                           {"tokenize_1w_vs_spm", nullptr},
                           {"tokenize_2w_vs_1w", nullptr}};
+    if (!text.empty())
+        if (const auto j = measure_jsonl(text)) {
+            std::printf("JSONL parsing: fast path (simdjson %s) %.0f MB/s, nlohmann_json alone %.0f MB/s\n", jsonl_field_parser::has_simdjson ? "built in" : "absent",
+                        j->fast, j->reference);
+            out["jsonl_simdjson_vs_nlohmann"] = j->fast / j->reference;
+        }
     if (!text.empty() && !tokenizer.empty()) {
 #if FEEDLINE_HAS_SENTENCEPIECE
         const tokenize_rates t = measure_tokenization(text, tokenizer);

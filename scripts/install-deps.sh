@@ -8,7 +8,7 @@ packages=(
   cmake ninja-build pkg-config g++ clang libclang-rt-14-dev   # build; clang for the sanitizer build and its libFuzzer targets
   libboost-dev doctest-dev                                    # core + tests
   liburing-dev libsentencepiece-dev sentencepiece libnuma-dev libhwloc-dev   # optional parts
-  nlohmann-json3-dev libcli11-dev libfmt-dev                  # JSONL input, tools
+  nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev  # JSONL input, tools
   libopenblas-dev libopenmpi-dev openmpi-bin                  # sample trainer, MPI tests
   util-linux python3 python3-venv python3-numpy python3-torch # fincore; Megatron interop test
 )

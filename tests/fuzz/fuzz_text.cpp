@@ -59,7 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
         text_corpus corpus({path}, o);
         if (!docs || corpus.document_count() != docs->size()) __builtin_trap();
-        std::string scratch, text;
+        text_corpus::scratch scratch;
+        std::string text;
         for (std::uint64_t i = 0; i < corpus.document_count(); ++i) {
             corpus.document_text(i, scratch, text);
             if (text != (*docs)[i]) __builtin_trap();

@@ -1,5 +1,5 @@
 // Valid inputs the replay driver mutates, per target: a small Megatron .idx, llm.c headers of both
-// widths, sampler states (binary and JSON) of each fuzzed sampler, JSONL and plain text.
+// widths, sampler states (binary and JSON) of each fuzzed sampler, JSONL and plain text, JSONL lines.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -74,6 +74,15 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
         seeds.push_back({mode});
         seeds.back().insert(seeds.back().end(), plain.begin(), plain.end());
     }
+#elif defined(FEEDLINE_FUZZ_JSONL_FIELD)
+    // Byte 0 picks the field ("text", "t", ""); lines where simdjson and nlohmann_json could part.
+    for (const std::string line : {R"({"id": 7, "text": "a \u00e9\ud83d\ude00\n", "meta": {"t": [1.5e3, -0, true, null]}, "": "x"})",
+                                   R"({"id": 123456789012345678901234567890, "text": "big", "t": 1e400})", "\xef\xbb\xbf{\"text\": \"bom\"}",
+                                   R"({"text": "first", "te\u0078t": "last", "t": {"t": "nested"}})", R"([{"text": "x"}, "t"])"}) {
+        seeds.push_back({0});
+        seeds.back().insert(seeds.back().end(), line.begin(), line.end());
+    }
+    seeds.push_back({1, '{', '"', 't', '"', ':', '"', 'x', '"', '}'});
 #else
     for (auto [magic, version, width] : {std::tuple{20240520, 1, 2}, std::tuple{20240801, 7, 4}}) {
         std::vector<std::uint8_t> h(1024, 0);

@@ -2,6 +2,7 @@
 // skipped and counted), plain text as whole files, blank-line blocks or lines.
 #include <doctest/doctest.h>
 
+#include <feedline/format/jsonl_field.hpp>
 #include <feedline/format/text.hpp>
 
 #include "test_support.hpp"
@@ -66,6 +67,58 @@ TEST_CASE("Text.Jsonl.BadLinesNameFileLineAndOffset") {
         CHECK(skipping.skipped() == 1);
         CHECK(docs[2].number == 3);  // numbering counts the skipped line
     }
+}
+
+// With simdjson built in, the fast parser must still accept exactly nlohmann's lines with the same
+// text: here on the cases where the two libraries differ or could (fuzz_jsonl_field searches for more).
+TEST_CASE("Text.Jsonl.FastParserAcceptsWhatNlohmannAccepts") {
+    using status = jsonl_field_status;
+    struct line_case {
+        std::string line;
+        status expected;
+        std::string text;
+    };
+    const std::vector<line_case> cases = {
+        {R"({"text": "plain"})", status::ok, "plain"},
+        {"  {\"text\": \"spaces and CRLF\"}\r\n", status::ok, "spaces and CRLF"},
+        {R"({"text": "first", "text": "last"})", status::ok, "last"},  // duplicate keys: the last counts
+        {R"({"text": "a", "text": 7})", status::not_string, ""},
+        {R"({"te\u0078t": "escaped key"})", status::ok, "escaped key"},
+        {R"({"id": 123456789012345678901234567890, "text": "big integer"})", status::ok, "big integer"},  // simdjson refuses, nlohmann decides
+        {R"({"id": 18446744073709551616, "text": "2^64"})", status::ok, "2^64"},
+        {R"({"id": -9223372036854775809, "text": "below int64"})", status::ok, "below int64"},
+        {"\xef\xbb\xbf{\"text\": \"after a BOM\"}", status::ok, "after a BOM"},
+        {R"({"text": "nul \u0000 inside"})", status::ok, std::string("nul \0 inside", 12)},
+        {R"({"text": "\ud83d\ude00 pair"})", status::ok, "\xf0\x9f\x98\x80 pair"},
+        {R"({"a": {"text": "nested only"}})", status::missing_field, ""},
+        {R"([{"text": "in an array"}])", status::missing_field, ""},
+        {R"("text")", status::missing_field, ""},
+        {R"({"text": null})", status::not_string, ""},
+        {R"({"id": 1e400, "text": "out of range"})", status::invalid_json, ""},
+        {R"({"text": "\ud800 lone surrogate"})", status::invalid_json, ""},
+        {"{\"text\": \"bad utf-8 \xff\"}", status::invalid_json, ""},
+        {"{\"text\": \"raw\ttab\"}", status::invalid_json, ""},
+        {R"({"text": "a"} trailing)", status::invalid_json, ""},
+        {R"({"text": "a"}{"text": "b"})", status::invalid_json, ""},
+        {R"({"t": tru, "text": "bad atom elsewhere"})", status::invalid_json, ""},
+        {R"({"id": 01, "text": "leading zero"})", status::invalid_json, ""},
+        {R"({"text": "unterminated)", status::invalid_json, ""},
+        {"", status::invalid_json, ""},
+        {std::string(2000, '[') + std::string(2000, ']'), status::missing_field, ""},  // deeper than simdjson's 1024
+        {"{\"text\": \"" + std::string(jsonl_field_parser::simdjson_max_line, 'x') + "\"}", status::ok, std::string(jsonl_field_parser::simdjson_max_line, 'x')},
+    };
+    jsonl_field_parser fast, reference(jsonl_field_parser::engine::nlohmann);
+    for (const line_case& c : cases) {
+        CAPTURE(c.line.substr(0, 80));
+        for (jsonl_field_parser* p : {&fast, &reference}) {
+            std::string line = c.line, text = "untouched";
+            const status got = p->extract(line, "text", text);
+            CHECK(got == c.expected);
+            CHECK(text == (got == status::ok ? c.text : "untouched"));
+            CHECK(line == c.line);
+        }
+    }
+    if (!jsonl_field_parser::has_simdjson) MESSAGE("built without simdjson: both parsers are nlohmann_json");
 }
 #endif
 

@@ -12,12 +12,9 @@
 #include <string>
 #include <vector>
 
-#if FEEDLINE_HAS_JSON
-#include <nlohmann/json.hpp>
-#endif
-
 #include <feedline/error.hpp>
 #include <feedline/format/dataset.hpp>
+#include <feedline/format/jsonl_field.hpp>
 
 namespace feedline {
 
@@ -81,21 +78,16 @@ private:
         std::string line;
         while (getline(line)) {
             if (std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); })) continue;
-            auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-            std::string problem;
-            if (j.is_discarded())
-                problem = "not valid JSON";
-            else if (!j.is_object() || !j.contains(opt_.field))
-                problem = "no \"" + opt_.field + "\" field";
-            else if (!j[opt_.field].is_string())
-                problem = "field \"" + opt_.field + "\" is not a string";
-            if (!problem.empty()) {
+            const jsonl_field_status status = json_.extract(line, opt_.field, doc.text);
+            if (status != jsonl_field_status::ok) {
+                const std::string problem = status == jsonl_field_status::invalid_json    ? "not valid JSON"
+                                            : status == jsonl_field_status::missing_field ? "no \"" + opt_.field + "\" field"
+                                                                                          : "field \"" + opt_.field + "\" is not a string";
                 if (!opt_.skip_invalid) throw format_error(path_, line_offset_, "line " + std::to_string(line_no_) + ": " + problem);
                 ++skipped_;
                 ++number_;
                 continue;
             }
-            doc.text = j[opt_.field].get<std::string>();
             doc.line = line_no_;
             doc.offset = line_offset_;
             doc.end = offset_;
@@ -158,6 +150,7 @@ private:
     std::string path_;
     text_options opt_;
     std::ifstream in_;
+    jsonl_field_parser json_;
     bool jsonl_ = false;
     bool done_ = false;
     std::uint64_t line_no_ = 0, offset_ = 0, line_offset_ = 0, number_ = 0, skipped_ = 0;

@@ -2,7 +2,7 @@
 // tokenizing on the fly. Opening scans every file once with text_reader (so the rules for what a
 // document is are the ones feedline-pack uses) and keeps, per document, only where its bytes are:
 // 24 bytes per document, never the text. document_text(i) re-reads those bytes with pread (thread-safe)
-// and decodes them exactly as text_reader did. Feeds pipeline/text_pipeline.hpp.
+// and decodes them exactly as text_reader did (the same jsonl_field_parser). Feeds pipeline/text_pipeline.hpp.
 #pragma once
 
 #include <cstdint>
@@ -10,11 +10,8 @@
 #include <string>
 #include <vector>
 
-#if FEEDLINE_HAS_JSON
-#include <nlohmann/json.hpp>
-#endif
-
 #include <feedline/error.hpp>
+#include <feedline/format/jsonl_field.hpp>
 #include <feedline/format/text.hpp>
 #include <feedline/storage/file.hpp>
 
@@ -55,30 +52,33 @@ public:
     std::uint64_t skipped() const noexcept { return skipped_; }
     std::uint64_t memory_bytes() const noexcept { return documents_.capacity() * sizeof(document_ref); }
 
-    // The text of document i, as text_reader produced it. `scratch` holds the raw bytes (reused).
+    // What one thread needs to read documents: reused between calls, so reading allocates nothing
+    // once the buffers have grown to the longest document.
+    struct scratch {
+        std::string raw;  // the document's bytes as on disk
+        jsonl_field_parser json;
+    };
+
+    // The text of document i, as text_reader produced it. Thread-safe with one scratch per thread.
     // Throws io_error if the file shrank since opening, format_error if its bytes changed meaning.
-    void document_text(std::uint64_t i, std::string& scratch, std::string& text) const {
+    void document_text(std::uint64_t i, scratch& s, std::string& text) const {
         const document_ref& d = documents_.at(i);
         const file& f = *files_[d.file];
-        scratch.resize(d.length);
         if (d.offset + d.length > f.size())
             throw io_error(f.path(), 0, "file is shorter than when it was opened (document " + std::to_string(i) + ")", d.offset);
-        pread_exact(f.fd(), f.path(), scratch.data(), d.length, d.offset);
+        s.raw.resize(d.length);
+        pread_exact(f.fd(), f.path(), s.raw.data(), d.length, d.offset);
         if (jsonl_[d.file]) {
-#if FEEDLINE_HAS_JSON
-            auto j = nlohmann::json::parse(scratch, nullptr, /*allow_exceptions=*/false);
-            if (j.is_discarded() || !j.is_object() || !j.contains(options_.field) || !j[options_.field].is_string())
+            if (s.json.extract(s.raw, options_.field, text) != jsonl_field_status::ok)
                 throw format_error(f.path(), d.offset, "this JSONL line no longer holds a \"" + options_.field + "\" string (file changed?)");
-            text = j[options_.field].get<std::string>();
-#endif
             return;
         }
         if (options_.split == text_split::whole_file) {
-            text = scratch;
+            text = s.raw;
             return;
         }
         // One line, or a block of lines: drop the final newline, then each line's '\r', rejoin with '\n'.
-        std::string_view bytes(scratch);
+        std::string_view bytes(s.raw);
         if (!bytes.empty() && bytes.back() == '\n') bytes.remove_suffix(1);
         text.clear();
         for (std::size_t start = 0;;) {

@@ -73,7 +73,8 @@ public:
             autotune_ = workers > 1;
         }
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : memory_available_to_process(topo) / 4;
-        // Per worker: its processor (a few MB for an 8k model) and one document's text and ids.
+        // Per worker: its processor (a few MB for an 8k model), one document's text and ids, and the
+        // JSONL parser's buffers (a few times the longest line up to 1 MiB, mostly untouched).
         memory_ = plan_memory(config_, budget, workers, layout_.bytes, 8u << 20, corpus_->memory_bytes());
         consumer_.set_state({.seed = config_.seed,
                              .seq_len = config_.seq_len,
@@ -164,7 +165,8 @@ private:
 #if FEEDLINE_HAS_SENTENCEPIECE
     struct worker_state {
         sentencepiece::SentencePieceProcessor spm;
-        std::string raw, text;
+        text_corpus::scratch read;  // the document's bytes and the JSONL parser
+        std::string text;
         std::vector<int> ids;
         std::uint64_t epoch = UINT64_MAX;
         feistel_permutation order;
@@ -182,7 +184,7 @@ private:
             doc = w.order(within);
         }
         auto t0 = std::chrono::steady_clock::now();
-        corpus_->document_text(doc, w.raw, w.text);
+        corpus_->document_text(doc, w.read, w.text);
         auto t1 = std::chrono::steady_clock::now();
         if (auto st = w.spm.Encode(w.text, &w.ids); !st.ok()) {
             const auto& ref = corpus_->document(doc);
@@ -385,7 +387,8 @@ private:
     pipeline_config config_;
     std::shared_ptr<const text_corpus> corpus_;
     device_choice device_;
-    int world_ = 1, rank_ = 0, vocab_ = 0, bos_ = -1, eos_ = -1;
+    int world_ = 1, rank_ = 0, vocab_ = 0;
+    [[maybe_unused]] int bos_ = -1, eos_ = -1;  // read only by the tokenizing workers (with sentencepiece)
     batch_layout layout_;
     memory_plan memory_;
     ring_consumer<text_state> consumer_;  // the ring; what the trainer has consumed up to (main thread)
