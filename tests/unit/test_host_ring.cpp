@@ -1,7 +1,8 @@
 // The staging ring's slot protocol, through the host ring: batches come out in sequence order whatever
 // order producers finish in, a slot is refilled only after its batch was released, close() drains what
-// was published, a producer's exception reaches the consumer with its type, and handles release their
-// slot when dropped. Real threads throughout (run under ThreadSanitizer in CI).
+// was published, a producer's exception reaches the consumer with its type, handles release their
+// slot when dropped, and a sleeping consumer can be woken once per burst instead of once per batch.
+// Real threads throughout (run under ThreadSanitizer in CI).
 #include <doctest/doctest.h>
 
 #include <feedline/device/make_ring.hpp>
@@ -155,6 +156,110 @@ TEST_CASE("HostRing.Depth.ProducersRunAtMostDepthAheadOfReleases") {
     }
     ring.set_depth(0);
     CHECK(ring.depth() == 1);
+}
+
+// Coalesced wake-ups (the pipelines' setting): a consumer that had to sleep is woken once half the
+// depth is ready, not by every publish; closing, a held batch or the time limit end the wait early.
+namespace {
+// Waits (bounded) until the consumer thread has gone to sleep in next().
+void until_consumer_sleeps(const staging_ring& ring, std::uint64_t sleeps) {
+    for (int i = 0; i < 100000 && ring.stats().consumer_sleeps < sleeps; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    REQUIRE(ring.stats().consumer_sleeps == sleeps);
+}
+// Waits (bounded) until `taken` reaches `n`; a consumer stuck past that is freed by closing the ring.
+bool until_taken(staging_ring& ring, const std::atomic<int>& taken, int n) {
+    for (int i = 0; i < 100000 && taken.load() < n; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (taken.load() >= n) return true;
+    ring.close();
+    return false;
+}
+}  // namespace
+
+TEST_CASE("HostRing.Coalesce.InSequenceWhateverOrderProducersFinish") {
+    for (unsigned producers : {1u, 3u}) {
+        host_ring ring({.slots = 8, .slot_bytes = 300, .coalesce_wakeups = std::chrono::milliseconds(1)});
+        run_producers_and_consumer(ring, producers, 0, 3000);
+        CHECK(ring.stats().consumed == 3000);
+    }
+}
+
+TEST_CASE("HostRing.Coalesce.ASleepingConsumerWakesForABurstOfHalfTheDepth") {
+    host_ring ring({.slots = 8, .slot_bytes = 16, .coalesce_wakeups = std::chrono::hours(1)});  // depth 8: bursts of 4
+    std::vector<std::uint64_t> got;
+    std::atomic<int> taken{0};
+    std::thread consumer([&] {
+        for (int i = 0; i < 4; ++i) {
+            auto h = ring.next();
+            if (!h || !holds(h->host(), 16, h->sequence())) return;
+            got.push_back(h->sequence());
+            ++taken;
+        }
+    });
+    until_consumer_sleeps(ring, 1);
+    for (std::uint64_t s = 0; s < 3; ++s) {
+        fill(ring.acquire(s), 16, s);
+        ring.publish(s, 16);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(taken.load() == 0);  // three of the four are ready: still asleep
+    fill(ring.acquire(3), 16, 3);
+    ring.publish(3, 16);
+    CHECK(until_taken(ring, taken, 4));
+    consumer.join();
+    CHECK(got == std::vector<std::uint64_t>{0, 1, 2, 3});
+    CHECK(ring.stats().consumer_sleeps == 1);  // 1, 2 and 3 were taken without sleeping again
+}
+
+TEST_CASE("HostRing.Coalesce.CloseAHeldBatchOrTheTimeLimitEndTheWait") {
+    SUBCASE("close: the consumer takes what was published, then the end") {
+        host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::hours(1)});
+        std::atomic<int> taken{0};
+        std::atomic<bool> ended{false};
+        std::thread consumer([&] {
+            if (auto h = ring.next(); h && h->sequence() == 0) ++taken;
+            ended = !ring.next().has_value();
+        });
+        until_consumer_sleeps(ring, 1);
+        fill(ring.acquire(0), 16, 0);
+        ring.publish(0, 16);  // a burst is 2: not enough to wake it
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        CHECK(taken.load() == 0);
+        ring.close();
+        consumer.join();
+        CHECK(taken.load() == 1);
+        CHECK(ended.load());
+    }
+    SUBCASE("a held batch: producers may not get a burst ahead, so the consumer waits for its own") {
+        host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::hours(1)});
+        fill(ring.acquire(0), 16, 0);
+        ring.publish(0, 16);
+        auto held = ring.next();
+        REQUIRE(held);
+        std::atomic<int> taken{0};
+        std::thread consumer([&] {
+            if (auto h = ring.next(); h && h->sequence() == 1) ++taken;
+        });
+        until_consumer_sleeps(ring, 1);
+        fill(ring.acquire(1), 16, 1);
+        ring.publish(1, 16);
+        CHECK(until_taken(ring, taken, 1));
+        consumer.join();
+    }
+    SUBCASE("the time limit: a producer that waits for each batch to be taken still makes progress") {
+        host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::milliseconds(2)});
+        std::atomic<int> taken{0};
+        std::thread consumer([&] {
+            for (std::uint64_t s = 0; s < 10; ++s)
+                if (auto h = ring.next(); h && h->sequence() == s) ++taken;
+        });
+        for (int s = 0; s < 10; ++s) {
+            fill(ring.acquire(static_cast<std::uint64_t>(s)), 16, static_cast<std::uint64_t>(s));
+            ring.publish(static_cast<std::uint64_t>(s), 16);
+            if (!until_taken(ring, taken, s + 1)) break;  // lock step: the next batch only after this one is taken
+        }
+        consumer.join();
+        CHECK(taken.load() == 10);
+    }
 }
 
 TEST_CASE("HostRing.Close.WakesProducersAndDrainsWhatWasPublished") {

@@ -62,6 +62,12 @@ public:
     // Blocks until ready() is true or the deadline passes. Returns ready()'s last value.
     template <class Ready>
     bool wait(Ready&& ready, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
+        return spin(ready) || sleep(ready, deadline);
+    }
+
+    // The first phase of wait(): spins, then yields, without sleeping. Returns ready()'s last value.
+    template <class Ready>
+    bool spin(Ready&& ready) {
         for (int i = 0; i < spin_iterations; ++i) {
             if (ready()) return true;
             cpu_relax();
@@ -70,6 +76,14 @@ public:
             if (ready()) return true;
             std::this_thread::yield();
         }
+        return ready();
+    }
+
+    // The second phase: sleeps until ready() or the deadline. A waiter that tells notifiers what it
+    // waits for (so they can skip waking it: notify_if) writes that before calling sleep(); the
+    // sleeper's registration below orders the write before its last check, as for ready()'s state.
+    template <class Ready>
+    bool sleep(Ready&& ready, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
         for (;;) {
             std::uint32_t e = epoch_.load();
             sleepers_.fetch_add(1);
@@ -94,7 +108,14 @@ public:
 
     // Wakes waiters if any sleep. Call after making the condition true. Never blocks or throws.
     void notify() noexcept {
-        if (sleepers_.fetch_add(0, std::memory_order_seq_cst) > 0) {
+        notify_if([] { return true; });
+    }
+
+    // Wakes sleepers only if `wanted()` says one waits for what the caller just made true; read after
+    // the sleeper count, so it sees what a registered sleeper wrote before sleep() (see above).
+    template <class Wanted>
+    void notify_if(Wanted&& wanted) noexcept {
+        if (sleepers_.fetch_add(0, std::memory_order_seq_cst) > 0 && wanted()) {
             epoch_.fetch_add(1);
             futex_wake_all(epoch_);
         }

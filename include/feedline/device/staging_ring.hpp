@@ -41,6 +41,10 @@ struct ring_options {
     int device = 0;                  // pinned ring: the CUDA device
     bool pin = true;                 // pinned ring: false keeps host slots pageable (baseline for benchmarks)
     std::uint64_t first_sequence = 0;  // the first batch's number (a restored pipeline starts past 0)
+    // Coalesced wake-ups: once next() has to sleep, it sleeps until half the prefetch depth is ready
+    // (at most this long), not until its one batch is. 0: woken for each batch. Only for producers
+    // that never wait on the consumer except through the ring's slots (the pipelines turn it on).
+    std::chrono::microseconds coalesce_wakeups{0};
 };
 
 // Counters a ring keeps; read with staging_ring::stats() from any thread (values are approximate
@@ -49,6 +53,7 @@ struct ring_stats {
     std::uint64_t published = 0, consumed = 0;
     std::uint64_t producer_wait_ns = 0;  // workers waiting for a free slot (the trainer is slower)
     std::uint64_t consumer_wait_ns = 0;  // the trainer waiting in next() (the data side is slower)
+    std::uint64_t consumer_sleeps = 0;   // times next() slept (each costs a producer a futex wake-up)
     std::size_t ready = 0;               // published, not yet taken
 };
 
@@ -155,17 +160,38 @@ public:
         start_copy(seq % n_, bytes);
         s.stamp.store(2 * seq + 1, std::memory_order_release);
         published_.fetch_add(1, std::memory_order_relaxed);
-        ready_.notify();
+        ready_.notify_if([&] { return wake_at_.load(std::memory_order_relaxed) == seq; });
     }
 
     // Consumer: the next batch in sequence order. Blocks until it is published; returns an empty
     // optional once the ring is closed and that batch was never published; rethrows a producer's
     // failure (with its type). One consumer thread.
+    //
+    // Waiting spins, then sleeps. A sleeping consumer is woken only by the publish of the batch it
+    // sleeps for. With coalesced wake-ups on and no batch held, it sleeps until the batch half the
+    // depth ahead is published instead (or the ring closes, or coalesce_wakeups passes), then takes
+    // its own: producers that run ahead wake it once per burst, not once per batch. A futex wake-up
+    // costs the producer a system call and a context switch on some core; with batches tens of
+    // microseconds apart and no core to spare that was a large part of a worker's time
+    // (docs/benchmarks.md). The producers can always reach that batch without the consumer: nothing
+    // is held, so depth batches past the last release may be in flight.
     std::optional<batch_handle> next() {
         const std::uint64_t seq = next_;
         slot& s = slots_[seq % n_];
         auto t0 = std::chrono::steady_clock::now();
-        ready_.wait([&] { return stopped() || s.stamp.load(std::memory_order_acquire) == 2 * seq + 1; });
+        auto published = [&](std::uint64_t q) { return slots_[q % n_].stamp.load(std::memory_order_acquire) == 2 * q + 1; };
+        auto ready = [&] { return stopped() || published(seq); };
+        if (!ready_.spin(ready)) {
+            consumer_sleeps_.fetch_add(1, std::memory_order_relaxed);
+            const std::size_t burst = coalesce_.count() > 0 && outstanding() == 0 ? depth() / 2 : 1;
+            if (burst > 1) {
+                const std::uint64_t last = seq + burst - 1;
+                wake_at_.store(last, std::memory_order_relaxed);  // before sleep() registers: see notify_if
+                ready_.sleep([&] { return stopped() || published(last); }, std::chrono::steady_clock::now() + coalesce_);
+            }
+            wake_at_.store(seq, std::memory_order_relaxed);
+            ready_.sleep(ready);
+        }
         consumer_wait_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
         if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure_);
         if (s.stamp.load(std::memory_order_acquire) != 2 * seq + 1) return std::nullopt;
@@ -222,6 +248,7 @@ public:
         r.consumed = consumed_.load(std::memory_order_relaxed);
         r.producer_wait_ns = producer_wait_ns_.load(std::memory_order_relaxed);
         r.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
+        r.consumer_sleeps = consumer_sleeps_.load(std::memory_order_relaxed);
         for (std::size_t i = 0; i < n_; ++i) r.ready += slots_[i].stamp.load(std::memory_order_relaxed) & 1;
         return r;
     }
@@ -234,7 +261,8 @@ protected:
           slots_(std::make_unique<slot[]>(o.slots == 0 ? 1 : o.slots)),
           first_(o.first_sequence),
           next_(o.first_sequence),
-          depth_(o.slots) {
+          depth_(o.slots),
+          coalesce_(o.coalesce_wakeups) {
         if (o.slots == 0) throw config_error("slots", "a ring needs at least 1 slot");
         if (o.slot_bytes == 0) throw config_error("slot_bytes", "must be at least 1");
         // Slot i first serves the first sequence s >= first_sequence with s % N == i.
@@ -286,9 +314,11 @@ private:
     std::uint64_t first_;
     std::uint64_t next_;  // consumer thread only
     std::atomic<std::size_t> depth_;
+    std::chrono::microseconds coalesce_;
+    std::atomic<std::uint64_t> wake_at_{UINT64_MAX};  // the batch a sleeping consumer waits for (written by it only)
     std::atomic<bool> closed_{false}, failing_{false}, failed_{false};
     std::exception_ptr failure_;
-    std::atomic<std::uint64_t> published_{0}, consumed_{0}, producer_wait_ns_{0}, consumer_wait_ns_{0};
+    std::atomic<std::uint64_t> published_{0}, consumed_{0}, producer_wait_ns_{0}, consumer_wait_ns_{0}, consumer_sleeps_{0};
     std::atomic<std::size_t> outstanding_{0};
     detail::wait_point writable_, ready_;
 };

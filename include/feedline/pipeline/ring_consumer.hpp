@@ -45,7 +45,9 @@ public:
     // depth, and the autotuner for what the config left to it (workers = 0: `tune_workers`; prefetch = 0).
     void start(const pipeline_config& c, const memory_plan& m, const batch_layout& layout, device_choice device, bool tune_workers) {
         start_time_ = std::chrono::steady_clock::now();
-        auto chosen = make_ring({.slots = m.slots, .slot_bytes = layout.bytes, .first_sequence = state_.step}, device);
+        auto chosen = make_ring({.slots = m.slots, .slot_bytes = layout.bytes, .first_sequence = state_.step,
+                                 .coalesce_wakeups = std::chrono::milliseconds(1)},
+                                device);
         ring_ = std::move(chosen.ring);
         device_reason_ = std::move(chosen.reason);
         slot_states_.assign(m.slots, state_);

@@ -27,6 +27,7 @@ struct pipeline_stats {
     double slot_wait_s = 0;         // workers waiting for a free slot (the trainer is the bottleneck)
     double stall_s = 0;             // the trainer waiting in next() (the data side is the bottleneck)
     double stall_fraction = 0;
+    std::uint64_t consumer_sleeps = 0;  // times next() slept (each costs a producer a wake-up)
     std::size_t ready_batches = 0, slots = 0, prefetch_depth = 0;  // ready now, allocated, allowed ahead
     unsigned workers = 0, workers_active = 0;  // threads, and how many the autotuner lets run
     std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
@@ -45,11 +46,12 @@ struct pipeline_stats {
         std::snprintf(buf, sizeof buf,
                       "{\"batches\": %llu, \"tokens\": %llu, \"bytes_read\": %llu, \"padding_tokens\": %llu, \"seconds\": %.4f, "
                       "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"tokenize_s\": %.4f, \"slot_wait_s\": %.4f, "
-                      "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"ready_batches\": %zu, \"slots\": %zu, \"prefetch_depth\": %zu, \"workers\": %u, \"workers_active\": %u, "
+                      "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"consumer_sleeps\": %llu, \"ready_batches\": %zu, \"slots\": %zu, \"prefetch_depth\": %zu, \"workers\": %u, \"workers_active\": %u, "
                       "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, ",
                       static_cast<unsigned long long>(batches), static_cast<unsigned long long>(tokens),
                       static_cast<unsigned long long>(bytes_read), static_cast<unsigned long long>(padding_tokens), seconds, tokens_per_s,
-                      read_s, assemble_s, plan_s, tokenize_s, slot_wait_s, stall_s, stall_fraction, ready_batches, slots, prefetch_depth, workers, workers_active,
+                      read_s, assemble_s, plan_s, tokenize_s, slot_wait_s, stall_s, stall_fraction,
+                      static_cast<unsigned long long>(consumer_sleeps), ready_batches, slots, prefetch_depth, workers, workers_active,
                       static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
                       static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes));
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\"}";
@@ -97,6 +99,7 @@ inline void add_ring_and_memory(pipeline_stats& s, const staging_ring* ring, con
         s.slot_wait_s = static_cast<double>(r.producer_wait_ns) * 1e-9;
         s.stall_s = static_cast<double>(r.consumer_wait_ns) * 1e-9;
         s.ready_batches = r.ready;
+        s.consumer_sleeps = r.consumer_sleeps;
     }
     s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
     s.slots = m.slots;
