@@ -53,7 +53,7 @@ struct ring_stats {
     std::uint64_t published = 0, consumed = 0;
     std::uint64_t producer_wait_ns = 0;  // workers waiting for a free slot (the trainer is slower)
     std::uint64_t consumer_wait_ns = 0;  // the trainer waiting in next() (the data side is slower)
-    std::uint64_t consumer_sleeps = 0;   // times next() slept (each costs a producer a futex wake-up)
+    std::uint64_t consumer_sleeps = 0;   // times next() stopped spinning to sleep (woken by a producer's futex call)
     std::size_t ready = 0;               // published, not yet taken
 };
 
@@ -217,13 +217,15 @@ public:
         ready_.notify();
     }
     // A producer failed: the consumer's next() rethrows `e` (the first failure wins) and producers stop.
+    // Only the first failure closes the ring: a second producer failing at the same moment must not
+    // wake the consumer before failed_ is set, or it would see a plain end of data and lose the error.
     void fail(std::exception_ptr e) noexcept {
         bool expected = false;
         if (failing_.compare_exchange_strong(expected, true)) {
             failure_ = std::move(e);
             failed_.store(true, std::memory_order_release);
+            close();
         }
-        close();
     }
     bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
@@ -262,7 +264,7 @@ protected:
           first_(o.first_sequence),
           next_(o.first_sequence),
           depth_(o.slots),
-          coalesce_(o.coalesce_wakeups) {
+          coalesce_(std::clamp<std::chrono::microseconds>(o.coalesce_wakeups, std::chrono::microseconds(0), std::chrono::hours(24))) {
         if (o.slots == 0) throw config_error("slots", "a ring needs at least 1 slot");
         if (o.slot_bytes == 0) throw config_error("slot_bytes", "must be at least 1");
         // Slot i first serves the first sequence s >= first_sequence with s % N == i.

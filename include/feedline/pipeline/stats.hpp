@@ -27,7 +27,7 @@ struct pipeline_stats {
     double slot_wait_s = 0;         // workers waiting for a free slot (the trainer is the bottleneck)
     double stall_s = 0;             // the trainer waiting in next() (the data side is the bottleneck)
     double stall_fraction = 0;
-    std::uint64_t consumer_sleeps = 0;  // times next() slept (each costs a producer a wake-up)
+    std::uint64_t consumer_sleeps = 0;  // times next() stopped spinning to sleep (a producer's futex call wakes it)
     std::size_t ready_batches = 0, slots = 0, prefetch_depth = 0;  // ready now, allocated, allowed ahead
     unsigned workers = 0, workers_active = 0;  // threads, and how many the autotuner lets run
     std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
