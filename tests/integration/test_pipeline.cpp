@@ -282,6 +282,21 @@ TEST_CASE("Pipeline.Packed.BoundariesAndTargetsAgree") {
     CHECK(p.stats().padding_tokens > 0);
 }
 
+TEST_CASE("Pipeline.Threads.WorkersAreNamedForTopAndPerf") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir, 2, 100);
+    {
+        pipeline p(data, base(2));
+        CHECK_FALSE(ft::has_thread_named("feedline-w0"));  // threads start at the first next()
+        REQUIRE(p.next());
+        for (int i = 0; i < 5000 && !(ft::has_thread_named("feedline-w0") && ft::has_thread_named("feedline-w1")); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        CHECK(ft::has_thread_named("feedline-w0"));
+        CHECK(ft::has_thread_named("feedline-w1"));
+    }
+    CHECK_FALSE(ft::has_thread_named("feedline-w0"));
+}
+
 TEST_CASE("Pipeline.Range.ForLoopEndsAfterMaxSteps") {
     ft::scratch_dir dir;
     auto data = make_dataset(dir);

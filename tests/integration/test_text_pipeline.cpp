@@ -103,6 +103,14 @@ TEST_CASE("TextPipeline.Ids.EqualSpmEncodeForTheSameModelAndText") {
     }
 }
 
+TEST_CASE("TextPipeline.Threads.TokenizersAndAssemblerAreNamed") {
+    text_fixture f;
+    text_pipeline p({f.jsonl}, f.config(1, 10));
+    REQUIRE(p.next());  // made by tokenizer 0 and the assembler, each named before its first piece of work
+    CHECK(ft::has_thread_named("feedline-tok0"));
+    CHECK(ft::has_thread_named("feedline-asm"));
+}
+
 TEST_CASE("TextPipeline.Workers.SameStreamWithOneOrThreeWorkersAndShuffled") {
     text_fixture f;
     auto cfg = f.config(1, 60);

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +123,21 @@ inline std::size_t thread_count() {
 inline std::size_t baseline_thread_count() {
     std::thread([] {}).join();
     return thread_count();
+}
+
+// The names of this process's threads right now (/proc/self/task/*/comm, as top -H and perf show them).
+inline std::vector<std::string> thread_names() {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream comm(e.path() / "comm");
+        std::string name;
+        if (std::getline(comm, name)) names.push_back(name);
+    }
+    return names;
+}
+inline bool has_thread_named(const std::string& name) {
+    const auto names = thread_names();
+    return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 // Stress sizes: the full count in plain builds; sanitizers slow atomics 5-50x, so they run a tenth.

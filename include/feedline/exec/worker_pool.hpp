@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <feedline/detail/futex.hpp>
+#include <feedline/detail/thread_name.hpp>
 #include <feedline/error.hpp>
 #include <feedline/exec/reorder.hpp>
 
@@ -37,6 +38,8 @@ struct pool_options {
     // Number of items (sequence numbers [first_sequence, first_sequence + count)); nullopt: unbounded.
     std::optional<std::uint64_t> count;
     std::uint64_t first_sequence = 0;
+    // Workers are named name_prefix + their index (e.g. "feedline-tok0"); empty: left unnamed.
+    std::string name_prefix;
 };
 
 template <class Result>
@@ -111,6 +114,7 @@ private:
     template <class MakeState, class Work>
     void run_worker(unsigned index, MakeState& make_state, Work& work) {
         try {
+            if (!options_.name_prefix.empty()) detail::name_this_thread(options_.name_prefix + std::to_string(index));
             pin(index);
             auto state = make_state(index);
             for (;;) {

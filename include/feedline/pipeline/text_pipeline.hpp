@@ -23,6 +23,7 @@
 #include <sentencepiece_processor.h>
 #endif
 
+#include <feedline/detail/thread_name.hpp>
 #include <feedline/exec/worker_pool.hpp>
 #include <feedline/format/text_corpus.hpp>
 #include <feedline/pipeline/batch.hpp>
@@ -223,6 +224,7 @@ private:
         // Chunks tokenized ahead of the assembler: several batches' worth, so workers rarely wait for room.
         options.window = 16 + 4 * std::size_t(memory_.workers);
         options.first_sequence = origin_.document / documents_per_chunk;
+        options.name_prefix = "feedline-tok";
         pool_ = std::make_unique<ordered_pool<token_chunk>>(
             options,
             [model](unsigned) {
@@ -232,7 +234,10 @@ private:
             },
             [this](std::unique_ptr<worker_state>& w, std::uint64_t chunk) { return tokenize_chunk(*w, chunk); });
 #endif
-        assembler_ = std::thread([this] { assemble(); });
+        assembler_ = std::thread([this] {
+            detail::name_this_thread("feedline-asm");
+            assemble();
+        });
     }
 
     // The rank's token stream as the assembler holds it: whole chunks of documents from the pool, in

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <feedline/detail/thread_name.hpp>
 #include <feedline/format/dataset.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
@@ -165,6 +166,7 @@ private:
     std::uint64_t data_total_bytes() const { return data_->total_tokens() * dtype_size(data_->dtype()); }
 
     void work(unsigned index) {
+        detail::name_this_thread("feedline-w" + std::to_string(index));
         staging_ring& ring = consumer_.ring();
         try {
             any_reader reader = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
