@@ -3,7 +3,9 @@
 // Same shards (llm.c uint16, page cache warm), same batch shape (B=32, T=1024 random windows, int32
 // inputs and targets), host ring, in one run with interleaved rounds (medians):
 //   naive_gather_Nt   N threads, each gathering its share of the batches' windows from mmap'd shards
-//                     into one reused buffer (uint16 -> int32): the memory-bound limit, no library
+//                     into one reused buffer (uint16 -> int32), as the baseline: no library
+//   gather_prefetch_Nt the same loop with feedline's software prefetch of the next windows: what is
+//                     left of the library's cost once both use the same technique
 //   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
 // Then a paced consumer (a synthetic step of 2x one worker's batch time, 1 worker): p50/p99 of next().
 // With --peers it runs benchmarks/compare_python.py (PyTorch DataLoader, nanoGPT get_batch, numpy)
@@ -46,22 +48,43 @@ struct mapped_shards {
     }
 };
 
-// `threads` threads gather `batches` batches of random windows into per-thread reused buffers.
-double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batches) {
+// `threads` threads gather `batches` batches of random windows into per-thread reused buffers. With
+// `prefetch`, the loop does what feedline's workers do with a batch's plan: draws all of the batch's
+// windows first and requests each window's cache lines two windows before converting it.
+double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batches, bool prefetch = false) {
     std::vector<std::thread> pool;
     std::atomic<std::uint64_t> sink{0};
     auto t0 = clock_type::now();
     for (unsigned t = 0; t < threads; ++t)
         pool.emplace_back([&, t] {
             std::vector<std::int32_t> inputs(B * T), targets(B * T);
+            std::vector<const std::uint16_t*> windows(B);
+            auto fetch = [](const std::uint16_t* w) {
+                for (std::uint64_t j = 0; j < T + 1; j += 32) __builtin_prefetch(w + j, 0, 3);
+                __builtin_prefetch(w + T, 0, 3);
+            };
             std::mt19937_64 rng(t + 1);
             std::uint64_t local = 0;
             for (std::uint64_t b = t; b < batches; b += threads) {
-                for (std::uint64_t i = 0; i < B; ++i) {
-                    const auto& [tok, n] = m.shards[rng() % m.shards.size()];
-                    const std::uint16_t* w = tok + rng() % (n - T - 1);
-                    for (std::uint64_t j = 0; j < T; ++j) inputs[i * T + j] = w[j];
-                    for (std::uint64_t j = 0; j < T; ++j) targets[i * T + j] = w[j + 1];
+                if (!prefetch) {
+                    for (std::uint64_t i = 0; i < B; ++i) {
+                        const auto& [tok, n] = m.shards[rng() % m.shards.size()];
+                        const std::uint16_t* w = tok + rng() % (n - T - 1);
+                        for (std::uint64_t j = 0; j < T; ++j) inputs[i * T + j] = w[j];
+                        for (std::uint64_t j = 0; j < T; ++j) targets[i * T + j] = w[j + 1];
+                    }
+                } else {
+                    for (auto& w : windows) {
+                        const auto& [tok, n] = m.shards[rng() % m.shards.size()];
+                        w = tok + rng() % (n - T - 1);
+                    }
+                    fetch(windows[0]), fetch(windows[1]);
+                    for (std::uint64_t i = 0; i < B; ++i) {
+                        const std::uint16_t* w = windows[i];
+                        if (i + 2 < B) fetch(windows[i + 2]);
+                        for (std::uint64_t j = 0; j < T; ++j) inputs[i * T + j] = w[j];
+                        for (std::uint64_t j = 0; j < T; ++j) targets[i * T + j] = w[j + 1];
+                    }
                 }
                 local += static_cast<std::uint64_t>(inputs[b % (B * T)]);
             }
@@ -235,9 +258,12 @@ int main(int argc, char** argv) {
     cases.add("feedline_1w (tokens/s)", [&] { return feedline_rate(data, 1, batches); });
     cases.add("naive_gather_2t (tokens/s)", [&] { return naive_gather(m, 2, batches); });
     cases.add("feedline_2w (tokens/s)", [&] { return feedline_rate(data, 2, batches); });
+    cases.add("gather_prefetch_1t (tokens/s)", [&] { return naive_gather(m, 1, batches, true); });
+    cases.add("gather_prefetch_2t (tokens/s)", [&] { return naive_gather(m, 2, batches, true); });
     auto r = cases.run(5, "tokens/s");
     const double n1 = r["naive_gather_1t (tokens/s)"].median, f1 = r["feedline_1w (tokens/s)"].median;
     const double n2 = r["naive_gather_2t (tokens/s)"].median, f2 = r["feedline_2w (tokens/s)"].median;
+    const double p1 = r["gather_prefetch_1t (tokens/s)"].median, p2 = r["gather_prefetch_2t (tokens/s)"].median;
 
     // Paced consumer: a synthetic step of twice the time one worker takes to produce a batch, with one
     // worker (the consumer's busy step occupies a core of its own). 5x the batches of a case, so the
@@ -269,6 +295,10 @@ int main(int argc, char** argv) {
                           {"naive_gather_2t", n2},
                           {"vs_naive_gather", f2 / n2},
                           {"vs_naive_gather_1t", f1 / n1},
+                          {"gather_prefetch_1t", p1},
+                          {"gather_prefetch_2t", p2},
+                          {"vs_gather_prefetch", f2 / p2},  // the library's own cost, against a loop as smart as its workers
+                          {"vs_gather_prefetch_1t", f1 / p1},
                           {"p50_wait_us", p50},
                           {"p99_wait_us", p99},
                           {"paced_stall_fraction", stall_fraction},

@@ -415,6 +415,50 @@ TEST_CASE("Sampler.Resume.DifferentWorkerCountAfterRestore") {
     CHECK(got == expected);
 }
 
+TEST_CASE("Sampler.PlanAt.SameStateAsASequentialWalk") {
+    // Pipeline workers plan windows with plan_at(step, plan, after) on samplers of their own and hand
+    // `after` to the trainer as the resume point: both must equal next() and state() of one sampler
+    // walking there, at epoch boundaries too, for both tail policies, on every rank, and from a
+    // sampler restored to a later step (steps before the restore point are still right).
+    auto data = ft::hashed_lengths(300, 200);
+    for (auto tail : {tail_policy::drop, tail_policy::pad})
+        for (int rank : {0, 2}) {
+            CAPTURE(static_cast<int>(tail));
+            CAPTURE(rank);
+            const sampler_config cfg{.seq_len = 50, .global_batch = 9, .seed = 5, .tail = tail, .rank = rank, .world_size = 3};
+            sampler walker(data, cfg);
+            const std::uint64_t N = 3 * walker.steps_per_epoch() + 4, k = walker.steps_per_epoch() + 3;
+            std::vector<batch_plan> plans;
+            std::vector<sampler_state> states;
+            for (std::uint64_t i = 0; i < N; ++i) {
+                plans.push_back(walker.next());
+                states.push_back(walker.state());
+            }
+            sampler fresh(data, cfg), restored(data, cfg);
+            restored.restore(states[k - 1]);  // positioned at step k
+            batch_plan plan;
+            sampler_state after;
+            for (sampler* s : {&fresh, &restored})
+                for (std::uint64_t i = N; i-- > 0;) {  // backwards: no step depends on the one before
+                    CAPTURE(i);
+                    s->plan_at(i, plan, after);
+                    REQUIRE(after == states[i]);
+                    REQUIRE(plan.step == plans[i].step);
+                    REQUIRE(plan.epoch == plans[i].epoch);
+                    REQUIRE(plan.first_global_sample == plans[i].first_global_sample);
+                    REQUIRE(plan.samples.size() == plans[i].samples.size());
+                    for (std::size_t j = 0; j < plan.samples.size(); ++j) {
+                        REQUIRE(plan.samples[j].segments == plans[i].samples[j].segments);
+                        REQUIRE(plan.samples[j].padding == plans[i].samples[j].padding);
+                        REQUIRE(plan.samples[j].index == plans[i].samples[j].index);
+                        REQUIRE(plan.samples[j].epoch == plans[i].samples[j].epoch);
+                    }
+                }
+            CHECK(fresh.state() == sampler(data, cfg).state());  // planning moved neither sampler
+            CHECK(restored.state() == states[k - 1]);
+        }
+}
+
 TEST_CASE("Sampler.Resume.ElasticAcrossWorldSizes") {
     auto data = ft::hashed_lengths(400, 150);
     const std::uint64_t G = 12, k = 9, N = 30;

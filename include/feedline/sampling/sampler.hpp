@@ -261,23 +261,35 @@ public:
     // The plan for any step of a single-dataset sampler, without changing the state. GPT windows:
     // O(batch); packed rows: also lays out every epoch before the step's (epoch lengths differ).
     batch_plan plan_at(std::uint64_t step) {
+        batch_plan b;
+        sampler_state after;
+        plan_at(step, b, after);
+        return b;
+    }
+    // The same into `b` (storage reused), and in `after` the state next() leaves once it has planned
+    // `step`: state() after a sequential walk to it, field for field. Lets several threads plan steps
+    // of one stream in parallel, each with its own sampler (pipeline workers). `step` may lie before
+    // the current state (what was drawn before it is recomputed from the global batch).
+    void plan_at(std::uint64_t step, batch_plan& b, sampler_state& after) {
         if (streams_.size() > 1) throw config_error("plan_at", "random access is for a single dataset; blended streams are sequential");
-        sampler_state at = state_;
-        at.step = step;
-        at.epoch[0] = 0;
+        after = state_;  // copy-assignment: reuses `after`'s vectors once they have held a state
+        // Single dataset: every step draws the whole global batch, so `taken` is linear in the step
+        // (modular arithmetic gives the right value for an earlier step too).
+        after.taken[0] = state_.taken[0] + (step - state_.step) * config_.global_batch;
+        after.step = step;
+        after.epoch[0] = 0;
+        std::uint64_t within = step;
         if (config_.mode == sample_mode::windows) {
-            at.epoch[0] = step / steps_in_epoch(0);
-            step %= steps_in_epoch(0);
+            after.epoch[0] = step / steps_in_epoch(0);
+            within %= steps_in_epoch(0);
         } else {
-            for (std::uint64_t n = steps_in_epoch(0); step >= n; n = steps_in_epoch(at.epoch[0])) {
-                step -= n;
-                ++at.epoch[0];
+            for (std::uint64_t n = steps_in_epoch(0); within >= n; n = steps_in_epoch(after.epoch[0])) {
+                within -= n;
+                ++after.epoch[0];
             }
         }
-        at.index[0] = step * config_.global_batch;
-        batch_plan b;
-        plan_step(at, b);
-        return b;
+        after.index[0] = within * config_.global_batch;
+        plan_step(after, b);
     }
 
     const sampler_state& state() const noexcept { return state_; }
