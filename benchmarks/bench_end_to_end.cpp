@@ -94,9 +94,11 @@ double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batc
     return static_cast<double>(batches * B * T) / seconds_since(t0);
 }
 
+bool avoid_trainer_cpu = true;  // --leave-placement-to-kernel turns it off, for A/B runs
+
 pipeline_config config(unsigned workers, std::uint64_t batches) {
     return {.batch_size = B, .seq_len = T, .seed = 1, .workers = workers, .io_backend = "mmap", .device = "cpu", .rank = 0,
-            .world_size = 1, .max_steps = batches};
+            .world_size = 1, .max_steps = batches, .avoid_trainer_cpu = avoid_trainer_cpu};
 }
 
 double feedline_rate(std::shared_ptr<const token_dataset> data, unsigned workers, std::uint64_t batches) {
@@ -230,7 +232,10 @@ int main(int argc, char** argv) {
     app.add_option("--make-tokens", make_tokens, "tokens to write with --make-data")->capture_default_str();
     app.add_option("--batches", batches, "batches per measurement")->capture_default_str();
     app.add_flag("--peers", peers, "also run benchmarks/compare_python.py (needs python3-torch)");
+    bool kernel_placement = false;
+    app.add_flag("--leave-placement-to-kernel", kernel_placement, "pipelines with avoid_trainer_cpu = false (A/B of worker placement)");
     CLI11_PARSE(app, argc, argv);
+    avoid_trainer_cpu = !kernel_placement;
     if (!make.empty()) {
         llmc_writer w(make, token_dtype::uint16, 50256, 256u << 20);
         std::mt19937 rng(1);
@@ -272,6 +277,7 @@ int main(int argc, char** argv) {
     const double step_s = 2.0 * static_cast<double>(B * T) / f1;
     std::vector<double> waits;
     double stall_fraction = 0;
+    std::string placement;
     {
         pipeline p(data, config(1, 5 * batches));
         for (auto it = p.begin(); it != p.end();) {
@@ -283,11 +289,13 @@ int main(int argc, char** argv) {
             }
         }
         stall_fraction = p.stats().stall_fraction;
+        placement = p.stats().worker_placement;
     }
     std::vector<double> steady(waits.begin() + 10, waits.end());
     std::sort(steady.begin(), steady.end());
     const double p50 = steady[steady.size() / 2], p99 = steady[steady.size() * 99 / 100];
-    std::printf("paced consumer (step %.1f us): next() p50 %.1f us, p99 %.1f us, stall fraction %.4f\n", step_s * 1e6, p50, p99, stall_fraction);
+    std::printf("paced consumer (step %.1f us): next() p50 %.1f us, p99 %.1f us, stall fraction %.4f; worker %s\n", step_s * 1e6, p50, p99,
+                stall_fraction, placement.c_str());
 
     nlohmann::json out = {{"tokens_per_s", f2},
                           {"tokens_per_s_1w", f1},

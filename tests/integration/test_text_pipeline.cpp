@@ -111,6 +111,33 @@ TEST_CASE("TextPipeline.Threads.TokenizersAndAssemblerAreNamed") {
     CHECK(ft::has_thread_named("feedline-asm"));
 }
 
+TEST_CASE("TextPipeline.Placement.TheAssemblerLeavesABusyTrainersCpu") {
+    // The assembler is the thread a release wakes; with a trainer that computes between batches and
+    // two or more CPUs, its affinity leaves out the CPU the trainer was last seen busy on.
+    text_fixture f;
+    const std::vector<int> process = ft::allowed_cpus_of_this_thread();
+    text_pipeline p({f.jsonl}, f.config(1, 0));
+    if (process.size() < 2) {
+        REQUIRE(p.next());
+        CHECK(p.stats().worker_placement.rfind("may share the trainer's CPU", 0) == 0);
+        return;
+    }
+    bool kept_off = false;
+    for (int i = 0; i < 2000 && !kept_off; ++i) {
+        REQUIRE(p.next());
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+        const int trainer = p.stats().trainer_cpu;
+        if (trainer < 0) continue;
+        auto expected = process;
+        expected.erase(std::remove(expected.begin(), expected.end(), trainer), expected.end());
+        kept_off = ft::allowed_cpus_of_thread("feedline-asm") == expected;
+    }
+    CHECK(kept_off);
+    CHECK(ft::allowed_cpus_of_thread("feedline-tok0") == process);  // tokenizers are not woken by the trainer
+}
+
 TEST_CASE("TextPipeline.Workers.SameStreamWithOneOrThreeWorkersAndShuffled") {
     text_fixture f;
     auto cfg = f.config(1, 60);

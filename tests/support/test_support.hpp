@@ -2,6 +2,7 @@
 // and skipping with a reason (ctest treats exit code 77 as "skipped").
 #pragma once
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <feedline/exec/topology.hpp>
 
 // 1 in a build under AddressSanitizer or ThreadSanitizer: GCC defines __SANITIZE_*__, clang answers
 // __has_feature.
@@ -135,6 +138,31 @@ inline std::vector<std::string> thread_names() {
     }
     return names;
 }
+// The CPUs the thread named `name` may run on (Cpus_allowed_list in /proc/self/task/*/status);
+// empty when no thread has that name.
+inline std::vector<int> allowed_cpus_of_thread(const std::string& name) {
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream comm(e.path() / "comm");
+        std::string line;
+        if (!std::getline(comm, line) || line != name) continue;
+        std::ifstream status(e.path() / "status");
+        while (std::getline(status, line))
+            if (line.rfind("Cpus_allowed_list:", 0) == 0) return feedline::parse_cpu_list(line.substr(18));
+    }
+    return {};
+}
+
+// The CPUs the calling thread may run on.
+inline std::vector<int> allowed_cpus_of_this_thread() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    std::vector<int> cpus;
+    if (::sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+            if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    return cpus;
+}
+
 inline bool has_thread_named(const std::string& name) {
     const auto names = thread_names();
     return std::find(names.begin(), names.end(), name) != names.end();

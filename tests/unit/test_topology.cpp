@@ -1,10 +1,14 @@
 // Topology: the exact machine description and worker recommendation read from fixture trees of a
 // 2-socket 8-GPU server, a 1-node VM and a cgroup-limited container; the live machine read through
-// libnuma agrees with sysfs; NUMA buffers say how they were placed.
+// libnuma agrees with sysfs; NUMA buffers say how they were placed; producer threads leave the
+// trainer's CPU when the process has one to spare.
 #include <doctest/doctest.h>
 
 #include <feedline/exec/numa_memory.hpp>
 #include <feedline/exec/topology.hpp>
+#include <feedline/exec/trainer_cpu.hpp>
+
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -113,4 +117,55 @@ TEST_CASE("Topology.NumaBuffer.PlacesPagesAndSaysHow") {
     b.data()[b.size() - 1] = std::byte{1};
     numa_buffer moved = std::move(b);
     CHECK(moved.data()[moved.size() - 1] == std::byte{1});
+}
+
+TEST_CASE("TrainerCpu.Placement.ProducersLeaveTheNotedCpuOnlyWithOneToSpare") {
+    const std::vector<int> allowed = ft::allowed_cpus_of_this_thread();
+    // A producer thread's view after keep_off(): its own affinity, and the CPU it recorded.
+    auto producer = [](trainer_cpu& t) {
+        std::pair<std::vector<int>, int> out;
+        std::thread([&] {
+            int excluded = -1;
+            t.keep_off(excluded);
+            out = {ft::allowed_cpus_of_this_thread(), excluded};
+        }).join();
+        return out;
+    };
+    {
+        trainer_cpu off;
+        off.start(1, false);  // avoid_trainer_cpu = false
+        off.note();
+        CHECK_FALSE(off.enabled());
+        CHECK(off.trainer() == -1);
+        CHECK(producer(off).first == allowed);
+        CHECK(off.describe().rfind("left to the kernel", 0) == 0);
+    }
+    {
+        trainer_cpu crowded;  // as many producers as CPUs: none to spare
+        crowded.start(static_cast<unsigned>(allowed.size()));
+        crowded.note();
+        CHECK_FALSE(crowded.enabled());
+        CHECK(producer(crowded).first == allowed);
+        CHECK(crowded.describe().rfind("may share the trainer's CPU", 0) == 0);
+    }
+    trainer_cpu t;
+    t.start(1);
+    if (allowed.size() < 2) {
+        CHECK_FALSE(t.enabled());
+        CHECK(t.describe().rfind("may share the trainer's CPU", 0) == 0);
+        return;
+    }
+    REQUIRE(t.enabled());
+    const auto before = producer(t);  // nothing noted yet: producers stay where they are
+    CHECK(before.first == allowed);
+    CHECK(before.second == -1);
+    t.note();
+    const int trainer = t.trainer();
+    REQUIRE(std::find(allowed.begin(), allowed.end(), trainer) != allowed.end());
+    auto expected = allowed;
+    expected.erase(std::find(expected.begin(), expected.end(), trainer));
+    const auto after = producer(t);
+    CHECK(after.first == expected);
+    CHECK(after.second == trainer);
+    CHECK(t.describe().rfind("off the trainer's CPU (now " + std::to_string(trainer) + ")", 0) == 0);
 }

@@ -35,6 +35,8 @@ struct pipeline_config {
     std::string tokenizer;             // text input (text_pipeline): the sentencepiece model to tokenize with
     bool add_bos = false, add_eos = true;  // text input: the model's BOS before / EOS after every document
     unsigned max_workers = 0;          // workers = 0: the most the autotuner may run (0: from the machine)
+    bool avoid_trainer_cpu = true;     // keep the threads filling the ring off a busy trainer's CPU when there is one
+                                       // to spare (exec/trainer_cpu.hpp); false leaves placement to the kernel
 };
 
 // Memory this process may use: MemAvailable, capped by the cgroup limit.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <feedline/device/make_ring.hpp>
+#include <feedline/exec/trainer_cpu.hpp>
 #include <feedline/pipeline/autotuner.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
@@ -43,7 +44,11 @@ public:
 
     // Makes the ring (pinned on a GPU, else host: the device choice and its reason), at the plan's
     // depth, and the autotuner for what the config left to it (workers = 0: `tune_workers`; prefetch = 0).
-    void start(const pipeline_config& c, const memory_plan& m, const batch_layout& layout, device_choice device, bool tune_workers) {
+    // `producers`: the threads that fill slots, which placement() keeps off the trainer's CPU when the
+    // process has CPUs to spare. Call on the trainer's thread.
+    void start(const pipeline_config& c, const memory_plan& m, const batch_layout& layout, device_choice device, bool tune_workers,
+               unsigned producers) {
+        placement_.start(producers, c.avoid_trainer_cpu);
         start_time_ = std::chrono::steady_clock::now();
         auto chosen = make_ring({.slots = m.slots, .slot_bytes = layout.bytes, .first_sequence = state_.step,
                                  .coalesce_wakeups = std::chrono::milliseconds(1)},
@@ -61,6 +66,7 @@ public:
     // pipeline's stats for the log.
     template <class Stop, class Snapshot>
     std::optional<batch_handle> next(const pipeline_config& c, Stop&& stop, Snapshot&& snapshot) {
+        const auto entered = std::chrono::steady_clock::now();
         std::optional<batch_handle> h;
         try {
             h = ring_->next();
@@ -68,6 +74,19 @@ public:
             stop();
             throw;
         }
+        // The trainer's CPU counts when the trainer keeps it busy: on average (over ~8 batches) longer
+        // outside next() (its step) than inside (waiting). A data-bound trainer mostly sleeps in
+        // next() and is woken by a producer, often onto that producer's CPU (exec/trainer_cpu.hpp);
+        // noting that CPU would send the producer away from a trainer about to sleep again. An
+        // average, because right after a wake-up the batches of a burst are ready at once.
+        const auto left = std::chrono::steady_clock::now();
+        if (returned_ != std::chrono::steady_clock::time_point{}) {
+            const auto outside = std::chrono::duration<double>(entered - returned_).count(), inside = std::chrono::duration<double>(left - entered).count();
+            busy_s_ += (outside - busy_s_) / 8;
+            waiting_s_ += (inside - waiting_s_) / 8;
+            if (busy_s_ > waiting_s_) placement_.note();
+        }
+        returned_ = left;
         if (!h) {
             if (log_ && !final_logged_) log_->write(snapshot()), final_logged_ = true;
             return std::nullopt;
@@ -98,7 +117,12 @@ public:
         add_ring_and_memory(s, ring_.get(), m);
         s.prefetch_depth = prefetch_depth(m);
         s.device = device_reason_;
+        s.worker_placement = started() ? placement_.describe() : "";
+        s.trainer_cpu = placement_.trainer();
     }
+
+    // Producers call placement().keep_off(own) once per batch (exec/trainer_cpu.hpp).
+    trainer_cpu& placement() noexcept { return placement_; }
 
     // Producers see the end (or the failure) and return; batches not taken are dropped. Idempotent.
     void close() noexcept {
@@ -108,11 +132,13 @@ public:
 private:
     std::unique_ptr<staging_ring> ring_;
     std::string device_reason_;
+    trainer_cpu placement_;
     std::vector<State> slot_states_;
     State state_{};
     autotuner tuner_;
     std::uint64_t delivered_ = 0;
-    std::chrono::steady_clock::time_point start_time_;
+    std::chrono::steady_clock::time_point start_time_, returned_;  // returned_: when next() last returned
+    double busy_s_ = 0, waiting_s_ = 0;  // moving averages of the trainer's time outside and inside next()
     std::unique_ptr<stats_jsonl_log> log_;
     bool final_logged_ = false;
 };

@@ -32,6 +32,8 @@ struct pipeline_stats {
     unsigned workers = 0, workers_active = 0;  // threads, and how many the autotuner lets run
     std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
     std::string io_backend, device;
+    std::string worker_placement;   // whether the threads filling the ring are kept off the trainer's CPU, and why
+    int trainer_cpu = -1;           // the busy trainer's CPU they are kept off (-1: none noted, or placement off)
 
     std::string to_json() const {
         auto esc = [](const std::string& s) {
@@ -47,14 +49,15 @@ struct pipeline_stats {
                       "{\"batches\": %llu, \"tokens\": %llu, \"bytes_read\": %llu, \"padding_tokens\": %llu, \"seconds\": %.4f, "
                       "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"tokenize_s\": %.4f, \"slot_wait_s\": %.4f, "
                       "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"consumer_sleeps\": %llu, \"ready_batches\": %zu, \"slots\": %zu, \"prefetch_depth\": %zu, \"workers\": %u, \"workers_active\": %u, "
-                      "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, ",
+                      "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, \"trainer_cpu\": %d, ",
                       static_cast<unsigned long long>(batches), static_cast<unsigned long long>(tokens),
                       static_cast<unsigned long long>(bytes_read), static_cast<unsigned long long>(padding_tokens), seconds, tokens_per_s,
                       read_s, assemble_s, plan_s, tokenize_s, slot_wait_s, stall_s, stall_fraction,
                       static_cast<unsigned long long>(consumer_sleeps), ready_batches, slots, prefetch_depth, workers, workers_active,
                       static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
-                      static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes));
-        return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\"}";
+                      static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes), trainer_cpu);
+        return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\", \"worker_placement\": \"" +
+               esc(worker_placement) + "\"}";
     }
 };
 

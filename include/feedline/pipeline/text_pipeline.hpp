@@ -215,7 +215,7 @@ private:
 #endif
 
     void start() {
-        consumer_.start(config_, memory_, layout_, device_, autotune_);
+        consumer_.start(config_, memory_, layout_, device_, autotune_, 1);  // the assembler fills the slots
         origin_ = consumer_.state();  // the assembler's copy: next() rewrites the consumer's while it runs
 #if FEEDLINE_HAS_SENTENCEPIECE
         const std::string model = config_.tokenizer;
@@ -304,6 +304,13 @@ private:
         finish();
     }
 
+    // The assembler's next slot (nullptr once the ring closed), taken from a CPU other than a busy
+    // trainer's when there is one to spare (exec/trainer_cpu.hpp).
+    std::byte* acquire_slot(std::uint64_t step) {
+        consumer_.placement().keep_off(assembler_excluded_cpu_);
+        return consumer_.ring().acquire(step);
+    }
+
     // Windows: B rows of T + 1 consecutive stream tokens, consecutive rows sharing one, crossing documents.
     void cut_windows(token_stream& s) {
         const std::uint64_t B = config_.batch_size, T = config_.seq_len, need = B * T + 1;
@@ -311,7 +318,7 @@ private:
             if (config_.max_steps && step >= config_.max_steps) return;
             while (s.end() < cursor + need)
                 if (!pull(s)) return;
-            std::byte* slot = consumer_.ring().acquire(step);
+            std::byte* slot = acquire_slot(step);
             if (slot == nullptr) return;
             auto t0 = std::chrono::steady_clock::now();
             auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
@@ -337,7 +344,7 @@ private:
         row_boundaries bounds;
         for (std::uint64_t step = origin_.step, cursor = 0;; ++step) {
             if (config_.max_steps && step >= config_.max_steps) return;
-            std::byte* slot = consumer_.ring().acquire(step);
+            std::byte* slot = acquire_slot(step);
             if (slot == nullptr) return;
             auto t0 = std::chrono::steady_clock::now();
             auto* inputs = reinterpret_cast<std::int32_t*>(slot + layout_.inputs);
@@ -400,6 +407,7 @@ private:
     text_state origin_;                     // where this run started (read by the assembler)
     std::unique_ptr<ordered_pool<token_chunk>> pool_;  // chunks of documents -> tokens, in order
     std::thread assembler_;
+    int assembler_excluded_cpu_ = -1;  // written by the assembler only
     bool autotune_ = false;  // workers = 0: park and wake tokenizing workers
     std::atomic<std::uint64_t> text_bytes_{0}, read_ns_{0}, tokenize_ns_{0}, assemble_ns_{0}, padding_{0};
 };

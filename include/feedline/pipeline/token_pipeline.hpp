@@ -148,7 +148,7 @@ public:
 
 private:
     void start() {
-        consumer_.start(config_, memory_, layout_, device_, autotune_);
+        consumer_.start(config_, memory_, layout_, device_, autotune_, memory_.workers);
         {
             auto probe = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
             io_reason_ = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
@@ -194,7 +194,9 @@ private:
             row_boundaries bounds;
             batch_plan plan;       // reused: no allocation per batch once warm
             sampler_state after;
+            int excluded_cpu = -1;  // the trainer's CPU this thread's affinity leaves out
             for (;;) {
+                consumer_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
                 // Parked by the autotuner: only timing changes, never which batch holds what.
                 while (index >= target_workers_.load(std::memory_order_relaxed) && !ring.closed() && !planned_all_.load())
                     std::this_thread::sleep_for(std::chrono::milliseconds(1));
