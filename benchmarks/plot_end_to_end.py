@@ -44,6 +44,12 @@ def main():
         ("naive C++ gather, 2 threads", r["naive_gather_2t"], "baseline"),
         ("feedline, 2 workers", r["tokens_per_s"], "feedline"),
     ]
+    # The gather loop with feedline's software prefetch (benchmarks since 2026-11-24).
+    if "gather_prefetch_1t" in r:
+        rows += [
+            ("C++ gather + prefetch, 1 thread", r["gather_prefetch_1t"], "baseline"),
+            ("C++ gather + prefetch, 2 threads", r["gather_prefetch_2t"], "baseline"),
+        ]
     colors = {"python": "#9e9e9e", "baseline": "#5c7cba", "feedline": "#e07b39"}
 
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))

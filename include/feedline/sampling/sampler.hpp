@@ -314,7 +314,9 @@ public:
         if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
             throw config_error("state", "per-dataset fields differ in length");
         for (std::size_t i = 0; i < n; ++i) {
-            const std::string at = "[" + std::to_string(i) + "]";
+            std::string at = std::to_string(i);  // "[i]", built so: "[" + to_string(i) draws a false -Wrestrict from GCC 12 at -O3
+            at.insert(at.begin(), '[');
+            at.push_back(']');
             differs("dataset_documents" + at, s.dataset_documents[i], state_.dataset_documents[i]);
             differs("dataset_tokens" + at, s.dataset_tokens[i], state_.dataset_tokens[i]);
             differs("weights" + at, s.weights[i], state_.weights[i]);
