@@ -304,8 +304,7 @@ TEST_CASE("Pipeline.Placement.TheWorkerLeavesABusyTrainersCpu") {
     // trainer (exec/trainer_cpu.hpp). With avoid_trainer_cpu = false nothing is pinned.
     ft::scratch_dir dir;
     auto data = make_dataset(dir, 2, 400);
-    const std::vector<int> process = ft::allowed_cpus_of_this_thread();
-    REQUIRE_FALSE(process.empty());
+    const std::vector<int> process = ft::allowed_cpus_of_this_thread();  // empty if unreadable: treated as one CPU
     auto busy_step = [] {
         const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
         while (std::chrono::steady_clock::now() < until) {

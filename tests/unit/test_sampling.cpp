@@ -506,6 +506,12 @@ TEST_CASE("Sampler.Restore.RefusesAnotherConfigOrDataset") {
     auto other = ft::hashed_lengths(300, 100, 2);
     sampler c(other, {.seq_len = 32, .global_batch = 4, .rank = 0, .world_size = 1});
     CHECK_THROWS_WITH_AS(c.restore(a.state()), doctest::Contains("state.dataset_tokens[0]"), config_error);
+    // One dataset draws the global batch every step: counts that disagree are refused.
+    sampler d(data, {.seq_len = 32, .global_batch = 4, .rank = 0, .world_size = 1});
+    auto edited = a.state();
+    edited.taken[0] += 1;
+    CHECK_THROWS_WITH_AS(d.restore(edited), doctest::Contains("state.taken"), config_error);
+    CHECK_NOTHROW(d.restore(a.state()));
 }
 
 TEST_CASE("Sampler.Blend.EveryPrefixWithinOneSampleOfItsShare") {

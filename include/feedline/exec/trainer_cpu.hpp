@@ -11,11 +11,13 @@
 // its time) with the worker on its CPU, and p99 ~8 us, 0.1% with the worker kept off it
 // (docs/benchmarks.md).
 //
-// How: the trainer notes its CPU at every next() (sched_getcpu reads it from the kernel's rseq area,
-// no system call); each producer compares it, once per batch, with the CPU it excluded last and, only
-// when it changed, sets its own affinity to the process's CPUs minus that one. Enabled only when the
-// process may use more CPUs than there are producers: with as many producers as CPUs, confining them
-// to one CPU fewer would cost them more than the trainer gains. The trainer's thread is never pinned.
+// How: the trainer notes its CPU at next() when it has been busy between batches (ring_consumer
+// decides; sched_getcpu reads the CPU from glibc's rseq area or the vDSO, without a system call);
+// each producer compares it, once per batch, with the CPU it excluded last and, only when it changed,
+// sets its own affinity to the CPUs the trainer's thread could use when the pipeline started, minus
+// that one. Enabled only when those CPUs outnumber the producers: with as many producers as CPUs,
+// confining them to one CPU fewer would cost them more than the trainer gains. The trainer's thread is
+// never pinned.
 #pragma once
 
 #include <pthread.h>
@@ -81,10 +83,12 @@ public:
         const std::string n = std::to_string(allowed_count_), p = std::to_string(producers_);
         if (!wanted_) return "left to the kernel (avoid_trainer_cpu = false)";
         if (const int rc = failure_.load(); rc != 0) return "may share the trainer's CPU: setting a worker's affinity failed (" + std::string(std::strerror(rc)) + ")";
-        if (enabled()) return "off the trainer's CPU (now " + std::to_string(cpu_.load(std::memory_order_relaxed)) + "): " + p + " producer thread(s) on the other " +
-                              std::to_string(allowed_count_ - 1) + " of " + n + " CPUs";
-        if (allowed_count_ == 0) return "unplaced: the CPU affinity mask is unreadable";
-        return "may share the trainer's CPU: " + p + " producer thread(s) for " + n + " CPU(s), none to spare";
+        if (allowed_count_ == 0) return "may share the trainer's CPU: the CPU affinity mask is unreadable";
+        if (!enabled()) return "may share the trainer's CPU: " + p + " producer thread(s) for " + n + " CPU(s), none to spare";
+        if (const int cpu = cpu_.load(std::memory_order_relaxed); cpu >= 0)
+            return "off the trainer's CPU (now " + std::to_string(cpu) + "): " + p + " producer thread(s) on the other " + std::to_string(allowed_count_ - 1) +
+                   " of " + n + " CPUs";
+        return "unpinned until the trainer is busy between batches: " + p + " producer thread(s), " + n + " CPUs";
     }
 
 private:

@@ -74,17 +74,19 @@ public:
             stop();
             throw;
         }
-        // The trainer's CPU counts when the trainer keeps it busy: on average (over ~8 batches) longer
-        // outside next() (its step) than inside (waiting). A data-bound trainer mostly sleeps in
-        // next() and is woken by a producer, often onto that producer's CPU (exec/trainer_cpu.hpp);
-        // noting that CPU would send the producer away from a trainer about to sleep again. An
-        // average, because right after a wake-up the batches of a burst are ready at once.
+        // The trainer's CPU counts when the trainer keeps it busy: on average (over ~8 batches) at
+        // least a quarter as long outside next() (its step) as inside (waiting). A data-bound trainer
+        // that does nothing between batches mostly sleeps in next() and is woken by a producer, often
+        // onto that producer's CPU (exec/trainer_cpu.hpp); noting that CPU would send the producer
+        // away from a trainer about to sleep again. An average, because right after a wake-up the
+        // batches of a burst are ready at once; a quarter, not a half, because a busy trainer that
+        // shares its CPU with a producer waits about as long as it works (the stall to be removed).
         const auto left = std::chrono::steady_clock::now();
         if (returned_ != std::chrono::steady_clock::time_point{}) {
             const auto outside = std::chrono::duration<double>(entered - returned_).count(), inside = std::chrono::duration<double>(left - entered).count();
             busy_s_ += (outside - busy_s_) / 8;
             waiting_s_ += (inside - waiting_s_) / 8;
-            if (busy_s_ > waiting_s_) placement_.note();
+            if (4 * busy_s_ > waiting_s_) placement_.note();
         }
         returned_ = left;
         if (!h) {

@@ -1,12 +1,12 @@
 // feedline/pipeline/token_pipeline.hpp: feedline::token_pipeline, from a token dataset to batches on the
 // device (feedline::pipeline in pipeline/pipeline.hpp picks it for Megatron and llm.c shards).
-// Each worker takes the next step number and plans it (windows: with a sampler of its own, random
-// access, so in parallel; packed rows: with the shared sampler behind a mutex), reads that step's
-// token ranges through its own reader, converts them into the step's ring slot in place (inputs,
-// targets and, when packed, document boundaries), and publishes it (an async H2D copy with the
-// pinned ring). The ring is the reorder window: the trainer receives steps in order whatever the
-// number of workers, and the data of step k is a pure function of the config, so resume is exact
-// with any worker count.
+// Each worker takes the next step number and plans it (windows over an index of at most 4 MiB: with a
+// sampler of its own, random access, so in parallel; otherwise with the shared sampler behind a
+// mutex), reads that step's token ranges through its own reader, converts them into the step's ring
+// slot in place (inputs, targets and, when packed, document boundaries), and publishes it (an async
+// H2D copy with the pinned ring). The ring is the reorder window: the trainer receives steps in order
+// whatever the number of workers, and the data of step k is a pure function of the config, so resume
+// is exact with any worker count.
 // state() is the sampler state after the last batch handed to the trainer (batches prefetched but not
 // yet taken are not counted, so nothing is lost or repeated on resume).
 // llm.c shards in windows mode are sampled as one token stream per shard (windows cross documents
@@ -148,19 +148,22 @@ public:
 
 private:
     void start() {
-        consumer_.start(config_, memory_, layout_, device_, autotune_, memory_.workers);
+        // What can throw comes before the ring exists: once started() is true, next() waits on producers.
         {
             auto probe = make_reader({.backend = backend_, .dataset_bytes = data_total_bytes()});
             io_reason_ = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
         }
+        std::vector<std::unique_ptr<sampler>> planners;
+        if (own_planners_)
+            for (unsigned w = 0; w < memory_.workers; ++w) {
+                planners.push_back(make_sampler(sampler_->config()));
+                planners.back()->restore(sampler_->state());
+            }
+        planners_ = std::move(planners);
+        consumer_.start(config_, memory_, layout_, device_, autotune_, memory_.workers);
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
-        if (own_planners_)
-            for (unsigned w = 0; w < memory_.workers; ++w) {
-                planners_.push_back(make_sampler(sampler_->config()));
-                planners_.back()->restore(sampler_->state());
-            }
         for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
     }
 
@@ -196,10 +199,10 @@ private:
             sampler_state after;
             int excluded_cpu = -1;  // the trainer's CPU this thread's affinity leaves out
             for (;;) {
-                consumer_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
                 // Parked by the autotuner: only timing changes, never which batch holds what.
                 while (index >= target_workers_.load(std::memory_order_relaxed) && !ring.closed() && !planned_all_.load())
                     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                consumer_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
                 auto t0 = std::chrono::steady_clock::now();
                 if (own_planners_) {
                     if (ring.closed()) break;
@@ -289,8 +292,9 @@ private:
                 k += r.length / item;
             }
         }
-        // Requested ahead: every line of the piece being converted (one burst of misses instead of
-        // one at a time) and of the pieces after it, up to `prefetch_bytes` (two windows at T = 1024).
+        // Requested ahead: the lines of the piece being converted (one burst of misses instead of one
+        // at a time) and of the pieces after it, up to `prefetch_bytes` of pieces ahead (two uint16
+        // windows at T = 1024), each piece's first `prefetch_bytes` at most (prefetch_lines).
         std::size_t next = 0;     // the first piece not requested yet
         std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
         for (std::size_t p = 0; p < pieces.size(); ++p) {

@@ -324,6 +324,11 @@ public:
                 throw config_error("state.index" + at, "sample " + std::to_string(s.index[i]) + " is past the end of epoch " +
                                                            std::to_string(s.epoch[i]));
         }
+        // One dataset: every step draws the whole global batch, so a state whose counts disagree was
+        // edited or corrupted (and workers planning with plan_at would resume elsewhere than next()).
+        if (n == 1 && s.taken[0] != s.step * s.global_batch)
+            throw config_error("state.taken", std::to_string(s.taken[0]) + " samples drawn in " + std::to_string(s.step) + " steps of " +
+                                                  std::to_string(s.global_batch));
         state_ = s;
     }
 
