@@ -305,18 +305,13 @@ TEST_CASE("Pipeline.Placement.TheWorkerLeavesABusyTrainersCpu") {
     ft::scratch_dir dir;
     auto data = make_dataset(dir, 2, 400);
     const std::vector<int> process = ft::allowed_cpus_of_this_thread();  // empty if unreadable: treated as one CPU
-    auto busy_step = [] {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-        while (std::chrono::steady_clock::now() < until) {
-        }
-    };
     {
         auto c = base(1);
         c.avoid_trainer_cpu = false;
         pipeline p(data, c);
         for (int i = 0; i < 50; ++i) {
             REQUIRE(p.next());
-            busy_step();
+            ft::busy_step();
         }
         CHECK(ft::allowed_cpus_of_thread("feedline-w0") == process);
         CHECK(p.stats().trainer_cpu == -1);
@@ -328,19 +323,7 @@ TEST_CASE("Pipeline.Placement.TheWorkerLeavesABusyTrainersCpu") {
         CHECK(p.stats().worker_placement.rfind("may share the trainer's CPU", 0) == 0);
         return;
     }
-    // The worker applies the trainer's CPU at its next batch: look until its mask matches the CPU
-    // noted last (the trainer may move meanwhile, and then the worker follows).
-    bool kept_off = false;
-    for (int i = 0; i < 2000 && !kept_off; ++i) {
-        REQUIRE(p.next());
-        busy_step();
-        const int trainer = p.stats().trainer_cpu;
-        if (trainer < 0) continue;
-        auto expected = process;
-        expected.erase(std::remove(expected.begin(), expected.end(), trainer), expected.end());
-        kept_off = ft::allowed_cpus_of_thread("feedline-w0") == expected;
-    }
-    CHECK(kept_off);
+    CHECK(ft::busy_trainer_until_kept_off(p, "feedline-w0", process));
     CHECK(p.stats().worker_placement.rfind("off the trainer's CPU", 0) == 0);
 }
 

@@ -122,19 +122,7 @@ TEST_CASE("TextPipeline.Placement.TheAssemblerLeavesABusyTrainersCpu") {
         CHECK(p.stats().worker_placement.rfind("may share the trainer's CPU", 0) == 0);
         return;
     }
-    bool kept_off = false;
-    for (int i = 0; i < 2000 && !kept_off; ++i) {
-        REQUIRE(p.next());
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-        while (std::chrono::steady_clock::now() < until) {
-        }
-        const int trainer = p.stats().trainer_cpu;
-        if (trainer < 0) continue;
-        auto expected = process;
-        expected.erase(std::remove(expected.begin(), expected.end(), trainer), expected.end());
-        kept_off = ft::allowed_cpus_of_thread("feedline-asm") == expected;
-    }
-    CHECK(kept_off);
+    CHECK(ft::busy_trainer_until_kept_off(p, "feedline-asm", process));
     CHECK(ft::allowed_cpus_of_thread("feedline-tok0") == process);  // tokenizers are not woken by the trainer
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -161,6 +162,31 @@ inline std::vector<int> allowed_cpus_of_this_thread() {
         for (int c = 0; c < CPU_SETSIZE; ++c)
             if (CPU_ISSET(c, &set)) cpus.push_back(c);
     return cpus;
+}
+
+// A trainer's step that keeps its CPU busy (no sleep), as a CPU step or a spinning GPU sync does.
+inline void busy_step(std::chrono::microseconds d = std::chrono::microseconds(200)) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+}
+
+// Takes batches from `pipeline` with a busy step after each (up to 2000) until the thread named
+// `thread` may run on every CPU of `process` but the trainer's CPU that stats().trainer_cpu reports
+// (the pipeline's placement, exec/trainer_cpu.hpp: applied at the thread's next batch, and followed
+// when the trainer moves). Whether that happened.
+template <class Pipeline>
+bool busy_trainer_until_kept_off(Pipeline& pipeline, const std::string& thread, const std::vector<int>& process) {
+    for (int i = 0; i < 2000; ++i) {
+        if (!pipeline.next()) return false;
+        busy_step();
+        const int trainer = pipeline.stats().trainer_cpu;
+        if (trainer < 0) continue;
+        auto expected = process;
+        expected.erase(std::remove(expected.begin(), expected.end(), trainer), expected.end());
+        if (allowed_cpus_of_thread(thread) == expected) return true;
+    }
+    return false;
 }
 
 inline bool has_thread_named(const std::string& name) {
