@@ -3,7 +3,7 @@
 // Same shards (llm.c uint16, page cache warm), same batch shape (B=32, T=1024 random windows, int32
 // inputs and targets), host ring, in one run with interleaved rounds (medians):
 //   naive_gather_Nt   N threads, each gathering its share of the batches' windows from mmap'd shards
-//                     into one reused buffer (uint16 -> int32), as the baseline: no library
+//                     into one reused buffer (uint16 -> int32), the baseline the targets are set against
 //   gather_prefetch_Nt the same loop with feedline's software prefetch of the next windows: what is
 //                     left of the library's cost once both use the same technique
 //   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
