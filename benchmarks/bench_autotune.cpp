@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
         w.finish();
     }
 
-    const feedline::pipeline_config shape{.batch_size = 32, .seq_len = 1024, .seed = 1, .device = "cpu"};
+    const feedline::pipeline_config shape{.batch_size = 32, .seq_len = 1024, .seed = 1, .device = feedline::device_kind::cpu};
     // Calibrate: seconds one worker takes per batch with a trainer that only takes batches.
     auto one = shape;
     one.workers = 1;

@@ -62,11 +62,11 @@ int main(int argc, char** argv) {
     const trainer::optimizer_config opt;
     const auto initial = trainer::initial_parameters(model, 1);
     std::unique_ptr<trainer::backend> backend;
-    std::string pipeline_device = "cpu";
+    feedline::device_choice pipeline_device = feedline::device_kind::cpu;
 #ifdef FEEDLINE_TRAINER_CUDA
     if (device != "cpu" && feedline::gpu_probe()) {
         backend = trainer::make_cuda_backend(model, opt, initial, 0, trainer::gpu_precision::automatic, nullptr);
-        pipeline_device = "cuda:0";
+        pipeline_device = {feedline::device_kind::cuda, 0};
     }
 #endif
     if (!backend) backend = std::make_unique<trainer::cpu_backend>(model, opt, initial);
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     // The in-memory source: 8 real batches from the same data, copied out once.
     resident_batches resident;
     {
-        feedline::pipeline source(data, {.batch_size = batch_size, .seq_len = seq_len, .seed = 8, .workers = 1, .device = "cpu", .max_steps = 8});
+        feedline::pipeline source(data, {.batch_size = batch_size, .seq_len = seq_len, .seed = 8, .workers = 1, .device = feedline::device_kind::cpu, .max_steps = 8});
         for (auto& b : source) {
             std::vector<std::int32_t> v(b.host_inputs().begin(), b.host_inputs().end());
             v.insert(v.end(), b.host_targets().begin(), b.host_targets().end());
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         for (auto& v : resident.host) {
             const std::int32_t* p = v.data();
 #ifdef FEEDLINE_TRAINER_CUDA
-            if (pipeline_device != "cpu") {
+            if (pipeline_device.kind != feedline::device_kind::cpu) {
                 void* d = nullptr;
                 FEEDLINE_CUDA_CHECK(cudaMalloc(&d, v.size() * sizeof(std::int32_t)));
                 FEEDLINE_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
                      {"fed_vs_synthetic", fed_tps / mem_tps},
                      {"stall_fraction", fed_s > 0 ? stall_s / fed_s : 0},
                      {"gemm_gflops", gflops}};
-    if (pipeline_device != "cpu") {
+    if (pipeline_device.kind != feedline::device_kind::cpu) {
         if (peak_tflops <= 0) {
             const std::string name = feedline::gpu_probe().reason;
             peak_tflops = name.find("H100") != std::string::npos || name.find("H200") != std::string::npos ? 989.0

@@ -148,15 +148,22 @@ int run(options o, trainer::communicator& comm) {
     if (!model) model = std::make_unique<trainer::cpu_backend>(o.model, o.optimizer, initial, &comm);
 
     const auto mode = o.mode == "packed" ? feedline::sample_mode::packed : feedline::sample_mode::windows;
-    feedline::pipeline data(o.data, {.batch_size = o.batch_size,
-                                     .seq_len = o.seq_len,
-                                     .seed = o.seed,
-                                     .mode = mode,
-                                     .workers = o.workers,
-                                     .device = device,
-                                     .rank = comm.rank(),
-                                     .world_size = comm.size(),
-                                     .tokenizer = o.tokenizer});  // used when the data is raw text
+    // One pipeline config for training and evaluation data: shards, text tokenized on the fly (with
+    // --tokenizer), or a blend of both in Megatron's --data-path form.
+    auto data_config = [&](const std::string& spec, std::uint64_t seed, unsigned workers, std::uint64_t max_steps) {
+        feedline::pipeline_config c{.batch_size = o.batch_size,
+                                    .seq_len = o.seq_len,
+                                    .seed = seed,
+                                    .mode = mode,
+                                    .workers = workers,
+                                    .device = feedline::parse_device(device),
+                                    .rank = comm.rank(),
+                                    .world_size = comm.size(),
+                                    .max_steps = max_steps};
+        if (feedline::kinds_of(feedline::parse_data_spec(spec)).text) c.text.tokenizer = o.tokenizer;
+        return c;
+    };
+    feedline::pipeline data(o.data, data_config(o.data, o.seed, o.workers, 0));
     std::uint64_t step = 0, tokens = 0;
     if (resumed) {
         model->load_state(resumed->params, resumed->m, resumed->v);
@@ -176,16 +183,7 @@ int run(options o, trainer::communicator& comm) {
     double pending_train_loss = 0;  // training loss taken off the device early (by an evaluation)
     auto evaluate = [&]() -> std::optional<double> {
         if (o.eval_data.empty() || o.eval_batches == 0) return std::nullopt;
-        feedline::pipeline eval(o.eval_data, {.batch_size = o.batch_size,
-                                              .seq_len = o.seq_len,
-                                              .seed = 1,
-                                              .mode = mode,
-                                              .workers = 1,
-                                              .device = device,
-                                              .rank = comm.rank(),
-                                              .world_size = comm.size(),
-                                              .max_steps = o.eval_batches,
-                                              .tokenizer = o.tokenizer});
+        feedline::pipeline eval(o.eval_data, data_config(o.eval_data, 1, 1, o.eval_batches));
         std::vector<std::uint64_t> ignore(o.model.vocab);
         double sums[2] = {0, 0};
         pending_train_loss += model->take_loss_sum();  // training loss since the last progress line: kept for it
@@ -334,7 +332,10 @@ int main(int argc, char** argv) {
     options o;
     CLI::App app{"Train a small next-token model on a feedline dataset (GPU via cuBLAS if present, else CPU via OpenBLAS)"};
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
-    app.add_option("--data", o.data, "training data: Megatron prefix, llm.c shard pattern or directory, or JSONL / text (tokenized on the fly with --tokenizer)")->required();
+    app.add_option("--data", o.data,
+                   "training data: Megatron prefix, llm.c shard pattern or directory, JSONL / text (tokenized on the fly with --tokenizer), "
+                   "or a blend: \"0.7 data/web 0.3 code/*.jsonl\"")
+        ->required();
     app.add_option("--eval-data", o.eval_data, "held-out data for evaluation (same forms as --data)");
     app.add_option("--max-steps", o.max_steps, "optimizer steps in all (a resumed run continues up to this)")->capture_default_str();
     app.add_option("--max-seconds", o.max_seconds, "stop after this much wall time (0: no limit)")->capture_default_str();

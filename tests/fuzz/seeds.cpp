@@ -1,13 +1,16 @@
 // Valid inputs the replay driver mutates, per target: a small Megatron .idx, llm.c headers of both
-// widths, sampler states (binary and JSON) of each fuzzed sampler, JSONL and plain text, JSONL lines.
+// widths, sampler states (binary and JSON) of each fuzzed sampler, JSONL and plain text, JSONL lines,
+// token-lengths cache files.
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#ifdef FEEDLINE_FUZZ_TOKEN_LENGTHS
+#include <feedline/format/token_lengths.hpp>
+#endif
 #ifdef FEEDLINE_FUZZ_SAMPLER_STATE
-#include <feedline/pipeline/text_state.hpp>
 #include <feedline/sampling/state_io.hpp>
 
 #include "fuzz_sampler_configs.hpp"
@@ -56,8 +59,9 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
 #endif
         }
 #if FEEDLINE_HAS_JSON
-    // A text pipeline's state, which the JSON form is also read as.
-    const std::string text_json = feedline::to_json(feedline::text_state{.seed = 3, .seq_len = 8, .batch_size = 4, .step = 9, .document = 17, .offset = 5});
+    // A state of the text pipeline before text was sampled like shards, which is refused by name.
+    const std::string text_json =
+        R"({"format": "feedline.text_state", "version": 1, "seed": 3, "seq_len": 8, "batch_size": 4, "world_size": 1, "rank": 0, "packed": 0, "step": 9, "document": 17, "offset": 5})";
     seeds.push_back({0x80});
     seeds.back().insert(seeds.back().end(), text_json.begin(), text_json.end());
 #endif
@@ -83,6 +87,12 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
         seeds.back().insert(seeds.back().end(), line.begin(), line.end());
     }
     seeds.push_back({1, '{', '"', 't', '"', ':', '"', 'x', '"', '}'});
+#elif defined(FEEDLINE_FUZZ_TOKEN_LENGTHS)
+    // Cache files as the text source writes them: a key, then a few documents' counts (one empty).
+    for (const auto& lengths : {std::vector<std::uint32_t>{}, std::vector<std::uint32_t>{3, 0, 70000, 12}}) {
+        const auto bytes = feedline::token_lengths{"feedline.token_lengths 1\nfile a.jsonl 12 1.5 7\n", lengths}.encode();
+        seeds.emplace_back(reinterpret_cast<const std::uint8_t*>(bytes.data()), reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
+    }
 #else
     for (auto [magic, version, width] : {std::tuple{20240520, 1, 2}, std::tuple{20240801, 7, 4}}) {
         std::vector<std::uint8_t> h(1024, 0);

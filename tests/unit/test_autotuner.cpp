@@ -2,9 +2,10 @@
 // within the limits, with the start-up interval never judged.
 #include <doctest/doctest.h>
 
-#include <feedline/pipeline/autotuner.hpp>
+#include <feedline/pipeline/detail/autotuner.hpp>
 
 using namespace feedline;
+using feedline::detail::autotuner;
 using namespace std::chrono_literals;
 
 namespace {

@@ -1,14 +1,20 @@
 // feedline/detail/output_file.hpp: a buffered output file that appears under its final name only when
-// complete. Writers of shards use it so an interrupted or failed write (signal, disk full) never leaves
-// a file that passes validation: data goes to "<name>.tmp-<pid>" and is renamed by commit().
+// complete. Writers of shards and caches use it so an interrupted or failed write (signal, disk full)
+// never leaves a file that passes validation: data goes to "<name>.tmp-<pid>-<random>", created with
+// O_EXCL | O_NOFOLLOW (a name planted in a shared directory, or a symlink there, is never written
+// through), is synced, renamed by commit(), and the directory is synced so the rename survives a crash.
 #pragma once
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,12 +22,33 @@
 
 namespace feedline::detail {
 
+// 64 unpredictable bits as hex (getrandom), for temporary names another user cannot guess.
+inline std::string random_suffix() {
+    std::uint64_t bits = 0;
+    if (::getrandom(&bits, sizeof bits, 0) != static_cast<ssize_t>(sizeof bits))
+        bits = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9E3779B97F4A7C15ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(bits));
+    return hex;
+}
+
+// fsync of the directory holding `path`, so a rename or unlink in it is on disk. Throws io_error.
+inline void sync_parent_directory(const std::string& path) {
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) throw io_error(dir, errno, "cannot open the directory to sync it");
+    const int rc = ::fsync(fd), err = errno;
+    ::close(fd);
+    if (rc != 0 && err != EINVAL) throw io_error(dir, err, "fsync of the directory failed");  // EINVAL: a filesystem without directory sync
+}
+
 class output_file {
 public:
     explicit output_file(std::string final_path, std::size_t buffer_bytes = 1u << 20)
         : final_path_(std::move(final_path)),
-          temp_path_(final_path_ + ".tmp-" + std::to_string(::getpid())) {
-        fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+          temp_path_(final_path_ + ".tmp-" + std::to_string(::getpid()) + "-" + random_suffix()) {
+        fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd_ < 0) throw io_error(final_path_, errno, "cannot create " + temp_path_);
         buffer_.reserve(buffer_bytes);
     }
@@ -62,14 +89,16 @@ public:
         if (rc != 0) throw io_error(final_path_, errno, "close failed");
     }
 
-    // Flushes, syncs and renames to the final name. Throws io_error on any failure (the temp file is
-    // then removed by the destructor).
+    // Flushes, syncs, renames to the final name and syncs the directory. Throws io_error on any
+    // failure (the temp file is then removed by the destructor).
     void commit() {
         close_pending();
         if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0)
             throw io_error(final_path_, errno, "cannot rename " + temp_path_);
         committed_ = true;
+        sync_parent_directory(final_path_);
     }
+    const std::string& temp_path() const noexcept { return temp_path_; }
 
 private:
     void flush() {

@@ -19,10 +19,24 @@ namespace feedline {
 
 enum class device_kind { automatic, cpu, cuda };
 
+// Where batches go. Converts from a device_kind, so a config can say `.device = device_kind::cpu`;
+// parse_device reads the strings of command lines and JSON ("auto", "cpu", "cuda:1").
 struct device_choice {
     device_kind kind = device_kind::automatic;
     int index = 0;  // CUDA device (cuda, or automatic when a GPU is found)
+    device_choice() = default;
+    device_choice(device_kind k, int i = 0) : kind(k), index(i) {}  // NOLINT(google-explicit-constructor): see above
+    friend bool operator==(const device_choice&, const device_choice&) = default;
 };
+
+inline std::string to_string(const device_choice& d) {
+    switch (d.kind) {
+        case device_kind::automatic: return "auto";
+        case device_kind::cpu: return "cpu";
+        case device_kind::cuda: return "cuda:" + std::to_string(d.index);
+    }
+    return "?";
+}
 
 // "auto", "cpu", "cuda", "cuda:N" or "N" (a CUDA device index). Throws config_error otherwise.
 inline device_choice parse_device(const std::string& text) {

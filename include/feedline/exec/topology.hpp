@@ -292,4 +292,18 @@ inline std::vector<int> cpus_near_gpu(const topology& t, std::size_t gpu_index) 
     return out.empty() ? t.allowed_cpus : out;
 }
 
+// CPUs for the data workers feeding the GPU at `pci_bus_id`: on a machine with several NUMA nodes, its
+// local CPUs within the affinity mask (cpus_near_gpu), so batches are assembled next to the pinned
+// memory the GPU copies from; empty where placement would change nothing or is unknown (one node, a
+// GPU the topology does not list, no local CPUs in the mask).
+inline std::vector<int> worker_cpus_for_gpu(const topology& t, const std::string& pci_bus_id) {
+    if (t.nodes.size() < 2 || pci_bus_id.empty()) return {};
+    for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+        if (t.gpus[i].pci_bus_id != pci_bus_id) continue;
+        std::vector<int> cpus = cpus_near_gpu(t, i);
+        return cpus == t.allowed_cpus ? std::vector<int>{} : cpus;
+    }
+    return {};
+}
+
 }  // namespace feedline

@@ -27,6 +27,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace feedline {
 
@@ -38,11 +39,21 @@ public:
     trainer_cpu& operator=(const trainer_cpu&) = delete;
 
     // On the trainer's thread, before the producers start: reads the CPUs this thread (and so the
-    // threads it creates) may use; enables the placement when they outnumber `producers` (and `wanted`).
-    void start(unsigned producers, bool wanted = true) {
+    // threads it creates) may use, within `producer_cpus` when given (the GPU's local CPUs, where the
+    // producers run); enables the placement when they outnumber `producers` (and `wanted`).
+    void start(unsigned producers, bool wanted = true, const std::vector<int>& producer_cpus = {}) {
         CPU_ZERO(&allowed_);
         allowed_count_ = 0;
-        if (::sched_getaffinity(0, sizeof allowed_, &allowed_) == 0) allowed_count_ = CPU_COUNT(&allowed_);
+        if (::sched_getaffinity(0, sizeof allowed_, &allowed_) == 0) {
+            if (!producer_cpus.empty()) {
+                cpu_set_t within;
+                CPU_ZERO(&within);
+                for (int c : producer_cpus)
+                    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &within);
+                CPU_AND(&allowed_, &allowed_, &within);
+            }
+            allowed_count_ = CPU_COUNT(&allowed_);
+        }
         producers_ = producers;
         wanted_ = wanted;
         enabled_.store(wanted && allowed_count_ > static_cast<int>(producers), std::memory_order_relaxed);

@@ -5,9 +5,6 @@
 // and format/llmc.hpp; feeds the sampler and the workers.
 #pragma once
 
-#include <glob.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -17,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <feedline/detail/paths.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
@@ -36,31 +34,6 @@ struct document_span {
 };
 
 namespace detail {
-
-inline bool path_exists(const std::string& p) {
-    struct stat st {};
-    return ::stat(p.c_str(), &st) == 0;
-}
-
-inline bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
-inline std::vector<std::string> glob_paths(const std::string& pattern) {
-    glob_t g{};
-    std::vector<std::string> out;
-    int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
-    if (rc == 0)
-        for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-    ::globfree(&g);
-    return out;  // glob sorts its results
-}
-
-inline bool ends_with(const std::string& s, std::string_view suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-inline std::string strip_suffix(const std::string& s, std::string_view suffix) {
-    return ends_with(s, suffix) ? s.substr(0, s.size() - suffix.size()) : s;
-}
 
 // Is this .bin an llm.c shard (by its magic), rather than a Megatron .bin?
 inline bool looks_like_llmc(const std::string& path) {
@@ -108,7 +81,6 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
             throw io_error(spec, ENOENT, "no Megatron .idx or llm.c .bin shards found");
     };
     for (const auto& spec : specs) {
-        std::error_code ec;
         if (detail::has_glob_chars(spec)) {
             auto files = detail::glob_paths(spec);
             if (files.empty()) throw io_error(spec, ENOENT, "pattern matches no file");
@@ -119,12 +91,8 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
                                        ? detail::strip_suffix(p, ".bin") + ".idx"
                                        : p);
             add_files(expanded, spec);
-        } else if (std::filesystem::is_directory(spec, ec)) {
-            std::vector<std::string> files;
-            for (const auto& e : std::filesystem::directory_iterator(spec))
-                if (e.is_regular_file()) files.push_back(e.path().string());
-            std::sort(files.begin(), files.end());
-            add_files(files, spec);
+        } else if (detail::is_directory(spec)) {
+            add_files(detail::regular_files_in(spec), spec);
         } else if (detail::path_exists(spec + ".idx")) {
             add(dataset_format::megatron, spec, spec);
         } else if (detail::ends_with(spec, ".idx")) {

@@ -1,7 +1,8 @@
 // feedline/format/text.hpp: JSONL and plain-text documents, streamed (one line or block at a time).
 // These are the inputs of tokenization: feedline-pack turns them into token shards offline, and the
 // pipeline's workers tokenize them on the fly. A JSONL line is {"text": "..."} (field name configurable);
-// plain text is one document per file or per blank-line-separated block. Feeds transform/tokenizer.
+// plain text is one document per file or per blank-line-separated block. Feeds format/text_corpus.hpp
+// (tokenized on the fly by pipeline/text_source.hpp) and feedline-pack (examples/pack.cpp).
 #pragma once
 
 #include <algorithm>
@@ -12,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
-#include <feedline/format/dataset.hpp>
 #include <feedline/format/jsonl_field.hpp>
 
 namespace feedline {
@@ -32,15 +33,17 @@ struct text_options {
     std::string field = "text";     // JSONL field that holds the document
     bool skip_invalid = false;      // count and skip bad JSONL lines instead of throwing
     text_split split = text_split::whole_file;  // plain text only
+    friend bool operator==(const text_options&, const text_options&) = default;
 };
 
 // Reads documents from one JSONL or plain-text file without loading it whole (a whole-file document is
 // one document, so it is loaded). Files ending in .jsonl / .json / .ndjson are JSONL. Not thread-safe.
 class text_reader {
 public:
-    // Throws io_error when the file cannot be opened, config_error for JSONL without JSON support built.
+    // Throws io_error when the file is not a regular file or cannot be opened, config_error for JSONL
+    // without JSON support built.
     explicit text_reader(std::string path, text_options options = {})
-        : path_(std::move(path)), opt_(std::move(options)), in_(path_, std::ios::binary) {
+        : path_(std::move(path)), opt_(std::move(options)), in_((detail::require_regular_file(path_), path_), std::ios::binary) {
         if (!in_) throw io_error(path_, errno, "cannot open");
         jsonl_ = detail::ends_with(path_, ".jsonl") || detail::ends_with(path_, ".json") || detail::ends_with(path_, ".ndjson");
 #if !FEEDLINE_HAS_JSON
@@ -157,20 +160,17 @@ private:
 };
 
 // Expands text inputs (files, directories, globs) into a sorted list of files. Throws io_error when
-// a path does not exist or a pattern matches nothing.
+// a path does not exist, a pattern matches nothing, or a path is not a regular file (a FIFO would
+// block the reader forever).
 inline std::vector<std::string> resolve_text_inputs(const std::vector<std::string>& inputs) {
     std::vector<std::string> out;
     for (const auto& in : inputs) {
-        std::error_code ec;
         if (detail::has_glob_chars(in)) {
             auto files = detail::glob_paths(in);
             if (files.empty()) throw io_error(in, ENOENT, "pattern matches no file");
             out.insert(out.end(), files.begin(), files.end());
-        } else if (std::filesystem::is_directory(in, ec)) {
-            std::vector<std::string> files;
-            for (const auto& e : std::filesystem::directory_iterator(in))
-                if (e.is_regular_file()) files.push_back(e.path().string());
-            std::sort(files.begin(), files.end());
+        } else if (detail::is_directory(in)) {
+            const auto files = detail::regular_files_in(in);
             out.insert(out.end(), files.begin(), files.end());
         } else if (detail::path_exists(in)) {
             out.push_back(in);
@@ -178,6 +178,7 @@ inline std::vector<std::string> resolve_text_inputs(const std::vector<std::strin
             throw io_error(in, ENOENT, "no such file");
         }
     }
+    for (const auto& f : out) detail::require_regular_file(f);
     return out;
 }
 

@@ -2,7 +2,7 @@
 // tokenizing on the fly. Opening scans every file once with text_reader (so the rules for what a
 // document is are the ones feedline-pack uses) and keeps, per document, only where its bytes are:
 // 24 bytes per document, never the text. document_text(i) re-reads those bytes with pread (thread-safe)
-// and decodes them exactly as text_reader did (the same jsonl_field_parser). Feeds pipeline/text_pipeline.hpp.
+// and decodes them exactly as text_reader did (the same jsonl_field_parser). Feeds pipeline/text_source.hpp.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,9 @@ public:
     }
 
     std::uint64_t document_count() const noexcept { return documents_.size(); }
+    std::size_t file_count() const noexcept { return files_.size(); }
+    const file& file_at(std::size_t i) const { return *files_.at(i); }
+    const text_options& options() const noexcept { return options_; }
     const document_ref& document(std::uint64_t i) const { return documents_.at(i); }
     const file& file_of(const document_ref& d) const { return *files_[d.file]; }
     std::uint64_t text_bytes() const noexcept { return text_bytes_; }

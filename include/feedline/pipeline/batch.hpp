@@ -1,9 +1,7 @@
-// feedline/pipeline/batch.hpp: what a batch looks like in a ring slot, and the trainer's view of it.
-// A slot holds [B, T] int32 inputs and targets (targets[i] = the token after inputs[i]; -1 where there
-// is none: padding, or the end of a piece of a split document in packed mode). Packed mode adds, per
-// row, position ids that restart at every document piece, cu_seqlens (FlashAttention varlen style,
-// T + 1 entries, the last used one repeated) and the number of pieces. Regions start on 256-byte
-// boundaries so device kernels read them aligned. Fed by the pipeline's workers; read by the trainer.
+// feedline/pipeline/batch.hpp: the trainer's view of one step's batch in its ring slot (the slot's
+// layout is transform/collate.hpp's batch_layout): [B, T] int32 inputs and targets and, in packed
+// mode, position ids, cu_seqlens and piece counts, on the device with the pinned ring and always in
+// host memory too. Fed by the pipeline's workers; read by the trainer.
 #pragma once
 
 #include <algorithm>
@@ -14,36 +12,9 @@
 #include <span>
 
 #include <feedline/device/staging_ring.hpp>
-#include <feedline/sampling/windows.hpp>
+#include <feedline/transform/collate.hpp>
 
 namespace feedline {
-
-struct batch_layout {
-    std::uint64_t batch = 0, seq_len = 0;
-    bool packed = false;
-    std::size_t inputs = 0, targets = 0, position_ids = 0, cu_seqlens = 0, pieces = 0;  // byte offsets
-    std::size_t bytes = 0;                                                               // slot size
-
-    static batch_layout make(std::uint64_t batch, std::uint64_t seq_len, bool packed) {
-        auto align = [](std::size_t x) { return (x + 255) & ~std::size_t(255); };
-        batch_layout l;
-        l.batch = batch;
-        l.seq_len = seq_len;
-        l.packed = packed;
-        const std::size_t tokens = batch * seq_len * sizeof(std::int32_t);
-        l.inputs = 0;
-        l.targets = align(tokens);
-        std::size_t end = l.targets + tokens;
-        if (packed) {
-            l.position_ids = align(end);
-            l.cu_seqlens = align(l.position_ids + tokens);
-            l.pieces = align(l.cu_seqlens + batch * (seq_len + 1) * sizeof(std::int32_t));
-            end = l.pieces + batch * sizeof(std::int32_t);
-        }
-        l.bytes = align(end);
-        return l;
-    }
-};
 
 // One step's batch for this rank. Move-only; returns its slot when released or destroyed.
 class batch {
@@ -72,6 +43,8 @@ public:
         return layout_->packed ? host(layout_->cu_seqlens, layout_->batch * (layout_->seq_len + 1)) : std::span<const std::int32_t>{};
     }
     std::span<const std::int32_t> host_pieces() const noexcept { return layout_->packed ? host(layout_->pieces, layout_->batch) : std::span<const std::int32_t>{}; }
+    // [B]: the dataset each row came from, as its position in the pipeline's blend (all 0 for one dataset).
+    std::span<const std::int32_t> host_datasets() const noexcept { return host(layout_->datasets, layout_->batch); }
 
     bool on_device() const noexcept { return handle_.data() != static_cast<const void*>(handle_.host()); }
     // GPU: make `stream` (a cudaStream_t) wait for the copy, without a host sync. CPU: nothing.
@@ -92,23 +65,6 @@ private:
     batch_handle handle_;
     const batch_layout* layout_;
 };
-
-// A packed row's bookkeeping, once its first T - padding inputs are written from `bounds`' pieces:
-// zero inputs on the padding, targets (the next token of the same piece; -1 at a piece's end and on
-// padding), position ids, cu_seqlens (T + 1 entries, the last used one repeated). Returns the number
-// of pieces. Shared by every pipeline that packs, so their slots agree to the token.
-inline std::int32_t finish_packed_row(const row_boundaries& bounds, std::uint64_t T, std::int32_t* in, std::int32_t* tg, std::int32_t* positions,
-                                      std::int32_t* cu) {
-    const std::uint64_t used = T - bounds.padding;
-    std::fill(in + used, in + T, 0);
-    for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
-    std::fill(tg + (used ? used - 1 : 0), tg + T, -1);
-    for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = -1;
-    std::copy(bounds.position_ids.begin(), bounds.position_ids.end(), positions);
-    std::copy(bounds.cu_seqlens.begin(), bounds.cu_seqlens.end(), cu);
-    std::fill(cu + bounds.cu_seqlens.size(), cu + T + 1, bounds.cu_seqlens.back());
-    return static_cast<std::int32_t>(bounds.cu_seqlens.size() - 1);
-}
 
 // Range-for over anything with `std::optional<batch> next()`: for (auto& b : pipeline) { ... }. Ends
 // when next() is empty (after max_steps, or never). Each step releases the previous batch's slot

@@ -1,134 +1,238 @@
-// feedline/pipeline/pipeline.hpp: feedline::pipeline, the one entry point. open_dataset() looks at a
-// spec and opens what it names: token shards (Megatron prefix, llm.c shards) or raw text (JSONL / text
-// files, a directory or a glob of them, tokenized on the fly with config.tokenizer). The pipeline then
-// runs a token_pipeline or a text_pipeline behind the same range of batches, stats and state, so a
-// trainer switches between pre-tokenized shards and raw text by changing only the spec.
+// feedline/pipeline/pipeline.hpp: feedline::pipeline, the one engine. It takes a spec (one dataset, or
+// a weighted blend of any mix of token shards and JSONL/text corpora), opens each as a source
+// (pipeline/shard_source.hpp, pipeline/text_source.hpp), and owns everything around them, the same for
+// every kind of data: config checks, rank and world size (config or launcher), the worker count
+// (recommend_workers), the memory plan, one sampler over all sources (sampling/sampler.hpp: shuffles,
+// windows or packed rows, tails, rank slices, blending, resume), the worker threads, the staging ring
+// (pinned on a GPU, host memory otherwise), autotuning, parking, stats and the stats log, state().
+//
+// One batch's way: a worker takes the next step number and plans it (its own copy of the sampler in
+// windows mode with one small dataset, else the shared sampler under a lock), waits for the step's
+// ring slot, has each source write its samples' tokens into the slot (transform/collate.hpp), adds a
+// packed batch's boundaries, records the sampler state after the step beside the slot, and publishes
+// the slot (an async H2D copy with the pinned ring). The trainer's next() takes slots in step order
+// whatever the number of workers; the data of step k is a pure function of the config, so resume is
+// exact with any worker count. Threads start at the first next(), so restore() can come first.
 #pragma once
 
-#include <filesystem>
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
-#include <variant>
+#include <thread>
 #include <vector>
 
-#include <feedline/format/dataset.hpp>
-#include <feedline/format/text_corpus.hpp>
-#include <feedline/pipeline/text_pipeline.hpp>
-#include <feedline/pipeline/token_pipeline.hpp>
-#include <feedline/sampling/state_io.hpp>
+#include <feedline/detail/futex.hpp>
+#include <feedline/detail/thread_name.hpp>
+#include <feedline/exec/topology.hpp>
+#include <feedline/pipeline/batch.hpp>
+#include <feedline/pipeline/config.hpp>
+#include <feedline/pipeline/data_spec.hpp>
+#include <feedline/pipeline/defaults.hpp>
+#include <feedline/pipeline/detail/ring_consumer.hpp>
+#include <feedline/pipeline/shard_source.hpp>
+#include <feedline/pipeline/source.hpp>
+#include <feedline/pipeline/state.hpp>
+#include <feedline/pipeline/stats.hpp>
+#include <feedline/pipeline/text_source.hpp>
+#include <feedline/sampling/sampler.hpp>
 
 namespace feedline {
 
-enum class source_kind { tokens, text };
-
-// What a spec names, by its files: text when it names at least one JSONL / text file (.jsonl, .json,
-// .ndjson, .txt, .text) and no shard (.idx, .bin); tokens otherwise (a spec that matches nothing is
-// left to the token dataset, whose io_error names it).
-inline source_kind detect_source(const std::string& spec) {
-    if (detail::path_exists(spec + ".idx")) return source_kind::tokens;
-    std::vector<std::string> files;
-    std::error_code ec;
-    if (detail::has_glob_chars(spec)) {
-        files = detail::glob_paths(spec);
-    } else if (std::filesystem::is_directory(spec, ec)) {
-        for (const auto& e : std::filesystem::directory_iterator(spec, ec))
-            if (e.is_regular_file(ec)) files.push_back(e.path().string());
-    } else {
-        files.push_back(spec);
-    }
-    bool text = false;
-    for (const auto& f : files) {
-        if (detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin")) return source_kind::tokens;
-        for (std::string_view ext : {".jsonl", ".json", ".ndjson", ".txt", ".text"}) text = text || detail::ends_with(f, ext);
-    }
-    return text ? source_kind::text : source_kind::tokens;
-}
-
-// An opened dataset: token shards or a text corpus (exactly one is set). Shareable between pipelines
-// (a training and an evaluation pipeline over the same files open them once).
-struct dataset_source {
-    std::shared_ptr<const token_dataset> tokens;
-    std::shared_ptr<const text_corpus> text;
-    source_kind kind() const noexcept { return text ? source_kind::text : source_kind::tokens; }
+// How many workers a pipeline starts, and whether the autotuner may park some. config.workers when
+// given (fixed); config.max_workers when given (autotuned below it); otherwise recommend_workers for
+// the trainers on this node (one per local rank, when every process may use every CPU) and the cores
+// this process may use, at most defaults::max_auto_workers. The autotuner then parks what the
+// trainer does not need.
+struct worker_choice {
+    unsigned workers = 1;
+    bool autotune = false;
+    std::string reason;
 };
 
-// Opens whatever the spec names (detect_source). Text is indexed here (one scan, 24 bytes per
-// document), not tokenized. Throws io_error / format_error naming the file.
-inline dataset_source open_dataset(const std::string& spec, text_options text = {}) {
-    if (detect_source(spec) == source_kind::text) return {nullptr, std::make_shared<const text_corpus>(std::vector<std::string>{spec}, std::move(text))};
-    return {std::make_shared<const token_dataset>(spec), nullptr};
+inline worker_choice choose_workers(const pipeline_config& c, const topology& t, const launch_info& env) {
+    if (c.workers) return {c.workers, false, "workers = " + std::to_string(c.workers) + " (fixed)"};
+    const bool shared_cpus = t.allowed_cpus.size() >= t.online_cpus.size();
+    const worker_plan plan = recommend_workers(t, shared_cpus ? static_cast<unsigned>(env.local_world_size) : 1u);
+    if (c.max_workers) return {c.max_workers, c.max_workers > 1, "max_workers = " + std::to_string(c.max_workers) + " started, autotuned"};
+    const unsigned n = std::clamp(plan.workers_per_gpu, 1u, defaults::max_auto_workers);
+    return {n, n > 1, plan.explanation + "; " + std::to_string(n) + " started, autotuned"};
 }
 
-// Where a pipeline is, for either kind of data; to_json / pipeline_state_from_json below.
-using pipeline_state = std::variant<sampler_state, text_state>;
+// A source with its blend weight.
+struct weighted_source {
+    double weight = 1;
+    std::shared_ptr<batch_source> source;
+};
 
-#if FEEDLINE_HAS_JSON
-inline std::string to_json(const pipeline_state& s) {
-    return std::visit([](const auto& v) { return to_json(v); }, s);
-}
-
-// Either kind of saved state, told apart by its "format" field. Throws format_error otherwise.
-inline pipeline_state pipeline_state_from_json(const std::string& text) {
-    if (detail::json_format_of(nlohmann::json::parse(text, nullptr, false)) == "feedline.text_state") return text_state_from_json(text);
-    return sampler_state_from_json(text);
-}
+// Opens what a spec names: token shards, or JSONL/text tokenized with config.text. Throws io_error /
+// format_error naming the file, config_error for text without a tokenizer (or without sentencepiece).
+inline std::shared_ptr<batch_source> open_source(const std::string& spec, const pipeline_config& config) {
+    if (detect_source(spec) == source_kind::tokens) return std::make_shared<shard_source>(spec);
+#if FEEDLINE_HAS_SENTENCEPIECE
+    return std::make_shared<text_source>(std::vector<std::string>{spec}, config.text);
+#else
+    (void)config;
+    throw config_error("text.tokenizer", "'" + spec + "' is text: tokenizing it needs sentencepiece, which this build of feedline lacks (pack it with feedline-pack)");
 #endif
+}
+
+inline std::vector<weighted_source> open_sources(const std::vector<weighted_spec>& blend, const pipeline_config& config) {
+    std::vector<weighted_source> out;
+    for (std::size_t i = 0; i < blend.size(); ++i) {
+        check_weight(blend[i].weight, i + 1);
+        out.push_back({blend[i].weight, open_source(blend[i].spec, config)});
+    }
+    return out;
+}
 
 class pipeline {
 public:
-    // spec: a Megatron prefix, llm.c shards, or JSONL / text files (a file, directory or glob; needs
-    // config.tokenizer). `text` says how text files split into documents. Throws config_error,
+    // `spec`: one dataset (a Megatron prefix, llm.c shards, JSONL/text files: a file, directory or glob)
+    // or a blend in Megatron's --data-path form ("0.7 data/web 0.3 code/*.jsonl"). Throws config_error,
     // io_error, format_error before any thread starts.
-    pipeline(const std::string& spec, pipeline_config config, text_options text = {})
-        : pipeline(open_dataset(spec, std::move(text)), std::move(config)) {}
-    pipeline(std::shared_ptr<const token_dataset> data, pipeline_config config) : pipeline(dataset_source{std::move(data), nullptr}, std::move(config)) {}
-    pipeline(std::shared_ptr<const text_corpus> corpus, pipeline_config config) : pipeline(dataset_source{nullptr, std::move(corpus)}, std::move(config)) {}
-    pipeline(dataset_source source, pipeline_config config) {
-        if (source.text)
-            text_ = std::make_unique<text_pipeline>(std::move(source.text), std::move(config));
-        else if (source.tokens)
-            tokens_ = std::make_unique<token_pipeline>(std::move(source.tokens), std::move(config));
-        else
-            throw config_error("dataset", "no dataset given");
+    pipeline(const std::string& spec, pipeline_config config) : pipeline(parse_data_spec(spec), std::move(config)) {}
+    // A blend: {{0.7, "data/web"}, {0.3, "code/*.jsonl"}}.
+    pipeline(const std::vector<weighted_spec>& blend, const pipeline_config& config) : pipeline(open_sources(blend, config), config) {}
+    // Sources opened before (shared by a training and an evaluation pipeline, say).
+    pipeline(std::shared_ptr<batch_source> source, pipeline_config config) : pipeline(std::vector<weighted_source>{{1.0, std::move(source)}}, std::move(config)) {}
+    pipeline(std::shared_ptr<const token_dataset> shards, pipeline_config config)
+        : pipeline(std::make_shared<shard_source>(std::move(shards)), std::move(config)) {}
+    pipeline(std::vector<weighted_source> sources, pipeline_config config) : sources_(std::move(sources)), config_(std::move(config)) {
+        check_config();
+        const launch_info env = launch_from_environment();
+        const int world = config_.world_size >= 0 ? config_.world_size : env.world_size;
+        if (world < 1) throw config_error("world_size", "must be at least 1");
+        std::vector<sampler_dataset> datasets;
+        std::vector<double> weights;
+        for (const auto& s : sources_) {
+            datasets.push_back(s.source->sampling(config_));
+            weights.push_back(s.weight);
+        }
+        sampler_config sc{.seq_len = config_.seq_len,
+                          .global_batch = config_.batch_size * static_cast<std::uint64_t>(world),
+                          .seed = config_.seed,
+                          .mode = config_.mode,
+                          .shuffle = config_.shuffle,
+                          .tail = config_.tail,
+                          .rank = config_.rank >= 0 ? config_.rank : env.rank,
+                          .world_size = world};
+        datasets_ = datasets;  // copies for the workers' own samplers
+        sampler_ = std::make_unique<sampler>(std::move(datasets), weights, sc);
+        // Windows of one small dataset: every worker plans with a sampler of its own (plan_at), so
+        // planning runs in parallel instead of behind planner_ (with 2 workers, waiting for the lock
+        // cost each worker as much as planning itself). Packed mode plans sequentially (plan_at would
+        // lay out every epoch before the step's), and so do blends (one walk decides every dataset).
+        const std::uint64_t sampler_bytes = sampler_->stream(0).memory_bytes();
+        own_planners_ = sources_.size() == 1 && config_.mode == sample_mode::windows && sampler_bytes <= defaults::own_planner_max_bytes;
+        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
+        all_rows_.resize(config_.batch_size);
+        for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
+
+        const topology topo = read_topology();
+        const worker_choice workers = choose_workers(config_, topo, env);
+        autotune_ = workers.autotune;
+        workers_reason_ = workers.reason;
+        const std::uint64_t available = memory_available_bytes();
+        const std::uint64_t process = topo.cgroup_memory_max ? (available ? std::min(available, *topo.cgroup_memory_max) : *topo.cgroup_memory_max) : available;
+        const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : process / defaults::budget_divisor;
+        std::uint64_t worker_bytes = 0, index_bytes = sampler_bytes * (own_planners_ ? workers.workers + 1 : 1);
+        for (std::size_t i = 1; i < sources_.size(); ++i) index_bytes += sampler_->stream(i).memory_bytes();
+        for (const auto& s : sources_) {
+            worker_bytes += s.source->worker_bytes(config_);
+            index_bytes += s.source->index_bytes(config_);
+        }
+        memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes);
+        counters_ = std::make_unique<source_counters[]>(sources_.size());
+        consumer_.set_state(sampler_->state());
+        consumer_.open_log(config_);
     }
 
-    source_kind kind() const noexcept { return text_ ? source_kind::text : source_kind::tokens; }
-    // The pipeline underneath, for what only one kind has (null for the other kind).
-    token_pipeline* tokens() noexcept { return tokens_.get(); }
-    text_pipeline* text() noexcept { return text_.get(); }
-    // A one-line description of the data: shards and tokens, or text files and documents.
+    pipeline(const pipeline&) = delete;
+    pipeline& operator=(const pipeline&) = delete;
+    ~pipeline() { stop(); }
+
+    const pipeline_config& config() const noexcept { return config_; }
+    const memory_plan& memory() const noexcept { return memory_; }
+    int rank() const noexcept { return sampler_->rank(); }
+    int world_size() const noexcept { return sampler_->world_size(); }
+    const std::vector<weighted_source>& sources() const noexcept { return sources_; }
+    // Why this many workers (choose_workers), for logs.
+    const std::string& workers_reason() const noexcept { return workers_reason_; }
+
+    // One line for logs: the data, or each blended source with its weight.
     std::string describe() const {
-        if (tokens_) return std::to_string(tokens_->dataset().total_tokens()) + " tokens in shards";
-        return std::to_string(text_->corpus().document_count()) + " text documents (" + std::to_string(text_->corpus().text_bytes()) +
-               " bytes), tokenized on the fly";
+        if (sources_.size() == 1) return sources_[0].source->describe();
+        std::string out = "a blend of " + std::to_string(sources_.size()) + ":";
+        for (const auto& s : sources_) out += " " + std::to_string(s.weight) + " x (" + s.source->describe() + ");";
+        out.pop_back();
+        return out;
     }
 
-    // The next step's batch, in order; empty after max_steps. Rethrows a worker's error (format_error
-    // naming file and offset), after which the pipeline is stopped.
-    std::optional<batch> next() { return tokens_ ? tokens_->next() : text_->next(); }
+    // The next step's batch, in order; empty after max_steps. Rethrows a worker's error (a corrupt
+    // shard or a bad JSONL line found mid-epoch arrives here as the format_error naming file and
+    // offset), after which the pipeline is stopped.
+    std::optional<batch> next() {
+        if (!consumer_.started()) start();
+        auto h = consumer_.next(config_, [this] { stop(); }, [this] { return stats(); });
+        if (!h) return std::nullopt;
+        const unsigned n = active_workers();
+        if (const unsigned want = consumer_.tune(n); want != n) {
+            target_workers_.store(want, std::memory_order_relaxed);
+            parked_.notify();
+        }
+        return batch(std::move(*h), &layout_);
+    }
 
-    // Where the trainer is: restoring it continues with the batch after the last one returned.
-    pipeline_state state() const { return tokens_ ? pipeline_state(tokens_->state()) : pipeline_state(text_->state()); }
-    // Only before the first next(). Throws config_error when the state is for the other kind of data
-    // or another shape.
+    // Workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
+    unsigned active_workers() const noexcept { return consumer_.started() ? target_workers_.load(std::memory_order_relaxed) : memory_.workers; }
+    // Batches the workers may run ahead of the trainer now (raised by the autotuner when prefetch = 0).
+    std::size_t prefetch_depth() const noexcept { return consumer_.prefetch_depth(memory_); }
+
+    // Where the trainer is: restoring this continues with the batch after the last one returned.
+    const pipeline_state& state() const noexcept { return consumer_.state(); }
+
+    // Continues from a saved state (any worker count; any world size with the same global batch).
+    // Only before the first next(). Throws config_error when the state does not belong here.
     void restore(const pipeline_state& s) {
-        if (tokens_ && std::holds_alternative<sampler_state>(s)) return tokens_->restore(std::get<sampler_state>(s));
-        if (text_ && std::holds_alternative<text_state>(s)) return text_->restore(std::get<text_state>(s));
-        throw config_error("state", std::string("saved by a ") + (std::holds_alternative<text_state>(s) ? "text" : "token-shard") +
-                                        " pipeline; this one reads " + (text_ ? "text" : "token shards"));
+        if (consumer_.started()) throw config_error("restore", "call restore() before the first next()");
+        sampler_->restore(s);
+        consumer_.set_state(sampler_->state());
     }
 
-    pipeline_stats stats() const { return tokens_ ? tokens_->stats() : text_->stats(); }
-    const pipeline_config& config() const noexcept { return tokens_ ? tokens_->config() : text_->config(); }
-    const memory_plan& memory() const noexcept { return tokens_ ? tokens_->memory() : text_->memory(); }
-    int rank() const noexcept { return tokens_ ? tokens_->rank() : text_->rank(); }
-    int world_size() const noexcept { return tokens_ ? tokens_->world_size() : text_->world_size(); }
-    unsigned active_workers() const noexcept { return tokens_ ? tokens_->active_workers() : text_->active_workers(); }
-    std::size_t prefetch_depth() const noexcept { return tokens_ ? tokens_->prefetch_depth() : text_->prefetch_depth(); }
     // Workers stop and join; batches not taken are dropped. Idempotent.
-    void stop() noexcept { tokens_ ? tokens_->stop() : text_->stop(); }
+    void stop() noexcept {
+        consumer_.close();
+        parked_.notify();
+        for (auto& t : threads_)
+            if (t.joinable()) t.join();
+    }
+
+    // A snapshot of the counters. Call from the consumer's thread (the one calling next()).
+    pipeline_stats stats() const {
+        pipeline_stats s;
+        consumer_.fill(s, config_, memory_);
+        for (std::size_t i = 0; i < sources_.size(); ++i) {
+            const source_counters& c = counters_[i];
+            s.bytes_read += c.bytes_read.load(std::memory_order_relaxed);
+            s.read_s += c.read_ns.load(std::memory_order_relaxed) * 1e-9;
+            s.tokenize_s += c.tokenize_ns.load(std::memory_order_relaxed) * 1e-9;
+            s.assemble_s += c.assemble_ns.load(std::memory_order_relaxed) * 1e-9;
+        }
+        s.assemble_s += collate_ns_.load(std::memory_order_relaxed) * 1e-9;
+        s.plan_s = plan_ns_.load(std::memory_order_relaxed) * 1e-9;
+        s.padding_tokens = padding_.load(std::memory_order_relaxed);
+        s.workers_active = active_workers();
+        s.io_backend = io_reason_;
+        return s;
+    }
 
     // Range-for over batches: for (auto& b : pipeline) { ... }. Ends after max_steps (or never).
     using iterator = batch_iterator<pipeline>;
@@ -136,8 +240,177 @@ public:
     std::default_sentinel_t end() { return {}; }
 
 private:
-    std::unique_ptr<token_pipeline> tokens_;
-    std::unique_ptr<text_pipeline> text_;
+    // What the sources cannot tell: the shape, the stats log, per-kind options without data of that kind.
+    void check_config() {
+        if (sources_.empty()) throw config_error("dataset", "no dataset given");
+        for (std::size_t i = 0; i < sources_.size(); ++i) {
+            if (!sources_[i].source) throw config_error("dataset", "source " + std::to_string(i + 1) + " is null");
+            check_weight(sources_[i].weight, i + 1);
+        }
+        if (config_.batch_size == 0) throw config_error("batch_size", "must be at least 1");
+        if (config_.seq_len == 0 || config_.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
+        if (config_.max_steps > sampler::max_step / config_.batch_size) throw config_error("max_steps", "past what a run can reach");
+        if (config_.prefetch == 1) throw config_error("prefetch", "needs at least 2 batches (one in use, one being filled)");
+        if (sources_.size() > 1 && config_.tail == tail_policy::pad)
+            throw config_error("tail", "a blend has no epoch end to pad (each dataset cycles through its own epochs)");
+        auto has = [&](source_kind k) {
+            return std::any_of(sources_.begin(), sources_.end(), [&](const weighted_source& s) { return s.source->kind() == k; });
+        };
+        if (!has(source_kind::tokens) && config_.shards != shard_options{})
+            throw config_error("shards.backend", "set, but the data has no token shards (text is read with pread)");
+        if (!has(source_kind::text)) {
+            if (config_.text.tokenizer != text_config{}.tokenizer) throw config_error("text.tokenizer", "set, but the data has no JSONL/text (shards are tokenized already)");
+            if (config_.text != text_config{}) throw config_error("text", "text options set, but the data has no JSONL/text");
+        }
+#if FEEDLINE_HAS_SENTENCEPIECE
+        for (const auto& s : sources_)
+            if (const auto* t = dynamic_cast<const text_source*>(s.source.get()); t && config_.text != text_config{} && config_.text != t->config())
+                throw config_error("text", "differs from the options the text source was opened with");
+#endif
+    }
+
+    // Picks the number of slots within the budget (the config's prefetch if given). Throws config_error
+    // when even two slots do not fit.
+    memory_plan plan_memory(std::uint64_t budget, unsigned workers, std::size_t slot_bytes, std::uint64_t worker_bytes, std::uint64_t index_bytes) const {
+        memory_plan p{.budget = budget, .slot_bytes = slot_bytes, .worker_bytes = worker_bytes, .index_bytes = index_bytes, .workers = workers};
+        const std::uint64_t fixed = workers * worker_bytes + index_bytes;
+        const std::size_t start = std::max<std::size_t>(2, defaults::start_depth_per_worker * std::size_t(workers));
+        const std::size_t wanted = config_.prefetch ? config_.prefetch : start + std::max<std::size_t>(defaults::min_depth_headroom, start);
+        const std::uint64_t fits = budget > fixed ? (budget - fixed) / std::max<std::size_t>(1, slot_bytes) : 0;
+        if (fits < 2)
+            throw config_error("memory_budget", std::to_string(budget) + " bytes cannot hold 2 batches of " + std::to_string(slot_bytes) +
+                                                    " bytes plus " + std::to_string(fixed) + " bytes of worker scratch and index (" +
+                                                    std::to_string(workers) + " workers): raise it or shrink batch_size x seq_len");
+        if (config_.prefetch && config_.prefetch > fits)
+            throw config_error("prefetch", std::to_string(config_.prefetch) + " batches of " + std::to_string(slot_bytes) +
+                                               " bytes exceed the memory budget of " + std::to_string(budget) + " bytes (" + std::to_string(fits) + " fit)");
+        p.slots = static_cast<std::size_t>(std::min<std::uint64_t>(wanted, fits));
+        p.depth = config_.prefetch ? p.slots : std::min(start, p.slots);
+        return p;
+    }
+
+    void start() {
+        // What can throw comes before the ring exists: once started() is true, next() waits on producers.
+        std::string reasons;
+        for (const auto& s : sources_) {
+            const std::string r = s.source->prepare(config_);
+            if (reasons.find(r) == std::string::npos) reasons += (reasons.empty() ? "" : "; ") + r;
+        }
+        io_reason_ = std::move(reasons);
+        std::vector<std::unique_ptr<sampler>> planners;
+        if (own_planners_)
+            for (unsigned w = 0; w < memory_.workers; ++w) {
+                planners.push_back(std::make_unique<sampler>(std::vector<sampler_dataset>{datasets_[0]}, std::vector<double>{1.0}, sampler_->config()));
+                planners.back()->restore(sampler_->state());
+            }
+        planners_ = std::move(planners);
+        worker_cpus_ = {};
+        if (config_.device.kind != device_kind::cpu && gpu_probe()) worker_cpus_ = worker_cpus_for_gpu(read_topology(), gpu_pci_bus_id(config_.device.index));
+        consumer_.start(config_, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
+        active_.store(memory_.workers);
+        target_workers_.store(memory_.workers);
+        next_step_.store(sampler_->state().step);
+        for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
+    }
+
+    void work(unsigned index) {
+        detail::name_this_thread("feedline-w" + std::to_string(index));
+        staging_ring& ring = consumer_.ring();
+        try {
+            if (!worker_cpus_.empty()) pin_to(worker_cpus_);
+            std::vector<std::unique_ptr<source_worker>> writers;
+            for (std::size_t i = 0; i < sources_.size(); ++i) writers.push_back(sources_[i].source->make_worker(config_, counters_[i]));
+            std::vector<std::vector<std::uint32_t>> rows_of(sources_.size());
+            batch_plan plan;  // reused: no allocation per batch once warm
+            sampler_state after;
+            row_boundaries bounds;
+            int excluded_cpu = -1;  // the trainer's CPU this thread's affinity leaves out
+            for (;;) {
+                // Parked by the autotuner: only timing changes, never which batch holds what.
+                parked_.wait([&] { return index < target_workers_.load(std::memory_order_relaxed) || ring.closed() || planned_all_.load(); });
+                consumer_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
+                const auto t0 = std::chrono::steady_clock::now();
+                if (!plan_next(index, plan, after, ring)) break;
+                plan_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+                std::byte* slot = ring.acquire(plan.step);
+                if (slot == nullptr) break;
+                consumer_.set_slot_state(plan.step, after);
+                const slot_view view(slot, layout_);
+                for (std::uint32_t r = 0; r < plan.samples.size(); ++r) view.datasets[r] = static_cast<std::int32_t>(plan.samples[r].dataset);
+                if (writers.size() == 1) {
+                    writers[0]->write(plan, all_rows_, view);
+                } else {
+                    for (auto& rows : rows_of) rows.clear();
+                    for (std::uint32_t r = 0; r < plan.samples.size(); ++r) rows_of[plan.samples[r].dataset].push_back(r);
+                    for (std::size_t i = 0; i < writers.size(); ++i)
+                        if (!rows_of[i].empty()) writers[i]->write(plan, rows_of[i], view);
+                }
+                if (layout_.packed) {
+                    const auto t1 = std::chrono::steady_clock::now();
+                    padding_.fetch_add(detail::finish_packed_rows(plan, view, bounds), std::memory_order_relaxed);
+                    collate_ns_.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
+                }
+                ring.publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});
+            }
+        } catch (...) {
+            ring.fail(std::current_exception());
+        }
+        if (active_.fetch_sub(1) == 1) ring.close();  // the last worker out ends the stream
+        parked_.notify();                             // parked workers see the end or the failure
+    }
+
+    // The next step's plan and the state after it; false when there is none (max_steps reached, or stopped).
+    bool plan_next(unsigned index, batch_plan& plan, sampler_state& after, const staging_ring& ring) {
+        if (own_planners_) {
+            if (ring.closed()) return false;
+            const std::uint64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
+            if (config_.max_steps && step >= config_.max_steps) return planned_all();
+            planners_[index]->plan_at(step, plan, after);
+            return true;
+        }
+        std::lock_guard lock(planner_);
+        if (ring.closed()) return false;
+        if (config_.max_steps && sampler_->state().step >= config_.max_steps) return planned_all();
+        sampler_->next(plan);
+        after = sampler_->state();
+        return true;
+    }
+    bool planned_all() {
+        planned_all_.store(true);  // parked workers must leave too, or the stream never ends
+        parked_.notify();
+        return false;
+    }
+
+    static void pin_to(const std::vector<int>& cpus) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c : cpus)
+            if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+        (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);  // best effort: placement, never correctness
+    }
+
+    std::vector<weighted_source> sources_;
+    pipeline_config config_;
+    std::vector<sampler_dataset> datasets_;
+    std::unique_ptr<sampler> sampler_;
+    bool own_planners_ = false;
+    std::vector<std::unique_ptr<sampler>> planners_;  // own_planners_: worker i's sampler
+    std::atomic<std::uint64_t> next_step_{0};         // own_planners_: the next step a worker takes
+    std::mutex planner_;                              // guards sampler_ once workers run
+    batch_layout layout_;
+    std::vector<std::uint32_t> all_rows_;             // 0 .. batch_size - 1: every row, for one source
+    memory_plan memory_;
+    bool autotune_ = false;
+    std::string workers_reason_, io_reason_;
+    std::vector<int> worker_cpus_;                    // the GPU's local CPUs on a multi-node machine, else empty
+    detail::ring_consumer consumer_;
+    std::vector<std::thread> threads_;
+    std::atomic<unsigned> active_{0};
+    std::atomic<unsigned> target_workers_{0};  // workers not parked (written by next())
+    std::atomic<bool> planned_all_{false};
+    detail::wait_point parked_;                // where parked workers sleep
+    std::unique_ptr<source_counters[]> counters_;
+    std::atomic<std::uint64_t> plan_ns_{0}, collate_ns_{0}, padding_{0};
 };
 
 }  // namespace feedline

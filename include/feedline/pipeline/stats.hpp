@@ -12,9 +12,7 @@
 #include <fstream>
 #include <string>
 
-#include <feedline/device/staging_ring.hpp>
 #include <feedline/error.hpp>
-#include <feedline/pipeline/config.hpp>
 
 namespace feedline {
 
@@ -31,7 +29,7 @@ struct pipeline_stats {
     std::size_t ready_batches = 0, slots = 0, prefetch_depth = 0;  // ready now, allocated, allowed ahead
     unsigned workers = 0, workers_active = 0;  // threads, and how many the autotuner lets run
     std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
-    std::string io_backend, device;
+    std::string io_backend, device;  // how each source reads (and tokenizes), and where batches go
     std::string worker_placement;   // whether the threads filling the ring are kept off the trainer's CPU, and why
     int trainer_cpu = -1;           // the busy trainer's CPU they are kept off (-1: none noted, or placement off)
 
@@ -61,6 +59,8 @@ struct pipeline_stats {
     }
 };
 
+namespace detail {
+
 // Appends stats snapshots to a file as JSON lines (one object per line, with the wall-clock time), for
 // log shippers and plots. Opened when the pipeline is built, so a bad path fails before any thread.
 class stats_jsonl_log {
@@ -85,6 +85,8 @@ private:
     std::FILE* out_;
 };
 
+}  // namespace detail
+
 // Resident set size of this process (VmRSS), 0 when unreadable.
 inline std::uint64_t resident_bytes() {
     std::ifstream in("/proc/self/status");
@@ -92,25 +94,6 @@ inline std::uint64_t resident_bytes() {
     while (std::getline(in, line))
         if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
     return 0;
-}
-
-// What every pipeline reports the same way: the ring's waits and occupancy and the memory plan.
-// `s.seconds` must be set first (the stall fraction is a share of it).
-inline void add_ring_and_memory(pipeline_stats& s, const staging_ring* ring, const memory_plan& m) {
-    if (ring) {
-        const auto r = ring->stats();
-        s.slot_wait_s = static_cast<double>(r.producer_wait_ns) * 1e-9;
-        s.stall_s = static_cast<double>(r.consumer_wait_ns) * 1e-9;
-        s.ready_batches = r.ready;
-        s.consumer_sleeps = r.consumer_sleeps;
-    }
-    s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
-    s.slots = m.slots;
-    s.workers = m.workers;
-    s.rss_bytes = resident_bytes();
-    s.pinned_bytes = ring && ring->pinned() ? m.slots * m.slot_bytes : 0;
-    s.memory_budget = m.budget;
-    s.planned_bytes = m.total();
 }
 
 }  // namespace feedline

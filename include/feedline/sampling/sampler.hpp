@@ -7,6 +7,7 @@
 // feeds the worker pool (a batch plan per step).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -30,11 +31,13 @@ struct launch_info {
     int rank = 0;
     int world_size = 1;
     int local_rank = 0;
+    int local_world_size = 1;  // processes on this node (each a trainer with its own data workers)
     std::string source = "default (single process)";
 };
 
-// Reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK / _SIZE /
-// _LOCAL_RANK, else a single process. Throws config_error for values that do not parse or do not fit.
+// Reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE, else Open MPI's
+// OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE, else a single process. Throws config_error
+// for values that do not parse or do not fit.
 inline launch_info launch_from_environment() {
     auto get = [](const char* name) -> std::optional<int> {
         const char* v = std::getenv(name);
@@ -45,9 +48,9 @@ inline launch_info launch_from_environment() {
         return static_cast<int>(x);
     };
     launch_info info;
-    for (auto [r, w, l, src] : {std::tuple{"RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun (RANK/WORLD_SIZE)"},
-                                std::tuple{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                           "Open MPI (OMPI_COMM_WORLD_*)"}}) {
+    for (auto [r, w, l, lw, src] : {std::tuple{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun (RANK/WORLD_SIZE)"},
+                                    std::tuple{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                               "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI (OMPI_COMM_WORLD_*)"}}) {
         auto rank = get(r), world = get(w);
         if (!rank || !world) continue;
         if (*world < 1 || *rank >= *world)
@@ -55,6 +58,7 @@ inline launch_info launch_from_environment() {
         info.rank = *rank;
         info.world_size = *world;
         info.local_rank = get(l).value_or(0);
+        info.local_world_size = std::max(1, get(lw).value_or(1));
         info.source = src;
         return info;
     }
@@ -94,15 +98,38 @@ struct batch_plan {
     std::vector<sample_plan> samples;  // this rank's slice, in order
 };
 
+// One dataset as the sampler sees it, whatever its kind (token shards, a text corpus): its documents'
+// token counts, the first document of each shard (shuffle_mode::shard_blocks), and whether its samples
+// are permuted within an epoch. Text keeps them in the epoch's document order (`in_stream_order`), so
+// a batch covers consecutive tokens and each document is tokenized about once per epoch; its
+// documents are still shuffled. The lengths function must stay valid while the sampler lives.
+struct sampler_dataset {
+    std::uint64_t documents = 0;
+    std::function<std::uint64_t(std::uint64_t)> length;
+    std::vector<std::uint64_t> block_starts;
+    bool in_stream_order = false;
+    std::uint64_t document_count() const { return documents; }
+    std::uint64_t document_length(std::uint64_t i) const { return length(i); }
+};
+
 // One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
 // Keeps a reference to the dataset: it must outlive the stream. Not thread-safe (one planner thread).
 class dataset_stream {
 public:
     template <document_lengths D>
     dataset_stream(const D& data, const sampler_config& config, std::uint32_t id, std::vector<std::uint64_t> block_starts = {})
-        : config_(config), id_(id), seed_(config.seed ^ (std::uint64_t(id) << 48)), block_starts_(std::move(block_starts)) {
-        lengths_ = [&data](std::uint64_t i) { return static_cast<std::uint64_t>(data.document_length(i)); };
-        documents_ = data.document_count();
+        : dataset_stream(sampler_dataset{.documents = data.document_count(),
+                                         .length = [&data](std::uint64_t i) { return static_cast<std::uint64_t>(data.document_length(i)); },
+                                         .block_starts = std::move(block_starts)},
+                         config, id) {}
+    dataset_stream(sampler_dataset data, const sampler_config& config, std::uint32_t id)
+        : config_(config),
+          id_(id),
+          seed_(config.seed ^ (std::uint64_t(id) << 48)),
+          shuffle_samples_(config.shuffle_samples && !data.in_stream_order),
+          block_starts_(std::move(data.block_starts)),
+          lengths_(std::move(data.length)),
+          documents_(data.documents) {
         select_epoch(0);
         tokens_ = layout_->tokens();
         if (samples_ == 0)
@@ -132,7 +159,7 @@ public:
         out.epoch = epoch;
         out.index = index;
         out.segments.clear();
-        std::uint64_t s = config_.shuffle_samples ? sample_perm_(index) : index;
+        std::uint64_t s = shuffle_samples_ ? sample_perm_(index) : index;
         if (config_.mode == sample_mode::windows)
             windows_->segments(s, out.segments);
         else
@@ -172,6 +199,7 @@ private:
     sampler_config config_;
     std::uint32_t id_;
     std::uint64_t seed_;
+    bool shuffle_samples_;
     std::vector<std::uint64_t> block_starts_;
     std::function<std::uint64_t(std::uint64_t)> lengths_;
     std::uint64_t documents_ = 0, tokens_ = 0;
@@ -221,6 +249,17 @@ public:
             throw config_error("weights", "give one weight per dataset (" + std::to_string(datasets.size()) + " datasets, " +
                                               std::to_string(weights_.size()) + " weights)");
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(*datasets[i], config_, i);
+        finish_setup();
+    }
+
+    // Datasets of any kind (sampler_dataset), mixed by weight: one dataset behaves as the
+    // single-dataset sampler (epochs, tail policy), several as the blend above.
+    sampler(std::vector<sampler_dataset> datasets, std::vector<double> weights, sampler_config config)
+        : sampler(config, std::move(weights)) {
+        if (datasets.size() != weights_.size() || datasets.empty())
+            throw config_error("weights", "give one weight per dataset (" + std::to_string(datasets.size()) + " datasets, " +
+                                              std::to_string(weights_.size()) + " weights)");
+        for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(std::move(datasets[i]), config_, i);
         finish_setup();
     }
 
@@ -294,6 +333,9 @@ public:
 
     const sampler_state& state() const noexcept { return state_; }
 
+    // The furthest step x global batch a state may hold: far past any run, far from wrapping 2^64.
+    static constexpr std::uint64_t max_step = std::uint64_t(1) << 62;
+
     // Continues from `s` (saved by any world size with the same global batch). O(1) plus one epoch
     // layout: no replay. Throws config_error naming the first field that differs.
     void restore(const sampler_state& s) {
@@ -324,10 +366,17 @@ public:
                 throw config_error("state.index" + at, "sample " + std::to_string(s.index[i]) + " is past the end of epoch " +
                                                            std::to_string(s.epoch[i]));
         }
-        // One dataset: every step draws the whole global batch, so a state whose counts disagree was
-        // edited or corrupted (and workers planning with plan_at would resume elsewhere than next()).
-        if (n == 1 && s.taken[0] != s.step * s.global_batch)
-            throw config_error("state.taken", std::to_string(s.taken[0]) + " samples drawn in " + std::to_string(s.step) + " steps of " +
+        // Steps and sample counts stay far from wrapping (the staging ring numbers slots 2 x step + 1).
+        if (s.step > max_step / s.global_batch)
+            throw config_error("state.step", std::to_string(s.step) + " steps of " + std::to_string(s.global_batch) +
+                                                 " samples: past what a run can reach (edited or corrupted state)");
+        // Every step draws the whole global batch, so a state whose counts disagree was edited or
+        // corrupted (and workers planning with plan_at would resume elsewhere than next()).
+        const std::uint64_t drawn = s.step * s.global_batch;  // <= max_step: no wrap
+        std::uint64_t taken = 0;                               // capped at drawn + 1: no wrap either
+        for (std::uint64_t t : s.taken) taken = std::min(taken + std::min(t, drawn + 1), drawn + 1);
+        if (taken != drawn)
+            throw config_error("state.taken", "samples drawn per dataset do not add up to " + std::to_string(s.step) + " steps of " +
                                                   std::to_string(s.global_batch));
         state_ = s;
     }

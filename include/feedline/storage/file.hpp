@@ -30,9 +30,11 @@ class file {
 public:
     file() = default;
 
-    // Opens `path` read-only. Throws io_error naming the path when it cannot be opened or stat'ed.
+    // Opens `path` read-only. Throws io_error naming the path when it cannot be opened or stat'ed, or
+    // is not a regular file: opened non-blocking, so a FIFO or device where data belongs is refused
+    // at once instead of blocking the open forever (a directory is refused the same way).
     explicit file(std::string path, bool direct = false) : path_(std::move(path)) {
-        int flags = O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0);
+        int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (direct ? O_DIRECT : 0);
         fd_ = ::open(path_.c_str(), flags);
         if (fd_ < 0) throw io_error(path_, errno, direct ? "cannot open with O_DIRECT" : "cannot open");
         struct stat st {};
@@ -41,6 +43,12 @@ public:
             ::close(fd_);
             fd_ = -1;
             throw io_error(path_, err, "cannot stat");
+        }
+        if (!S_ISREG(st.st_mode)) {
+            ::close(fd_);
+            fd_ = -1;
+            throw io_error(path_, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
+                           std::string("not a regular file (") + (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket") + ")");
         }
         size_ = static_cast<std::uint64_t>(st.st_size);
         direct_ = direct;

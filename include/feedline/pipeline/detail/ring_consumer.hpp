@@ -1,8 +1,7 @@
-// feedline/pipeline/ring_consumer.hpp: the trainer's side of a pipeline's staging ring, the same for
-// the token and the text pipelines. It holds the ring, each slot's resume state (written by whichever
-// thread fills the slot, taken over when the trainer receives that batch), the count of batches
-// delivered, the autotuner fed from the ring's clocks and the JSON-lines stats log. The pipelines
-// keep what differs: who fills slots, what a state is, which workers the autotuner parks.
+// feedline/pipeline/detail/ring_consumer.hpp: the trainer's side of the pipeline's staging ring. It
+// holds the ring, each slot's resume state (written by the worker that fills the slot, taken over when
+// the trainer receives that batch), the count of batches delivered, the autotuner fed from the ring's
+// clocks, the trainer's CPU placement and the JSON-lines stats log. Used by pipeline/pipeline.hpp.
 #pragma once
 
 #include <chrono>
@@ -14,14 +13,14 @@
 
 #include <feedline/device/make_ring.hpp>
 #include <feedline/exec/trainer_cpu.hpp>
-#include <feedline/pipeline/autotuner.hpp>
-#include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
+#include <feedline/pipeline/defaults.hpp>
+#include <feedline/pipeline/detail/autotuner.hpp>
 #include <feedline/pipeline/stats.hpp>
+#include <feedline/transform/collate.hpp>
 
-namespace feedline {
+namespace feedline::detail {
 
-template <class State>  // sampler_state or text_state: anything with the next `step`
 class ring_consumer {
 public:
     // Opens the stats log the config names, if any. Throws config_error (no interval) or io_error.
@@ -33,26 +32,27 @@ public:
 
     bool started() const noexcept { return ring_ != nullptr; }
     staging_ring& ring() noexcept { return *ring_; }
+    const staging_ring* ring_if_started() const noexcept { return ring_.get(); }
     std::size_t prefetch_depth(const memory_plan& m) const noexcept { return ring_ ? ring_->depth() : m.depth; }
+    const std::string& device_reason() const noexcept { return device_reason_; }
 
     // Where the trainer is: the state after the last batch returned (or the restored one).
-    const State& state() const noexcept { return state_; }
-    void set_state(const State& s) { state_ = s; }
-    // Where a restore continues once the batch in `slot` is returned. Written by the slot's producer
-    // before it publishes (the ring's publish/next orders the two).
-    void set_slot_state(std::uint64_t step, const State& s) { slot_states_[step % slot_states_.size()] = s; }
+    const sampler_state& state() const noexcept { return state_; }
+    void set_state(const sampler_state& s) { state_ = s; }
+    // Where a restore continues once the batch of `step` is returned. Written by the slot's producer
+    // after it acquired the slot and before it publishes (the ring's publish/next orders the two).
+    void set_slot_state(std::uint64_t step, const sampler_state& s) { slot_states_[step % slot_states_.size()] = s; }
 
-    // Makes the ring (pinned on a GPU, else host: the device choice and its reason), at the plan's
-    // depth, and the autotuner for what the config left to it (workers = 0: `tune_workers`; prefetch = 0).
-    // `producers`: the threads that fill slots, which placement() keeps off the trainer's CPU when the
-    // process has CPUs to spare. Call on the trainer's thread.
-    void start(const pipeline_config& c, const memory_plan& m, const batch_layout& layout, device_choice device, bool tune_workers,
-               unsigned producers) {
-        placement_.start(producers, c.avoid_trainer_cpu);
+    // Makes the ring (pinned on a GPU, else host: the device choice and its reason) at the plan's
+    // depth, and the autotuner for what the config left to it (workers = 0: `tune_workers`; prefetch
+    // = 0). `producers`: the threads that fill slots, which placement() keeps off the trainer's CPU
+    // when the process has CPUs to spare, within `producer_cpus` when given. On the trainer's thread.
+    void start(const pipeline_config& c, const memory_plan& m, const batch_layout& layout, bool tune_workers, unsigned producers,
+               const std::vector<int>& producer_cpus = {}) {
+        placement_.start(producers, c.avoid_trainer_cpu, producer_cpus);
         start_time_ = std::chrono::steady_clock::now();
-        auto chosen = make_ring({.slots = m.slots, .slot_bytes = layout.bytes, .first_sequence = state_.step,
-                                 .coalesce_wakeups = std::chrono::milliseconds(1)},
-                                device);
+        auto chosen = make_ring({.slots = m.slots, .slot_bytes = layout.bytes, .first_sequence = state_.step, .coalesce_wakeups = defaults::coalesce_wakeups},
+                                c.device);
         ring_ = std::move(chosen.ring);
         device_reason_ = std::move(chosen.reason);
         slot_states_.assign(m.slots, state_);
@@ -84,9 +84,9 @@ public:
         const auto left = std::chrono::steady_clock::now();
         if (returned_ != std::chrono::steady_clock::time_point{}) {
             const auto outside = std::chrono::duration<double>(entered - returned_).count(), inside = std::chrono::duration<double>(left - entered).count();
-            busy_s_ += (outside - busy_s_) / 8;
-            waiting_s_ += (inside - waiting_s_) / 8;
-            if (4 * busy_s_ > waiting_s_) placement_.note();
+            busy_s_ += (outside - busy_s_) / defaults::placement_average_batches;
+            waiting_s_ += (inside - waiting_s_) / defaults::placement_average_batches;
+            if (busy_s_ > defaults::busy_trainer_ratio * waiting_s_) placement_.note();
         }
         returned_ = left;
         if (!h) {
@@ -101,22 +101,34 @@ public:
 
     // After each batch: every autotuner::every batches, the tuner's verdict on the last interval. The
     // ring's depth is applied here; the workers to run are returned for the pipeline to apply.
-    // `producer_threads`: the threads that wait for the ring's free slots.
-    unsigned tune(unsigned workers, unsigned producer_threads) {
+    unsigned tune(unsigned workers) {
         if (!tuner_.enabled() || delivered_ % autotuner::every != 0) return workers;
-        const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = workers, .depth = ring_->depth()}, producer_threads);
+        const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = workers, .depth = ring_->depth()}, workers);
         if (k.depth != ring_->depth()) ring_->set_depth(k.depth);
         return k.workers;
     }
 
-    // The counters every pipeline reports the same way: batches, tokens, time, the ring's waits and
-    // occupancy, memory, depth and device.
+    // The counters the ring and the consumer keep: batches, tokens, time, the ring's waits and
+    // occupancy, memory, depth, device and placement.
     void fill(pipeline_stats& s, const pipeline_config& c, const memory_plan& m) const {
         s.batches = delivered_;
         s.tokens = delivered_ * c.batch_size * c.seq_len;
         s.seconds = ring_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count() : 0;
         s.tokens_per_s = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0;
-        add_ring_and_memory(s, ring_.get(), m);
+        if (ring_) {
+            const auto r = ring_->stats();
+            s.slot_wait_s = static_cast<double>(r.producer_wait_ns) * 1e-9;
+            s.stall_s = static_cast<double>(r.consumer_wait_ns) * 1e-9;
+            s.ready_batches = r.ready;
+            s.consumer_sleeps = r.consumer_sleeps;
+        }
+        s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
+        s.slots = m.slots;
+        s.workers = m.workers;
+        s.rss_bytes = resident_bytes();
+        s.pinned_bytes = ring_ && ring_->pinned() ? m.slots * m.slot_bytes : 0;
+        s.memory_budget = m.budget;
+        s.planned_bytes = m.total();
         s.prefetch_depth = prefetch_depth(m);
         s.device = device_reason_;
         s.worker_placement = started() ? placement_.describe() : "";
@@ -135,8 +147,8 @@ private:
     std::unique_ptr<staging_ring> ring_;
     std::string device_reason_;
     trainer_cpu placement_;
-    std::vector<State> slot_states_;
-    State state_{};
+    std::vector<sampler_state> slot_states_;
+    sampler_state state_{};
     autotuner tuner_;
     std::uint64_t delivered_ = 0;
     std::chrono::steady_clock::time_point start_time_, returned_;  // returned_: when next() last returned
@@ -145,4 +157,4 @@ private:
     bool final_logged_ = false;
 };
 
-}  // namespace feedline
+}  // namespace feedline::detail

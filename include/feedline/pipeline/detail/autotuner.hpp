@@ -1,6 +1,6 @@
-// feedline/pipeline/autotuner.hpp: how many workers run and how far they may run ahead, decided from
-// the staging ring's measured waits (the consumer's stall, the producers' wait for a free slot) over
-// intervals of a few batches. Shared by the token and text pipelines; the pipelines apply its
+// feedline/pipeline/detail/autotuner.hpp: how many workers run and how far they may run ahead, decided
+// from the staging ring's measured waits (the consumer's stall, the producers' wait for a free slot)
+// over intervals of a few batches (thresholds in pipeline/defaults.hpp). The pipeline applies its
 // decisions (park/wake workers, ring depth), which change only timing, never which batch holds what.
 #pragma once
 
@@ -9,8 +9,9 @@
 #include <cstdint>
 
 #include <feedline/device/staging_ring.hpp>
+#include <feedline/pipeline/defaults.hpp>
 
-namespace feedline {
+namespace feedline::detail {
 
 class autotuner {
 public:
@@ -26,7 +27,7 @@ public:
         std::size_t max_depth = 2;  // ring slots allocated
     };
 
-    static constexpr std::uint64_t every = 16;  // batches per judged interval
+    static constexpr std::uint64_t every = defaults::autotune_every;  // batches per judged interval
 
     autotuner() = default;
     autotuner(limits l, std::chrono::steady_clock::time_point start) : limits_(l), last_(start) {}
@@ -55,11 +56,14 @@ public:
         consumer_wait_ = r.consumer_wait_ns;
         producer_wait_ = r.producer_wait_ns;
         if (interval <= 0 || delivered == every) return now;
-        if (limits_.tune_depth && stalled > 0.01 * interval && producers_waited > 0.1 * interval * producer_threads && now.depth < limits_.max_depth)
+        const double each = interval * producer_threads;
+        if (limits_.tune_depth && stalled > defaults::deepen_when_stalled * interval && producers_waited > defaults::deepen_when_producers_wait * each &&
+            now.depth < limits_.max_depth)
             ++now.depth;
-        else if (limits_.tune_workers && stalled > 0.05 * interval && now.workers < limits_.max_workers)
+        else if (limits_.tune_workers && stalled > defaults::add_worker_when_stalled * interval && now.workers < limits_.max_workers)
             ++now.workers;
-        else if (limits_.tune_workers && stalled < 0.005 * interval && producers_waited > 0.5 * interval * producer_threads && now.workers > 1)
+        else if (limits_.tune_workers && stalled < defaults::park_when_stalled_below * interval && producers_waited > defaults::park_when_producers_wait * each &&
+                 now.workers > 1)
             --now.workers;
         return now;
     }
@@ -70,4 +74,4 @@ private:
     std::uint64_t consumer_wait_ = 0, producer_wait_ = 0;
 };
 
-}  // namespace feedline
+}  // namespace feedline::detail

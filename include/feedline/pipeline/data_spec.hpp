@@ -1,0 +1,88 @@
+// feedline/pipeline/data_spec.hpp: what DATASET means, in the API and in every tool. One spec is a
+// Megatron prefix, llm.c shards, or JSONL/text files (a file, a directory or a glob of either kind);
+// several are blended by weight, written as a list or, on a command line, in Megatron's --data-path
+// form: "0.7 data/web 0.3 code/*.jsonl". detect_source() tells what a spec names by its files.
+// Feeds pipeline/pipeline.hpp, which opens each spec as a source.
+#pragma once
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <feedline/detail/paths.hpp>
+#include <feedline/error.hpp>
+#include <feedline/pipeline/source.hpp>
+
+namespace feedline {
+
+struct weighted_spec {
+    double weight = 1;
+    std::string spec;
+};
+
+// Throws config_error naming the position (1-based, in a list) unless the weight is positive and finite.
+inline void check_weight(double w, std::size_t position) {
+    if (!(w > 0) || !std::isfinite(w))
+        throw config_error("dataset", "weight " + std::to_string(position) + " (" + std::to_string(w) + ") must be a positive, finite number");
+}
+
+// Parses a DATASET argument: a single path (a string naming an existing file, or one word), or words
+// alternating weight and path. Throws config_error naming the position of an odd list, a word that is
+// not a number where a weight belongs, or a weight that is zero, negative or not finite.
+inline std::vector<weighted_spec> parse_data_spec(const std::string& text) {
+    std::istringstream in(text);
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    if (words.empty()) throw config_error("dataset", "empty: give a path, or weights and paths (\"0.7 data/web 0.3 code/*.jsonl\")");
+    if (words.size() == 1 || detail::path_exists(text)) return {{1.0, words.size() == 1 ? words[0] : text}};
+    if (words.size() % 2 != 0)
+        throw config_error("dataset", "'" + text + "': " + std::to_string(words.size()) +
+                                          " words; a blend alternates weight and path (\"0.7 a 0.3 b\"): word " + std::to_string(words.size()) +
+                                          " has no path after it");
+    std::vector<weighted_spec> out;
+    for (std::size_t i = 0; i < words.size(); i += 2) {
+        const std::string& w = words[i];
+        char* end = nullptr;
+        const double weight = std::strtod(w.c_str(), &end);
+        if (end == w.c_str() || *end != '\0')
+            throw config_error("dataset", "word " + std::to_string(i + 1) + " of '" + text + "' ('" + w + "') is not a weight; a blend alternates weight and path");
+        check_weight(weight, i / 2 + 1);
+        out.push_back({weight, words[i + 1]});
+    }
+    return out;
+}
+
+// What a spec names, by its files: text when it names at least one JSONL / text file (.jsonl, .json,
+// .ndjson, .txt, .text) and no shard (.idx, .bin); tokens otherwise (a spec that matches nothing is
+// left to the token dataset, whose io_error names it).
+inline source_kind detect_source(const std::string& spec) {
+    if (detail::path_exists(spec + ".idx")) return source_kind::tokens;
+    std::vector<std::string> files;
+    if (detail::has_glob_chars(spec))
+        files = detail::glob_paths(spec);
+    else if (detail::is_directory(spec))
+        files = detail::regular_files_in(spec);
+    else
+        files.push_back(spec);
+    bool text = false;
+    for (const auto& f : files) {
+        if (detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin")) return source_kind::tokens;
+        for (std::string_view ext : {".jsonl", ".json", ".ndjson", ".txt", ".text"}) text = text || detail::ends_with(f, ext);
+    }
+    return text ? source_kind::text : source_kind::tokens;
+}
+
+// Which kinds of data a blend names (detect_source on each spec): tools set the options of a kind only
+// when there is data of that kind (config.shards / config.text are refused otherwise).
+struct data_kinds {
+    bool tokens = false, text = false;
+};
+inline data_kinds kinds_of(const std::vector<weighted_spec>& blend) {
+    data_kinds k;
+    for (const auto& w : blend) (detect_source(w.spec) == source_kind::text ? k.text : k.tokens) = true;
+    return k;
+}
+
+}  // namespace feedline

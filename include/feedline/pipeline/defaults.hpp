@@ -1,0 +1,84 @@
+// feedline/pipeline/defaults.hpp: every default and tuning constant of the pipeline in one place, with
+// what each is for and where it was measured (docs/tuning.md, docs/benchmarks.md). The static_asserts
+// below state what must hold between them; change a value here, not in the code that uses it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace feedline {
+
+struct defaults {
+    // --- Workers (pipeline_config::workers = 0) ---
+    // The most workers started from the machine's cores (recommend_workers); the autotuner parks the
+    // ones not needed. Past 8, one trainer's data side is never short on the machines measured.
+    static constexpr unsigned max_auto_workers = 8;
+
+    // --- Memory (pipeline_config::memory_budget = 0: MemAvailable / budget_divisor) ---
+    static constexpr std::uint64_t budget_divisor = 4;
+    // Prefetch = 0: start this many batches deep per worker, with room for the autotuner to double that
+    // and at least `min_depth_headroom` more (gradient accumulation's bursts with a single worker).
+    static constexpr std::size_t start_depth_per_worker = 2;
+    static constexpr std::size_t min_depth_headroom = 4;
+    // Scratch per shard worker beyond one batch of raw tokens (read requests, mapped pieces).
+    static constexpr std::uint64_t shard_scratch_extra_bytes = 64u << 10;
+    // Per text worker: its sentencepiece processor (a few MB for an 8k model), one document's text and
+    // ids, the JSONL parser's buffers.
+    static constexpr std::uint64_t text_worker_bytes = 8u << 20;
+    // Tokens of documents longer than a sample, shared by the text workers: a document spanning many
+    // batches is tokenized once, not once per batch (pipeline/text_source.hpp).
+    static constexpr std::uint64_t document_cache_bytes = 64u << 20;
+
+    // --- Planning ---
+    // Largest epoch index copied into every worker so each plans its steps itself (sampler::plan_at);
+    // above it the workers share one sampler behind a lock. Megatron: 8 bytes per document, so up to
+    // ~500 000 documents.
+    static constexpr std::uint64_t own_planner_max_bytes = 4u << 20;
+
+    // --- Reading ---
+    // Software prefetch while converting mapped windows: the next pieces' cache lines up to this many
+    // bytes ahead, and each piece's first this many bytes (two uint16 windows at T = 1024).
+    static constexpr std::uint64_t prefetch_bytes = 4096;
+    static constexpr std::uint64_t cache_line = 64;
+
+    // --- Staging ring ---
+    // A sleeping trainer is woken once half the prefetch depth is ready, or after this long
+    // (device/staging_ring.hpp: coalesced wake-ups).
+    static constexpr std::chrono::microseconds coalesce_wakeups{1000};
+
+    // --- Autotuner (pipeline/detail/autotuner.hpp) ---
+    static constexpr std::uint64_t autotune_every = 16;  // batches per judged interval
+    // Deepen the ring: the trainer waited more than this share of the interval ...
+    static constexpr double deepen_when_stalled = 0.01;
+    // ... while each producer also waited for room more than this share (bursts outrun the ring).
+    static constexpr double deepen_when_producers_wait = 0.10;
+    // One more worker: the trainer waited more than this share and the producers were busy.
+    static constexpr double add_worker_when_stalled = 0.05;
+    // Park a worker: the trainer waited less than this share ...
+    static constexpr double park_when_stalled_below = 0.005;
+    // ... and each producer waited for room more than this share.
+    static constexpr double park_when_producers_wait = 0.50;
+
+    // --- Keeping workers off a busy trainer's CPU (exec/trainer_cpu.hpp) ---
+    // The trainer counts as busy when its time outside next() is at least this share of its time
+    // inside, averaged over about `placement_average_batches` batches.
+    static constexpr double busy_trainer_ratio = 0.25;
+    static constexpr int placement_average_batches = 8;
+};
+
+static_assert(defaults::max_auto_workers >= 1);
+static_assert(defaults::budget_divisor >= 1);
+static_assert(defaults::start_depth_per_worker >= 2, "a worker needs one slot being filled while the trainer holds another");
+static_assert(defaults::prefetch_bytes % defaults::cache_line == 0, "prefetch whole cache lines");
+static_assert(defaults::autotune_every >= 2, "the first interval (start-up) is not judged; intervals must hold batches");
+static_assert(defaults::park_when_stalled_below < defaults::add_worker_when_stalled,
+              "parking and adding need a gap between them, or the tuner flips a worker every interval");
+static_assert(defaults::deepen_when_stalled <= defaults::add_worker_when_stalled,
+              "a stall from bursts (producers idle) is judged before a stall from short workers");
+static_assert(defaults::deepen_when_producers_wait < defaults::park_when_producers_wait,
+              "producers that wait a little are bursty; only ones that wait most of the time are parked");
+static_assert(defaults::busy_trainer_ratio > 0 && defaults::busy_trainer_ratio < 1);
+static_assert(defaults::coalesce_wakeups.count() > 0, "the pipelines rely on coalesced wake-ups");
+
+}  // namespace feedline
