@@ -52,20 +52,18 @@ public:
                 continue;
             }
             bytes += doc.text.size();
-            bytes_read_ += doc.text.size();
             out.push_back(std::move(doc.text));
         }
         return !out.empty();
     }
     std::uint64_t skipped() const { return skipped_ + (reader_ ? reader_->skipped() : 0); }
-    std::uint64_t bytes_read() const { return bytes_read_; }
 
 private:
     std::vector<std::string> files_;
     feedline::text_options opt_;
     std::size_t next_file_ = 0;
     std::unique_ptr<feedline::text_reader> reader_;
-    std::uint64_t skipped_ = 0, bytes_read_ = 0;
+    std::uint64_t skipped_ = 0;
 };
 
 // Trains a sentencepiece model on the input text (one document per line) and returns its path.
@@ -160,14 +158,9 @@ int run(const options& o) {
     auto files = feedline::resolve_text_inputs(o.inputs);
     std::string model_path = o.model.empty() ? train_model(o, files, topt) : o.model;
 
-    // One processor per thread: sentencepiece's processor is not documented as thread-safe.
-    std::vector<std::unique_ptr<sentencepiece::SentencePieceProcessor>> spm(o.threads);
-    for (auto& p : spm) {
-        p = std::make_unique<sentencepiece::SentencePieceProcessor>();
-        if (auto st = p->Load(model_path); !st.ok()) throw feedline::io_error(model_path, 0, "cannot load sentencepiece model: " + st.ToString());
-    }
-    const auto vocab = static_cast<std::uint64_t>(spm[0]->GetPieceSize());
-    const int eos = spm[0]->eos_id();
+    const feedline::tokenizer probe({.model = model_path, .add_eos = false}, "model");
+    const auto vocab = static_cast<std::uint64_t>(probe.vocab_size());
+    const int eos = probe.eos_id();
     if (o.append_eos && eos < 0) throw feedline::config_error("append-eos", "the model has no end-of-sentence piece");
     feedline::token_dtype dt;
     if (o.dtype == "auto")
@@ -176,56 +169,42 @@ int run(const options& o) {
     else
         dt = feedline::parse_dtype(o.dtype);
     // llm.c documents begin with a delimiter: the model's end-of-text piece, as llm.c uses GPT-2's.
-    auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, spm[0]->bos_id()));
+    auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, probe.bos_id()));
     shard_output out(o, dt, delimiter);
 
+    // A reader thread, o.threads tokenizers (one sentencepiece processor each) and this thread writing
+    // shards in input order, all at once (transform/tokenize_in_order.hpp).
     document_source src(files, topt);
-    std::vector<std::string> batch;
-    std::vector<std::vector<int>> ids;
-    std::uint64_t docs = 0, tokens = 0;
+    std::uint64_t docs = 0, tokens = 0, text_bytes = 0;
     auto last_progress = clock::now();
     const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO);
-    while (src.next_batch(batch, 2048, 8 << 20)) {
-        if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
-        ids.resize(batch.size());
-        // Contiguous slices per thread; writing happens in input order after all slices finish.
-        std::vector<std::thread> pool;
-        std::vector<std::exception_ptr> errors(o.threads);
-        const std::size_t per = (batch.size() + o.threads - 1) / o.threads;
-        for (unsigned t = 0; t < o.threads; ++t)
-            pool.emplace_back([&, t] {
-                try {
-                    for (std::size_t i = t * per; i < std::min(batch.size(), (t + 1) * per); ++i) {
-                        ids[i].clear();
-                        if (auto st = spm[t]->Encode(batch[i], &ids[i]); !st.ok())
-                            throw feedline::error("sentencepiece encode failed: " + st.ToString());
-                        if (o.append_eos) ids[i].push_back(eos);
-                    }
-                } catch (...) {
-                    errors[t] = std::current_exception();
-                }
-            });
-        for (auto& th : pool) th.join();
-        for (auto& e : errors)
-            if (e) std::rethrow_exception(e);
-        for (std::size_t i = 0; i < batch.size(); ++i) {
-            out.add(ids[i]);
-            tokens += ids[i].size();
-        }
-        docs += batch.size();
-        if (show_progress && clock::now() - last_progress > std::chrono::milliseconds(500)) {
-            double secs = std::chrono::duration<double>(clock::now() - start).count();
-            fmt::print(stderr, "\r{} documents  {} tokens  {:.1f} MB/s   ", docs, tokens, static_cast<double>(src.bytes_read()) / 1e6 / secs);
-            last_progress = clock::now();
-        }
-    }
+    feedline::tokenize_in_order(
+        {.model = model_path, .add_eos = o.append_eos}, o.threads,
+        [&](std::vector<std::string>& batch) {
+            if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
+            return src.next_batch(batch, 2048, 8 << 20);
+        },
+        [&](const std::vector<std::string>& batch, const std::vector<std::vector<std::int32_t>>& ids) {
+            if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
+            for (std::size_t i = 0; i < batch.size(); ++i) {
+                out.add(ids[i]);
+                tokens += ids[i].size();
+                text_bytes += batch[i].size();
+            }
+            docs += batch.size();
+            if (show_progress && clock::now() - last_progress > std::chrono::milliseconds(500)) {
+                double secs = std::chrono::duration<double>(clock::now() - start).count();
+                fmt::print(stderr, "\r{} documents  {} tokens  {:.1f} MB/s   ", docs, tokens, static_cast<double>(text_bytes) / 1e6 / secs);
+                last_progress = clock::now();
+            }
+        });
     if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
     auto written = out.finish();
     double secs = std::chrono::duration<double>(clock::now() - start).count();
     if (show_progress) fmt::print(stderr, "\n");
     if (!o.quiet)
         fmt::print("packed {} documents, {} tokens ({}, {}) into {} shard(s) at {} in {:.2f} s ({:.1f} MB/s of text){}\n", docs, tokens,
-                   o.format, feedline::to_string(dt), written.size(), o.output, secs, static_cast<double>(src.bytes_read()) / 1e6 / secs,
+                   o.format, feedline::to_string(dt), written.size(), o.output, secs, static_cast<double>(text_bytes) / 1e6 / secs,
                    src.skipped() ? fmt::format("; skipped {} invalid lines", src.skipped()) : "");
     return 0;
 }

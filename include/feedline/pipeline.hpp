@@ -40,5 +40,6 @@
 #include <feedline/sampling/windows.hpp>
 #include <feedline/storage/reader.hpp>
 #include <feedline/transform/collate.hpp>
+#include <feedline/transform/tokenize_in_order.hpp>
 #include <feedline/transform/tokenizer.hpp>
 #include <feedline/version.hpp>

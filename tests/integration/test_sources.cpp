@@ -664,3 +664,41 @@ TEST_CASE("Config.EveryOptionTheDataCannotUseIsAnErrorNamingTheField") {
     CHECK(both_kinds.next());
     CHECK(both_kinds.stats().io_backend.find("pread") != std::string::npos);
 }
+
+TEST_CASE("Transform.TokenizeInOrder.IdsInInputOrderWithAnyThreadsAndAFailureStopsEveryThread") {
+    corpus_fixture f;
+    for (unsigned threads : {1u, 3u}) {
+        CAPTURE(threads);
+        std::size_t next = 0;
+        std::vector<std::vector<std::int32_t>> got;
+        tokenize_in_order(
+            {.model = f.model}, threads,
+            [&](std::vector<std::string>& chunk) {  // chunks of 7 documents
+                for (; chunk.size() < 7 && next < f.docs.size(); ++next) chunk.push_back(f.docs[next]);
+                return !chunk.empty();
+            },
+            [&](const std::vector<std::string>& docs, const std::vector<std::vector<std::int32_t>>& ids) {
+                REQUIRE(docs.size() == ids.size());
+                got.insert(got.end(), ids.begin(), ids.end());
+            });
+        CHECK(got == f.ids);  // add_eos is on by default: the ids plus EOS, in input order
+    }
+    // A failure while writing (or reading) reaches the caller with its type; no thread is left behind.
+    const std::size_t threads_before = ft::baseline_thread_count();
+    std::size_t chunks = 0;
+    CHECK_THROWS_AS(tokenize_in_order(
+                        {.model = f.model}, 2,
+                        [&](std::vector<std::string>& chunk) {
+                            chunk.assign(3, f.docs[0]);
+                            return true;  // never ends by itself
+                        },
+                        [&](const auto&, const auto&) {
+                            if (++chunks == 5) throw io_error("out.bin", ENOSPC, "disk full");
+                        }),
+                    io_error);
+    CHECK(ft::thread_count() == threads_before);
+    CHECK_THROWS_AS(tokenize_in_order(
+                        {.model = f.model}, 2, [&](std::vector<std::string>&) -> bool { throw format_error("in.jsonl", 7, "bad line"); },
+                        [&](const auto&, const auto&) {}),
+                    format_error);
+}

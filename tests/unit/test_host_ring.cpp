@@ -81,6 +81,14 @@ TEST_CASE("HostRing.Order.StartsAtTheFirstSequence") {
     run_producers_and_consumer(ring, 2, 1001, 500);
 }
 
+namespace {
+// Waits (bounded) until a producer sleeps in acquire() or `done` is set: the handshake before checking
+// that something has not happened yet, instead of a sleep that only makes it unlikely.
+void until_blocked_or(const staging_ring& ring, const std::atomic<bool>& done) {
+    for (int i = 0; i < 100000 && ring.producers_asleep() == 0 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+}  // namespace
+
 TEST_CASE("HostRing.Slots.RefilledOnlyAfterRelease") {
     host_ring ring({.slots = 2, .slot_bytes = 16});
     for (std::uint64_t s = 0; s < 2; ++s) {
@@ -96,7 +104,7 @@ TEST_CASE("HostRing.Slots.RefilledOnlyAfterRelease") {
         p2 = ring.acquire(2);  // slot 0 again: must wait for batch 0's release
         got.store(true);
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    until_blocked_or(ring, got);  // the producer sleeps in acquire(): only a release can wake it
     CHECK_FALSE(got.load());
     CHECK(holds(h0->host(), 16, 0));  // still intact while held
     h0.reset();                       // the handle's destructor releases the slot
@@ -134,7 +142,7 @@ TEST_CASE("HostRing.Depth.ProducersRunAtMostDepthAheadOfReleases") {
         ring.publish(12, 16);
         got.store(true);
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    until_blocked_or(ring, got);
     CHECK_FALSE(got.load());
     auto h = ring.next();
     REQUIRE(h);
@@ -196,12 +204,13 @@ TEST_CASE("HostRing.Coalesce.ASleepingConsumerWakesForABurstOfHalfTheDepth") {
         }
     });
     until_consumer_sleeps(ring, 1);
+    const std::uint64_t wakeups = ring.consumer_wakeups();
     for (std::uint64_t s = 0; s < 3; ++s) {
         fill(ring.acquire(s), 16, s);
         ring.publish(s, 16);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    CHECK(taken.load() == 0);  // three of the four are ready: still asleep
+    CHECK(ring.consumer_wakeups() == wakeups);  // three of the four are ready: nobody was woken
+    CHECK(taken.load() == 0);
     fill(ring.acquire(3), 16, 3);
     ring.publish(3, 16);
     CHECK(until_taken(ring, taken, 4));
@@ -220,9 +229,10 @@ TEST_CASE("HostRing.Coalesce.CloseAHeldBatchOrTheTimeLimitEndTheWait") {
             ended = !ring.next().has_value();
         });
         until_consumer_sleeps(ring, 1);
+        const std::uint64_t wakeups = ring.consumer_wakeups();
         fill(ring.acquire(0), 16, 0);
         ring.publish(0, 16);  // a burst is 2: not enough to wake it
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        CHECK(ring.consumer_wakeups() == wakeups);
         CHECK(taken.load() == 0);
         ring.close();
         consumer.join();
@@ -269,8 +279,13 @@ TEST_CASE("HostRing.Close.WakesProducersAndDrainsWhatWasPublished") {
     fill(ring.acquire(1), 8, 1);
     ring.publish(1, 8);
     std::atomic<int> nulls{0};
-    std::thread blocked([&] { nulls += ring.acquire(2) == nullptr; });  // waits for slot 0
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::atomic<bool> returned{false};
+    std::thread blocked([&] {
+        nulls += ring.acquire(2) == nullptr;  // waits for slot 0
+        returned = true;
+    });
+    until_blocked_or(ring, returned);
+    CHECK_FALSE(returned.load());
     ring.close();
     blocked.join();
     CHECK(nulls == 1);
@@ -317,8 +332,8 @@ TEST_CASE("HostRing.Config.BadShapesAndOversizedBatches") {
 
 TEST_CASE("HostRing.Stats.ConsumerWaitIsCountedWhenProducersAreLate") {
     host_ring ring({.slots = 2, .slot_bytes = 8});
-    std::thread producer([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::thread producer([&] {  // publishes once the consumer has gone to sleep waiting for it
+        for (int i = 0; i < 100000 && ring.stats().consumer_sleeps == 0; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
         ring.publish(0, 8);
     });
     ring.acquire(0);  // the slot is free from the start; the producer publishes it late

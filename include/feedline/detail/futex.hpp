@@ -121,6 +121,11 @@ public:
         }
     }
 
+    // Threads registered as sleeping now, and futex wake-ups issued so far: for tests that must know a
+    // waiter is blocked (a handshake, not a sleep) or that no wake-up was sent.
+    std::uint32_t sleepers() const noexcept { return sleepers_.load(); }
+    std::uint32_t wakes() const noexcept { return epoch_.load(); }
+
 private:
     alignas(64) std::atomic<std::uint32_t> epoch_{0};
     std::atomic<std::uint32_t> sleepers_{0};

@@ -241,6 +241,10 @@ public:
     std::size_t depth() const noexcept { return depth_.load(std::memory_order_acquire); }
 
     std::uint64_t next_sequence() const noexcept { return next_; }
+    // Producers asleep in acquire() now, and wake-ups sent to a sleeping consumer so far (close()
+    // included): lets tests wait for a producer to block, or check that a publish woke nobody.
+    std::size_t producers_asleep() const noexcept { return writable_.sleepers(); }
+    std::uint64_t consumer_wakeups() const noexcept { return ready_.wakes(); }
     // Handles given out and not yet released (a ring must not be destroyed while this is non-zero).
     std::size_t outstanding() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
 

@@ -2,7 +2,8 @@
 // thread (sentencepiece does not document its processor as thread-safe, and a processor per worker
 // keeps its buffers on that worker's NUMA node). Adds the model's BOS before and EOS after every
 // document when asked, as feedline-pack does, so ids equal `spm_encode --output_format=id` plus those.
-// Used by the text source's workers (pipeline/text_source.hpp) and its token-length pass.
+// Used by the text source's workers (pipeline/text_source.hpp), its token-length pass, and
+// transform/tokenize_in_order.hpp (feedline-pack).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,8 @@ public:
     tokenizer& operator=(const tokenizer&) = delete;
 
     int vocab_size() const { return spm_.GetPieceSize(); }
+    int bos_id() const { return spm_.bos_id(); }  // -1: the model has none
+    int eos_id() const { return spm_.eos_id(); }
 
     // Replaces `out` with the document's ids (BOS/EOS added as configured). Returns sentencepiece's
     // error text, empty on success. Allocates nothing once `out` and the internal buffer have grown.

@@ -1,0 +1,98 @@
+// feedline/transform/tokenize_in_order.hpp: documents to token ids on several threads, handed back in
+// the order they were read. A reader thread fills chunks of documents; `threads` tokenizers
+// (transform/tokenizer.hpp) take chunks from a bounded lock-free queue (exec/queue.hpp); results pass
+// through a reorder window (exec/reorder.hpp) to the calling thread in input order, whatever the
+// thread count. Reading, tokenizing and writing overlap, and at most ~3 x threads chunks exist at
+// once, so memory stays bounded on any corpus. Used by feedline-pack (examples/pack.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <feedline/error.hpp>
+#include <feedline/exec/queue.hpp>
+#include <feedline/exec/reorder.hpp>
+#include <feedline/transform/tokenizer.hpp>
+
+namespace feedline {
+
+#if FEEDLINE_HAS_SENTENCEPIECE
+// `read(std::vector<std::string>& docs) -> bool` fills the next chunk (false: no more; called on the
+// reader thread). `write(const std::vector<std::string>& docs, const std::vector<std::vector<std::int32_t>>& ids)`
+// receives every chunk's documents and ids, in input order, on the calling thread. The first failure
+// anywhere (reading, a document sentencepiece cannot encode, writing) stops every thread and is
+// rethrown here with its type; every thread is joined before this returns or throws.
+template <class Read, class Write>
+void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&& read, Write&& write) {
+    struct chunk {
+        std::uint64_t seq = 0;
+        bool last = false;  // the end marker, after the last chunk of documents
+        std::vector<std::string> docs;
+        std::vector<std::vector<std::int32_t>> ids;
+    };
+    threads = std::max(1u, threads);
+    mpmc_queue<chunk> todo(2 * std::size_t(threads));
+    reorder_window<chunk> done(3 * std::size_t(threads));  // room for every chunk a tokenizer may hold
+    std::mutex failure_mutex;
+    std::exception_ptr failure;
+    auto fail = [&] {
+        {
+            std::lock_guard lock(failure_mutex);
+            if (!failure) failure = std::current_exception();
+        }
+        todo.close();
+        done.close();
+    };
+
+    std::thread reader([&] {
+        try {
+            for (std::uint64_t seq = 0;; ++seq) {
+                chunk c{.seq = seq};
+                c.last = !read(c.docs);
+                const bool last = c.last;
+                if (!todo.push(std::move(c)) || last) return;  // not pushed: stopped by a failure
+            }
+        } catch (...) {
+            fail();
+        }
+    });
+    std::vector<std::thread> tokenizers;
+    for (unsigned t = 0; t < threads; ++t)
+        tokenizers.emplace_back([&] {
+            try {
+                tokenizer tok(options);
+                while (auto c = todo.pop()) {
+                    c->ids.resize(c->docs.size());
+                    for (std::size_t i = 0; i < c->docs.size(); ++i)
+                        if (const std::string problem = tok.encode(c->docs[i], c->ids[i]); !problem.empty())
+                            throw error("sentencepiece could not encode a document: " + problem);
+                    const std::uint64_t seq = c->seq;
+                    if (!done.wait_for_room(seq)) return;
+                    done.put(seq, std::move(*c));
+                }
+            } catch (...) {
+                fail();
+            }
+        });
+    try {
+        while (auto c = done.pop()) {
+            if (c->last) break;
+            write(c->docs, c->ids);
+        }
+    } catch (...) {
+        fail();
+    }
+    todo.close();  // tokenizers waiting for work see the end
+    done.close();
+    reader.join();
+    for (auto& t : tokenizers) t.join();
+    if (failure) std::rethrow_exception(failure);
+}
+#endif
+
+}  // namespace feedline
