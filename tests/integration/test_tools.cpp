@@ -182,3 +182,34 @@ TEST_CASE("Tools.Quickstart.RunsOnPackedData") {
     CHECK(r.out.find("20 batches") != std::string::npos);
     CHECK(r.out.find("feedline.sampler_state") != std::string::npos);
 }
+
+TEST_CASE("Tools.Blend.IterateAndInspectTakeMegatronsDataPathForm") {
+    corpus c;
+    const std::string blend = "'0.75 " + (c.dir / "base") + " 0.25 " + c.jsonl + "'";
+    const std::string cache = " --tokenizer " + c.model;
+    auto r = run("FEEDLINE_CACHE_DIR=" + (c.dir / "cache") + " " + bin + "/feedline-iterate " + blend + cache + " --batch-size 4 --seq-len 32 --batches 20", c.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["batches"] == 20);
+    CHECK(j["state"]["weights"].size() == 2);  // one state for the whole blend
+    CHECK(j["state"]["taken"][0].get<std::uint64_t>() == 60);  // 3 of every 4 samples from the shards
+    CHECK(j["state"]["taken"][1].get<std::uint64_t>() == 20);
+    r = c.inspect(blend + " --json");
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    const auto summary = nlohmann::json::parse(r.out);
+    REQUIRE(summary.size() == 2);
+    CHECK(summary[0]["format"] == "megatron");
+    CHECK(summary[0]["weight"] == 0.75);
+    CHECK(summary[1]["format"] == "text");
+    CHECK(summary[1]["documents"] == 300);
+    // An odd list names the word; options for data that is not there are refused by name.
+    r = run(bin + "/feedline-iterate '0.75 " + (c.dir / "base") + " 0.25' --batches 1", c.dir);
+    CHECK(r.code == 1);
+    CHECK(r.err.find("word 3 has no path") != std::string::npos);
+    r = run(bin + "/feedline-iterate " + (c.dir / "base") + cache + " --batches 1", c.dir);
+    CHECK(r.code == 1);
+    CHECK(r.err.find("--tokenizer") != std::string::npos);
+    r = run(bin + "/feedline-iterate " + c.jsonl + cache + " --io-backend pread --batches 1", c.dir);
+    CHECK(r.code == 1);
+    CHECK(r.err.find("--io-backend") != std::string::npos);
+}
