@@ -16,7 +16,6 @@
 #include <feedline/exec/reorder.hpp>
 #include <feedline/exec/topology.hpp>
 #include <feedline/exec/trainer_cpu.hpp>
-#include <feedline/exec/worker_pool.hpp>
 #include <feedline/format/dataset.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/format/llmc.hpp>

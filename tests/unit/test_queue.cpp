@@ -1,9 +1,11 @@
 // Bounded queues: every item arrives exactly once and in order per producer, at 1..4 producers and
 // consumers and at capacities small enough that full/empty transitions happen constantly; close() wakes
-// every waiter and drains; move-only payloads work through the slot-index path.
+// every waiter and drains; move-only payloads work through the slot-index path. The reorder window hands
+// results out in sequence order and never holds more than its capacity.
 #include <doctest/doctest.h>
 
 #include <feedline/exec/queue.hpp>
+#include <feedline/exec/reorder.hpp>
 
 #include <memory>
 #include <thread>
@@ -181,4 +183,32 @@ TEST_CASE("Queue.Timed.TimeoutsReturnWithoutAnItem") {
 TEST_CASE("Queue.Capacity.ZeroOrTooLargeIsAConfigError") {
     CHECK_THROWS_AS(spsc_queue<int>(0), config_error);
     CHECK_THROWS_AS(mpmc_queue<int>(100000), config_error);
+}
+
+TEST_CASE("Reorder.Window.NeverHoldsMoreThanItsCapacity") {
+    reorder_window<std::uint64_t> w(4);
+    std::atomic<std::uint64_t> ticket{0};
+    std::atomic<bool> over{false};
+    std::vector<std::thread> producers;
+    const std::uint64_t n = 20'000;
+    for (int p = 0; p < 3; ++p)
+        producers.emplace_back([&] {
+            for (;;) {
+                std::uint64_t seq = ticket++;
+                if (seq >= n || !w.wait_for_room(seq)) return;
+                if (seq >= w.next_sequence() + w.capacity()) over = true;
+                w.put(seq, seq * 3);
+            }
+        });
+    bool ordered = true;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        auto v = w.pop();
+        ordered &= v && *v == i * 3;
+        if (w.ready_count() > w.capacity()) over = true;
+    }
+    for (auto& t : producers) t.join();
+    CHECK(ordered);
+    CHECK_FALSE(over.load());
+    w.close();
+    CHECK_FALSE(w.pop().has_value());
 }

@@ -4,7 +4,6 @@
 // one sample of its weights; state serialisation round-trips and refuses what does not match.
 #include <doctest/doctest.h>
 
-#include <feedline/exec/worker_pool.hpp>
 #include <feedline/format/dataset.hpp>
 #include <feedline/storage/pread_reader.hpp>
 #include <feedline/sampling/state_io.hpp>
@@ -14,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "synthetic_lengths.hpp"
 #include "test_support.hpp"
@@ -388,16 +388,17 @@ TEST_CASE("Sampler.Resume.DifferentWorkerCountAfterRestore") {
     const sampler_config cfg{.seq_len = 40, .global_batch = 6, .seed = 21, .rank = 0, .world_size = 1};
     const std::uint64_t N = 60, k = 23;
     auto run = [&](unsigned workers, std::uint64_t first, std::uint64_t count) {
-        pool_options opt{.workers = workers, .count = count, .first_sequence = first};
-        ordered_pool<std::vector<std::vector<segment>>> pool(
-            opt, [&](unsigned) { return std::make_unique<sampler>(data, cfg); },
-            [](std::unique_ptr<sampler>& s, std::uint64_t step) {
-                std::vector<std::vector<segment>> out;
-                for (auto& x : s->plan_at(step).samples) out.push_back(x.segments);
-                return out;
+        std::vector<std::vector<std::vector<segment>>> steps(count);
+        std::vector<std::thread> threads;
+        for (unsigned w = 0; w < workers; ++w)
+            threads.emplace_back([&, w] {
+                sampler own(data, cfg);  // each worker plans every workers-th step with a sampler of its own
+                for (std::uint64_t i = w; i < count; i += workers)
+                    for (auto& x : own.plan_at(first + i).samples) steps[i].push_back(x.segments);
             });
+        for (auto& t : threads) t.join();
         std::vector<std::vector<segment>> got;
-        while (auto b = pool.next()) got.insert(got.end(), b->begin(), b->end());
+        for (auto& s : steps) got.insert(got.end(), s.begin(), s.end());
         return got;
     };
     sampler reference(data, cfg);

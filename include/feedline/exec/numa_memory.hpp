@@ -2,7 +2,7 @@
 // Worker scratch space and ring slots belong on the node of the CPUs that fill them and the GPU that
 // reads them. With libnuma and more than one node the pages are bound to the node (numa_alloc_onnode);
 // otherwise they are placed by first touch, done here by the allocating thread, and the reason is kept.
-// Fed by the topology; feeds the worker pool and the host/pinned rings.
+// Fed by the topology; feeds the host/pinned rings.
 #pragma once
 
 #include <sys/mman.h>

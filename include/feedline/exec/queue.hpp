@@ -2,7 +2,9 @@
 // The core is Boost.Lockfree (spsc_queue for one producer and one consumer, queue for many); the
 // blocking layer spins briefly, yields, then sleeps on a futex, so an idle pipeline burns no CPU.
 // Move-only payloads travel as slot indices through the lock-free core (Boost needs trivially
-// copyable types). Fed by the worker pool and readers; feeds the reorder window and the stager.
+// copyable types). Used by transform/tokenize_in_order.hpp (a reader thread handing chunks of documents
+// to tokenizing threads); the pipeline needs no queue: its workers claim step numbers and the staging
+// ring orders their batches.
 #pragma once
 
 #include <boost/lockfree/queue.hpp>

@@ -2,7 +2,8 @@
 // Work item k may complete before k-1; it waits in slot k % capacity until the consumer has taken every
 // earlier one. A producer whose item lies beyond the window (k >= next + capacity) sleeps until the
 // consumer catches up, so the window bounds memory: at most `capacity` results exist at once.
-// Fed by the worker pool; feeds the consumer (the pipeline's next()).
+// Fed by transform/tokenize_in_order.hpp's tokenizing threads; feeds its writing thread. (The pipeline's
+// batches are reordered by the staging ring itself: batch k lives in slot k mod N.)
 #pragma once
 
 #include <atomic>

@@ -2,7 +2,7 @@
 // Accepts a directory, a glob, a Megatron prefix (or a list of them) or an llm.c shard pattern, opens
 // every shard up front (a missing or corrupt shard fails here, not mid-epoch) in O(shards) time, and
 // turns "tokens [a, b) of document d" into read requests for a storage backend. Fed by format/megatron.hpp
-// and format/llmc.hpp; feeds the sampler and the workers.
+// and format/llmc.hpp; feeds pipeline/shard_source.hpp (the sampler's lengths, the workers' reads).
 #pragma once
 
 #include <algorithm>
@@ -110,7 +110,7 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
 }
 
 // A read-only token dataset over one or more shards of one format and dtype. Thread-safe after
-// construction (document_index() for llm.c builds its index once, under a lock).
+// construction (llm.c's document index is built once, on first use, under a lock).
 class token_dataset {
 public:
     struct shard_info {

@@ -110,6 +110,8 @@ public:
         const launch_info env = launch_from_environment();
         const int world = config_.world_size >= 0 ? config_.world_size : env.world_size;
         if (world < 1) throw config_error("world_size", "must be at least 1");
+        if (config_.batch_size > sampler::max_step / static_cast<std::uint64_t>(world))
+            throw config_error("batch_size", std::to_string(config_.batch_size) + " x " + std::to_string(world) + " ranks: too large a global batch");
         std::vector<sampler_dataset> datasets;
         std::vector<double> weights;
         for (const auto& s : sources_) {
@@ -132,7 +134,6 @@ public:
         // lay out every epoch before the step's), and so do blends (one walk decides every dataset).
         const std::uint64_t sampler_bytes = sampler_->stream(0).memory_bytes();
         own_planners_ = sources_.size() == 1 && config_.mode == sample_mode::windows && sampler_bytes <= defaults::own_planner_max_bytes;
-        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
         all_rows_.resize(config_.batch_size);
         for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
 
@@ -249,6 +250,10 @@ private:
         }
         if (config_.batch_size == 0) throw config_error("batch_size", "must be at least 1");
         if (config_.seq_len == 0 || config_.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
+        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);  // sizes checked here
+        constexpr unsigned max_workers = 1024;  // scratch and threads are per worker: a typo must not size memory
+        if (config_.workers > max_workers) throw config_error("workers", std::to_string(config_.workers) + " is more than " + std::to_string(max_workers));
+        if (config_.max_workers > max_workers) throw config_error("max_workers", std::to_string(config_.max_workers) + " is more than " + std::to_string(max_workers));
         if (config_.max_steps > sampler::max_step / config_.batch_size) throw config_error("max_steps", "past what a run can reach");
         if (config_.prefetch == 1) throw config_error("prefetch", "needs at least 2 batches (one in use, one being filled)");
         if (sources_.size() > 1 && config_.tail == tail_policy::pad)

@@ -3,8 +3,8 @@
 // documents with seeded permutations, samples within an epoch are permuted too, several datasets are
 // blended by weight, and each rank takes a disjoint slice of every global batch. The state is a handful
 // of integers; restoring it is O(1) plus building the current epoch's layout, and a different world
-// size (same global batch) continues at the same global sample. Fed by datasets' document lengths;
-// feeds the worker pool (a batch plan per step).
+// size (same global batch) continues at the same global sample. Fed by the sources' document lengths
+// (sampler_dataset); feeds the pipeline's workers (a batch plan per step).
 #pragma once
 
 #include <algorithm>

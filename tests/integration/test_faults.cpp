@@ -1,0 +1,162 @@
+// Hostile paths and sizes: a FIFO, a directory or a symlink loop where data belongs is an io_error
+// naming it (never a hang or an uncaught std::filesystem_error); configs and saved states whose sizes
+// would overflow are config_errors naming the field; a symlink planted at a writer's temporary name
+// is never written through.
+#include <doctest/doctest.h>
+
+#include <feedline/pipeline.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+
+// Two Megatron shards of 20 short documents each.
+std::vector<std::string> write_shards(const ft::scratch_dir& dir) {
+    std::vector<std::string> prefixes;
+    for (int k = 0; k < 2; ++k) {
+        prefixes.push_back(dir / ("part_" + std::to_string(k)));
+        megatron_writer w(prefixes.back(), token_dtype::uint16);
+        for (std::uint32_t d = 0; d < 20; ++d) w.add_document(std::vector<std::uint32_t>(50 + d, d + 1));
+        w.finish();
+    }
+    return prefixes;
+}
+
+pipeline_config small() {
+    return {.batch_size = 2, .seq_len = 16, .workers = 1, .memory_budget = 16 << 20, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 4};
+}
+
+template <class F>
+void refused_naming(F&& open, const std::string& path) {
+    try {
+        open();
+        FAIL("accepted " << path);
+    } catch (const io_error& e) {
+        CHECK(e.file() == path);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("Faults.Paths.AFifoWhereDataBelongsIsRefusedWithoutBlocking") {
+    ft::scratch_dir dir;
+    const auto prefixes = write_shards(dir);
+    // A FIFO with no writer: opening it for reading without O_NONBLOCK would block forever.
+    for (const std::string ext : {".bin", ".idx"}) {
+        CAPTURE(ext);
+        const std::string path = prefixes[1] + ext, kept = path + ".kept";
+        std::filesystem::rename(path, kept);
+        REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+        refused_naming([&] { token_dataset d(prefixes); }, path);
+        std::filesystem::remove(path);
+        std::filesystem::rename(kept, path);
+    }
+    const std::string fifo = dir / "corpus.jsonl";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    refused_naming([&] { text_corpus c({fifo}); }, fifo);
+    refused_naming([&] { text_reader r(fifo); }, fifo);
+    // Through the pipeline's spec too.
+    try {
+        pipeline p(fifo, small());
+        FAIL("a FIFO was opened as text");
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find(fifo) != std::string::npos);
+    }
+}
+
+TEST_CASE("Faults.Paths.ADirectoryWhereABinBelongsIsRefused") {
+    ft::scratch_dir dir;
+    const auto prefixes = write_shards(dir);
+    std::filesystem::remove(prefixes[0] + ".bin");
+    std::filesystem::create_directory(prefixes[0] + ".bin");
+    refused_naming([&] { token_dataset d(prefixes); }, prefixes[0] + ".bin");
+}
+
+TEST_CASE("Faults.Paths.ASymlinkLoopInADatasetDirectoryIsAnIoErrorNamingIt") {
+    ft::scratch_dir dir;
+    (void)write_shards(dir);
+    std::filesystem::create_symlink(dir / "loop", dir / "loop");  // loop -> loop
+    refused_naming([&] { pipeline p(dir.path().string(), small()); }, dir / "loop");
+    refused_naming([&] { (void)detect_source(dir.path().string()); }, dir / "loop");
+    refused_naming([&] { (void)resolve_text_inputs({dir.path().string()}); }, dir / "loop");
+}
+
+TEST_CASE("Faults.Sizes.OverflowingConfigsAreConfigErrorsNamingTheField") {
+    ft::scratch_dir dir;
+    const auto prefixes = write_shards(dir);
+    auto data = std::make_shared<const token_dataset>(prefixes);
+    auto refused = [&](pipeline_config c, const std::string& field) {
+        CAPTURE(field);
+        try {
+            pipeline p(data, c);
+            FAIL("accepted");
+        } catch (const config_error& e) {
+            CHECK(e.field() == field);
+        }
+    };
+    for (sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
+        auto c = small();
+        c.mode = mode;
+        c.batch_size = 4611686018427387905ull;  // x seq_len x 4 bytes wraps to a tiny slot
+        c.seq_len = 1;
+        refused(c, "batch_size");
+    }
+    auto c = small();
+    c.world_size = 4;
+    c.batch_size = (std::uint64_t(1) << 62) + 1;  // x 4 ranks wraps the global batch
+    refused(c, "batch_size");
+    c = small();
+    c.workers = 1u << 30;
+    refused(c, "workers");
+    c = small();
+    c.max_steps = UINT64_MAX;
+    refused(c, "max_steps");
+}
+
+TEST_CASE("Faults.State.AStepThatWouldWrapTheRingIsRefused") {
+    ft::scratch_dir dir;
+    auto data = std::make_shared<const token_dataset>(write_shards(dir));
+    pipeline p(data, small());
+    pipeline_state s = p.state();
+    s.step = UINT64_MAX;
+    s.taken[0] = s.step * s.global_batch;  // wrapped to match, as an edited state would be
+    try {
+        p.restore(s);
+        FAIL("restored a step of 2^64 - 1");
+    } catch (const config_error& e) {
+        CHECK(e.field() == "state.step");
+    }
+    s = p.state();
+    s.step = 3;  // taken says 0
+    CHECK_THROWS_AS(p.restore(s), config_error);
+    CHECK(p.next());  // the refused restores left the pipeline as it was
+}
+
+TEST_CASE("Faults.Outputs.ASymlinkPlantedAtATemporaryNameIsNeverWrittenThrough") {
+    ft::scratch_dir dir;
+    const std::string victim = dir / "victim.txt", prefix = dir / "out";
+    ft::write_text(victim, "precious");
+    // The names an earlier writer used (final name + ".tmp-" + pid): predictable, so plantable.
+    for (const std::string ext : {".bin", ".idx"}) std::filesystem::create_symlink(victim, prefix + ext + ".tmp-" + std::to_string(::getpid()));
+    {
+        megatron_writer w(prefix, token_dtype::uint16);
+        w.add_document(std::vector<std::uint32_t>{1, 2, 3});
+        w.finish();
+    }
+    std::ifstream in(victim);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text == "precious");
+    CHECK(token_dataset(prefix).total_tokens() == 3);
+    // Two writers of one name get different temporary names.
+    detail::output_file a(dir / "same"), b(dir / "same");
+    CHECK(a.temp_path() != b.temp_path());
+}
