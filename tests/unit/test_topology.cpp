@@ -1,12 +1,13 @@
 // Topology: the exact machine description and worker recommendation read from fixture trees of a
 // 2-socket 8-GPU server, a 1-node VM and a cgroup-limited container; the live machine read through
-// libnuma agrees with sysfs; NUMA buffers say how they were placed; producer threads leave the
-// trainer's CPU when the process has one to spare.
+// libnuma agrees with sysfs; the pipeline's worker policy follows from them; NUMA buffers say how they
+// were placed; producer threads leave the trainer's CPU when the process has one to spare.
 #include <doctest/doctest.h>
 
 #include <feedline/exec/numa_memory.hpp>
 #include <feedline/exec/topology.hpp>
 #include <feedline/exec/trainer_cpu.hpp>
+#include <feedline/pipeline/pipeline.hpp>
 
 #include <thread>
 
@@ -91,6 +92,30 @@ TEST_CASE("Topology.Fixture.CgroupLimitedContainer") {
     auto plan = recommend_workers(t, 1);
     CHECK(plan.short_of_cores);
     CHECK(plan.explanation.find("cgroup quota 1.5") != std::string::npos);
+}
+
+TEST_CASE("Topology.Workers.OnePolicyFromTheMachineTheLauncherAndTheConfig") {
+    // choose_workers is what every pipeline starts with: recommend_workers for the trainers on the node.
+    const auto server = fixture("two_socket_8gpu");
+    const launch_info eight{.local_world_size = 8};
+    const auto shared = choose_workers({}, server, eight);  // 8 ranks share 64 cores: (64 - 1) / 8 = 7 each, 1 trains
+    CHECK(shared.workers == 6);
+    CHECK(shared.autotune);
+    CHECK(choose_workers({}, server, {}).workers == defaults::max_auto_workers);  // one trainer: 62, capped
+    const auto fixed = choose_workers({.workers = 3}, server, eight);
+    CHECK(fixed.workers == 3);
+    CHECK_FALSE(fixed.autotune);
+    CHECK(choose_workers({.max_workers = 5}, server, eight).workers == 5);
+    const auto vm = choose_workers({.device = device_kind::cpu}, fixture("vm_1node"), {});
+    CHECK(vm.workers == 1);
+    CHECK_FALSE(vm.autotune);  // one worker: nothing to park
+    CHECK(vm.reason.find("CPU trainer") != std::string::npos);
+    // Workers of a GPU on a two-socket machine run on its node's CPUs; elsewhere anywhere.
+    CHECK(worker_cpus_for_gpu(server, server.gpus[0].pci_bus_id) == range(0, 31));
+    CHECK(worker_cpus_for_gpu(server, server.gpus[5].pci_bus_id) == range(32, 63));
+    CHECK(worker_cpus_for_gpu(server, "0000:ff:00.0").empty());  // not a GPU the topology lists
+    const auto container = fixture("container_cgroup");
+    CHECK(worker_cpus_for_gpu(container, container.gpus[0].pci_bus_id).empty());  // one node: nothing to choose
 }
 
 TEST_CASE("Topology.Live.LibnumaAndSysfsAgree") {

@@ -39,6 +39,7 @@ struct token_lengths {
     std::vector<std::byte> encode() const {
         std::vector<std::byte> out;
         auto put = [&](const void* p, std::size_t n) {
+            if (n == 0) return;  // an empty key or no documents: data() may be null
             const auto* b = static_cast<const std::byte*>(p);
             out.insert(out.end(), b, b + n);
         };
@@ -63,7 +64,7 @@ struct token_lengths {
         auto fail = [&](const std::string& what) { throw format_error(name, at, what); };
         auto take = [&](void* dest, std::uint64_t n) {
             if (in.size() - at < n) fail("truncated (needs " + std::to_string(n) + " more bytes)");
-            std::memcpy(dest, in.data() + at, n);
+            if (n) std::memcpy(dest, in.data() + at, n);  // an empty key or no documents: dest may be null
             at += n;
         };
         if (in.size() < 8 || std::memcmp(in.data(), magic, 8) != 0) fail("not a feedline token-lengths file (magic FLTOKLEN)");

@@ -60,7 +60,9 @@ struct worker_choice {
 inline worker_choice choose_workers(const pipeline_config& c, const topology& t, const launch_info& env) {
     if (c.workers) return {c.workers, false, "workers = " + std::to_string(c.workers) + " (fixed)"};
     const bool shared_cpus = t.allowed_cpus.size() >= t.online_cpus.size();
-    const worker_plan plan = recommend_workers(t, shared_cpus ? static_cast<unsigned>(env.local_world_size) : 1u);
+    const unsigned trainers = shared_cpus ? static_cast<unsigned>(env.local_world_size) : 1u;
+    // recommend_workers counts GPUs; 0 stands for one trainer on the CPU (what it then says in its line).
+    const worker_plan plan = recommend_workers(t, trainers == 1 && c.device.kind == device_kind::cpu ? 0u : trainers);
     if (c.max_workers) return {c.max_workers, c.max_workers > 1, "max_workers = " + std::to_string(c.max_workers) + " started, autotuned"};
     const unsigned n = std::clamp(plan.workers_per_gpu, 1u, defaults::max_auto_workers);
     return {n, n > 1, plan.explanation + "; " + std::to_string(n) + " started, autotuned"};
