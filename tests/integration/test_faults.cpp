@@ -160,3 +160,23 @@ TEST_CASE("Faults.Outputs.ASymlinkPlantedAtATemporaryNameIsNeverWrittenThrough")
     detail::output_file a(dir / "same"), b(dir / "same");
     CHECK(a.temp_path() != b.temp_path());
 }
+
+TEST_CASE("Faults.Memory.AnLlmcShardOfOnlyDelimitersCostsEightBytesPerDocument") {
+    // Every token a delimiter: as many documents as tokens. The index keeps where each starts (8 bytes),
+    // so it is 4x the uint16 tokens it describes (24 bytes per document, 12x, before).
+    ft::scratch_dir dir;
+    llmc_writer w(dir / "delims", token_dtype::uint16, 7, 60'000);
+    for (int d = 0; d < 100'000; ++d) w.add_document(std::vector<std::uint32_t>{});
+    w.finish();
+    const token_dataset data(dir / "delims_*.bin");
+    REQUIRE(data.shard_count() == 2);
+    CHECK(data.index_bytes() == 0);  // windows never need it: built on first use
+    REQUIRE(data.document_count() == 100'000);
+    CHECK(data.index_bytes() <= 100'000 * 8 + 4096);
+    CHECK(data.index_bytes() <= 4 * data.total_tokens() * dtype_size(data.dtype()) + 4096);
+    CHECK(data.document(59'999).shard == 0);
+    CHECK(data.document(60'000).shard == 1);
+    CHECK(data.document(60'000).first_token == 0);
+    CHECK(data.document(99'999).length == 1);
+    CHECK(data.shard_document_starts() == std::vector<std::uint64_t>{0, 60'000});
+}

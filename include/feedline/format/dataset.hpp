@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -144,6 +145,8 @@ public:
             total_tokens_ += info.tokens;
             shards_.push_back(std::move(info));
         }
+        shard_first_token_.push_back(0);
+        for (auto& s : shards_) shard_first_token_.push_back(shard_first_token_.back() + s.tokens);
         if (format_ == dataset_format::megatron) {
             document_starts_.reserve(shards_.size() + 1);
             document_starts_.push_back(0);
@@ -161,15 +164,19 @@ public:
     // Replaces the llm.c delimiter before the document index is built. Throws config_error afterwards.
     void set_delimiter(std::uint32_t d) {
         std::lock_guard lock(index_mutex_);
-        if (llmc_indexed_) throw config_error("delimiter", "set it before the document index is built");
+        if (llmc_indexed_.load()) throw config_error("delimiter", "set it before the document index is built");
         delimiter_ = d;
     }
 
     // Documents in the dataset. Megatron: O(1). llm.c: builds the document index on first call by
-    // scanning the tokens for the delimiter (O(tokens) once, O(documents) memory).
+    // scanning the tokens for the delimiter (O(tokens) once; 8 bytes per document).
     std::uint64_t document_count() const {
         if (format_ == dataset_format::llmc) ensure_llmc_index();
-        return document_starts_.empty() ? llmc_docs_.size() : document_starts_.back();
+        return document_starts_.empty() ? llmc_starts_.size() : document_starts_.back();
+    }
+    // Bytes held by llm.c's document index (0 for Megatron, whose .idx is mapped, or before it is built).
+    std::uint64_t index_bytes() const noexcept {
+        return llmc_indexed_.load(std::memory_order_acquire) ? llmc_starts_.capacity() * sizeof(std::uint64_t) : 0;
     }
 
     // Tokens in document `d` (the sampler's view of a dataset).
@@ -182,8 +189,12 @@ public:
         if (format_ == dataset_format::megatron) {
             out.assign(document_starts_.begin(), document_starts_.end() - 1);
         } else {
-            for (std::uint64_t d = 0; d < n; ++d)
-                if (out.empty() || llmc_docs_[d].shard != llmc_docs_[d - 1].shard) out.push_back(d);
+            // The first document starting in each shard that has one (a document may run on into
+            // the next shards).
+            for (std::size_t s = 0; s < shards_.size(); ++s) {
+                const auto d = static_cast<std::uint64_t>(std::lower_bound(llmc_starts_.begin(), llmc_starts_.end(), shard_first_token_[s]) - llmc_starts_.begin());
+                if (d < n && llmc_starts_[d] < shard_first_token_[s + 1]) out.push_back(d);
+            }
         }
         if (out.empty()) out.push_back(0);
         return out;
@@ -193,7 +204,10 @@ public:
     document_span document(std::uint64_t d) const {
         if (format_ == dataset_format::llmc) {
             ensure_llmc_index();
-            return llmc_docs_.at(d);
+            if (d >= llmc_starts_.size()) throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(llmc_starts_.size()));
+            const std::uint64_t start = llmc_starts_[d], end = d + 1 < llmc_starts_.size() ? llmc_starts_[d + 1] : total_tokens_;
+            const auto shard = static_cast<std::uint32_t>(std::upper_bound(shard_first_token_.begin(), shard_first_token_.end(), start) - shard_first_token_.begin() - 1);
+            return {shard, start - shard_first_token_[shard], end - start};
         }
         if (d >= document_starts_.back())
             throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(document_starts_.back()));
@@ -265,29 +279,28 @@ private:
     }
 
     // llm.c has no document index: find each delimiter. Documents begin with the delimiter; tokens
-    // before the first delimiter of the first shard form a document of their own.
+    // before the first delimiter of the first shard form a document of their own. Only where each
+    // document starts in the shards' concatenated stream is kept (8 bytes per document): its shard and
+    // length follow from its neighbours and the shards' sizes. Built once; later calls take no lock.
     void ensure_llmc_index() const {
+        if (llmc_indexed_.load(std::memory_order_acquire)) return;
         std::lock_guard lock(index_mutex_);
-        if (llmc_indexed_) return;
-        std::vector<document_span> docs;
-        bool open_doc = false;
+        if (llmc_indexed_.load(std::memory_order_relaxed)) return;
+        std::vector<std::uint64_t> starts;
+        std::vector<std::uint64_t> counts(shards_.size(), 0);
         for (std::uint32_t s = 0; s < shards_.size(); ++s) {
             file_mapping map(*shards_[s].bin, access_pattern::sequential);
             const std::byte* tokens = map.bytes().data() + llmc_layout::header_bytes;
-            for (std::uint64_t i = 0; i < shards_[s].tokens; ++i) {
-                auto t = load_token<std::uint32_t>(tokens, dtype_, i);
-                if (t == delimiter_ || !open_doc) {
-                    docs.push_back({s, i, 0});
-                    open_doc = true;
+            for (std::uint64_t i = 0; i < shards_[s].tokens; ++i)
+                if (load_token<std::uint32_t>(tokens, dtype_, i) == delimiter_ || starts.empty()) {
+                    starts.push_back(shard_first_token_[s] + i);
+                    ++counts[s];
                 }
-                ++docs.back().length;
-            }
         }
-        llmc_docs_ = std::move(docs);
-        std::vector<std::uint64_t> counts(shards_.size(), 0);
-        for (auto& d : llmc_docs_) ++counts[d.shard];
+        starts.shrink_to_fit();  // growth by doubling would leave up to half again unused
+        llmc_starts_ = std::move(starts);
         for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].documents = counts[s];
-        llmc_indexed_ = true;
+        llmc_indexed_.store(true, std::memory_order_release);
     }
 
     dataset_format format_;
@@ -298,9 +311,10 @@ private:
     std::vector<std::unique_ptr<megatron_shard>> megatron_;
     std::vector<std::unique_ptr<llmc_shard>> llmc_;
     std::vector<std::uint64_t> document_starts_;  // Megatron: first global document of each shard
+    std::vector<std::uint64_t> shard_first_token_;  // llm.c: each shard's token 0 in the concatenated stream, then the total
     mutable std::mutex index_mutex_;
-    mutable bool llmc_indexed_ = false;
-    mutable std::vector<document_span> llmc_docs_;
+    mutable std::atomic<bool> llmc_indexed_{false};
+    mutable std::vector<std::uint64_t> llmc_starts_;  // llm.c: where each document starts in the concatenated stream
 };
 
 }  // namespace feedline

@@ -43,7 +43,7 @@ public:
     }
     std::uint64_t index_bytes(const pipeline_config& c) const override {
         // llm.c's document index, built for packed mode (Megatron's .idx is mapped, not copied).
-        return data_->format() == dataset_format::llmc && !streams_are_shards(c) ? data_->document_count() * sizeof(document_span) : 0;
+        return data_->format() == dataset_format::llmc && !streams_are_shards(c) ? data_->document_count() * sizeof(std::uint64_t) : 0;
     }
     std::uint64_t worker_bytes(const pipeline_config& c) const override {
         return c.batch_size * (c.seq_len + 1) * dtype_size(data_->dtype()) + defaults::shard_scratch_extra_bytes;
