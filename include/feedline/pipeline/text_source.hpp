@@ -7,10 +7,9 @@
 // all usable cores and kept in a cache file (format/token_lengths.hpp) keyed by the tokenizer, the
 // options and each file's identity, so later opens read 4 bytes per document instead.
 // Samples stay in the epoch's document order (documents are shuffled, windows are not shuffled across
-// the epoch): a batch then covers consecutive tokens, so a worker tokenizes each of its documents once
-// (a document shared with the neighbouring batch is tokenized by both), and documents longer than a
-// sample, which span batches made by different workers, are tokenized once and shared through a
-// bounded cache. Each worker has its own sentencepiece processor (transform/tokenizer.hpp).
+// the epoch): a batch then covers consecutive tokens, so a worker tokenizes each of its documents once;
+// the documents a batch shares with its neighbours (its first and last, and any longer than a sample),
+// which other workers need too, are tokenized once and shared through a bounded cache. Each worker has its own sentencepiece processor (transform/tokenizer.hpp).
 // Fed by format/text_corpus.hpp; feeds the pipeline's workers (pipeline/pipeline.hpp).
 #pragma once
 
@@ -30,6 +29,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <feedline/exec/topology.hpp>
@@ -315,28 +315,42 @@ private:
             : source_(s), counters_(counters), windows_(c.mode == sample_mode::windows), long_document_(c.seq_len), tokenizer_(s.tokenizer_config()) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
-            for (const std::uint32_t r : rows) {
+            std::uint64_t assemble_ns = 0;
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                const std::uint32_t r = rows[i];
+                const auto& segments = plan.samples[r].segments;
                 std::uint64_t k = 0;  // the sample's token (windows) or column (packed) the segment starts at
-                for (const segment& s : plan.samples[r].segments) {
+                for (std::size_t j = 0; j < segments.size(); ++j) {
+                    const segment& s = segments[j];
                     if (s.length == 0) continue;  // an empty document in a packed row
-                    const std::int32_t* tokens = tokens_of(s.document) + s.offset;
+                    // Windows in stream order: the batch's first and last documents are the ones its
+                    // neighbours hold too (consecutive windows share a token), and another worker makes
+                    // those batches; shared through the cache, each is tokenized once, not twice.
+                    const bool edge = windows_ && ((i == 0 && j == 0) || (i + 1 == rows.size() && j + 1 == segments.size()));
+                    const std::int32_t* tokens = tokens_of(s.document, edge) + s.offset;
                     const auto t0 = std::chrono::steady_clock::now();
                     if (windows_)
                         slot.put_window_tokens(r, k, tokens, s.length);
                     else
                         std::memcpy(slot.input_row(r) + k, tokens, s.length * sizeof(std::int32_t));
-                    counters_.assemble_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+                    assemble_ns += detail::elapsed_ns(t0);
                     k += s.length;
                 }
             }
+            // Once per batch: the counters are shared by every worker (one cache line bouncing per
+            // document would cost more than the counting).
+            counters_.assemble_ns.fetch_add(assemble_ns, std::memory_order_relaxed);
+            counters_.read_ns.fetch_add(std::exchange(read_ns_, 0), std::memory_order_relaxed);
+            counters_.tokenize_ns.fetch_add(std::exchange(tokenize_ns_, 0), std::memory_order_relaxed);
+            counters_.bytes_read.fetch_add(std::exchange(bytes_read_, 0), std::memory_order_relaxed);
         }
 
     private:
-        // Document d's tokens: the one this worker used last, a long one from the shared cache, or
-        // tokenized now. Valid until the next call.
-        const std::int32_t* tokens_of(std::uint64_t d) {
+        // Document d's tokens: the one this worker used last, from the shared cache (a document longer
+        // than a sample, or one at the batch's edge), or tokenized now. Valid until the next call.
+        const std::int32_t* tokens_of(std::uint64_t d, bool edge) {
             if (d == current_) return current_tokens_->data();
-            if (source_.lengths_[d] > long_document_) {
+            if (edge || source_.lengths_[d] > long_document_) {
                 shared_ = source_.cache_->get(d, [&] {
                     std::vector<std::int32_t> out;
                     tokenize(d, out);
@@ -357,9 +371,9 @@ private:
             source_.corpus_->document_text(d, scratch_, text_);
             const auto t1 = std::chrono::steady_clock::now();
             source_.encode(tokenizer_, d, text_, out);
-            counters_.read_ns.fetch_add(detail::elapsed_ns(t0, t1), std::memory_order_relaxed);
-            counters_.tokenize_ns.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
-            counters_.bytes_read.fetch_add(text_.size(), std::memory_order_relaxed);
+            read_ns_ += detail::elapsed_ns(t0, t1);
+            tokenize_ns_ += detail::elapsed_ns(t1);
+            bytes_read_ += text_.size();
             if (out.size() != source_.lengths_[d]) {
                 const auto& ref = source_.corpus_->document(d);
                 throw format_error(source_.corpus_->file_of(ref).path(), ref.offset,
@@ -379,6 +393,7 @@ private:
         detail::document_cache::tokens shared_;
         const std::vector<std::int32_t>* current_tokens_ = nullptr;
         std::uint64_t current_ = UINT64_MAX;
+        std::uint64_t read_ns_ = 0, tokenize_ns_ = 0, bytes_read_ = 0;  // this batch's, added to counters_ once
     };
 
     std::shared_ptr<const text_corpus> corpus_;
