@@ -120,12 +120,23 @@ TEST_CASE("Faults.Sizes.OverflowingConfigsAreConfigErrorsNamingTheField") {
     c = small();
     c.max_steps = UINT64_MAX;
     refused(c, "max_steps");
+    c = small();
+    c.batch_size = std::uint64_t(1) << 31;  // rows are numbered in int32
+    refused(c, "batch_size");
+    c = small();
+    c.max_workers = 4;  // with workers = 1: nothing to tune, so a mistake
+    refused(c, "max_workers");
+    c = small();
+    c.world_size = 0;
+    refused(c, "world_size");
 }
 
 TEST_CASE("Faults.State.AStepThatWouldWrapTheRingIsRefused") {
     ft::scratch_dir dir;
     auto data = std::make_shared<const token_dataset>(write_shards(dir));
-    pipeline p(data, small());
+    auto longer = small();
+    longer.max_steps = 8;
+    pipeline p(data, longer);
     pipeline_state s = p.state();
     s.step = UINT64_MAX;
     s.taken[0] = s.step * s.global_batch;  // wrapped to match, as an edited state would be
@@ -138,7 +149,37 @@ TEST_CASE("Faults.State.AStepThatWouldWrapTheRingIsRefused") {
     s = p.state();
     s.step = 3;  // taken says 0
     CHECK_THROWS_AS(p.restore(s), config_error);
+    // Counts that add up but a position that is not the step's: workers planning from the step and a
+    // sampler walking from the position would disagree, so it is refused.
+    pipeline walked(data, small());
+    while (walked.next()) {
+    }
+    s = walked.state();
+    REQUIRE(s.step == 4);
+    s.index[0] += 2;
+    try {
+        p.restore(s);
+        FAIL("restored an edited position");
+    } catch (const config_error& e) {
+        CHECK(e.field() == "state.index");
+    }
+    p.restore(walked.state());
     CHECK(p.next());  // the refused restores left the pipeline as it was
+    CHECK(p.state().step == 5);
+}
+
+TEST_CASE("Faults.Outputs.AStatsLogThatCannotBeWrittenStopsLoggingButLosesNoBatch") {
+    ft::scratch_dir dir;
+    auto data = std::make_shared<const token_dataset>(write_shards(dir));
+    auto c = small();
+    c.stats_jsonl = "/dev/full";  // every write fails with ENOSPC, as on a full disk
+    c.stats_every = 1;
+    pipeline p(data, c);
+    std::uint64_t expected = 0;
+    for (auto& b : p) CHECK(b.step() == expected++);
+    CHECK(expected == 4);
+    CHECK(p.state().step == 4);
+    CHECK(p.stats().stats_log_error.find("/dev/full") != std::string::npos);
 }
 
 TEST_CASE("Faults.Outputs.ASymlinkPlantedAtATemporaryNameIsNeverWrittenThrough") {

@@ -683,6 +683,16 @@ TEST_CASE("Transform.TokenizeInOrder.IdsInInputOrderWithAnyThreadsAndAFailureSto
             });
         CHECK(got == f.ids);  // add_eos is on by default: the ids plus EOS, in input order
     }
+    // A reader that says "no more" with documents in hand still has them written.
+    std::vector<std::vector<std::int32_t>> last;
+    tokenize_in_order(
+        {.model = f.model}, 2,
+        [&](std::vector<std::string>& chunk) {
+            chunk = {f.docs[0], f.docs[1]};
+            return false;
+        },
+        [&](const auto&, const std::vector<std::vector<std::int32_t>>& ids) { last.insert(last.end(), ids.begin(), ids.end()); });
+    CHECK(last == std::vector<std::vector<std::int32_t>>{f.ids[0], f.ids[1]});
     // A failure while writing (or reading) reaches the caller with its type; no thread is left behind.
     const std::size_t threads_before = ft::baseline_thread_count();
     std::size_t chunks = 0;

@@ -101,19 +101,25 @@ public:
     // or a blend in Megatron's --data-path form ("0.7 data/web 0.3 code/*.jsonl"). Throws config_error,
     // io_error, format_error before any thread starts.
     pipeline(const std::string& spec, pipeline_config config) : pipeline(parse_data_spec(spec), std::move(config)) {}
-    // A blend: {{0.7, "data/web"}, {0.3, "code/*.jsonl"}}.
-    pipeline(const std::vector<weighted_spec>& blend, const pipeline_config& config) : pipeline(open_sources(blend, config), config) {}
+    // A blend: {{0.7, "data/web"}, {0.3, "code/*.jsonl"}}. The config's shape is checked before any
+    // source is opened (opening text may mean a tokenizing pass).
+    pipeline(const std::vector<weighted_spec>& blend, const pipeline_config& config)
+        : pipeline((check_shape(config, blend.size()), open_sources(blend, config)), config) {}
     // Sources opened before (shared by a training and an evaluation pipeline, say).
     pipeline(std::shared_ptr<batch_source> source, pipeline_config config) : pipeline(std::vector<weighted_source>{{1.0, std::move(source)}}, std::move(config)) {}
     pipeline(std::shared_ptr<const token_dataset> shards, pipeline_config config)
         : pipeline(std::make_shared<shard_source>(std::move(shards)), std::move(config)) {}
     pipeline(std::vector<weighted_source> sources, pipeline_config config) : sources_(std::move(sources)), config_(std::move(config)) {
-        check_config();
+        check_shape(config_, sources_.size());
+        check_sources();
+        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
         const launch_info env = launch_from_environment();
         const int world = config_.world_size >= 0 ? config_.world_size : env.world_size;
         if (world < 1) throw config_error("world_size", "must be at least 1");
         if (config_.batch_size > sampler::max_step / static_cast<std::uint64_t>(world))
             throw config_error("batch_size", std::to_string(config_.batch_size) + " x " + std::to_string(world) + " ranks: too large a global batch");
+        if (config_.max_steps > sampler::max_step / (config_.batch_size * static_cast<std::uint64_t>(world)))
+            throw config_error("max_steps", std::to_string(config_.max_steps) + " steps: past what a run can reach (a state holds steps x global batch)");
         std::vector<sampler_dataset> datasets;
         std::vector<double> weights;
         for (const auto& s : sources_) {
@@ -136,8 +142,6 @@ public:
         // lay out every epoch before the step's), and so do blends (one walk decides every dataset).
         const std::uint64_t sampler_bytes = sampler_->stream(0).memory_bytes();
         own_planners_ = sources_.size() == 1 && config_.mode == sample_mode::windows && sampler_bytes <= defaults::own_planner_max_bytes;
-        all_rows_.resize(config_.batch_size);
-        for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
 
         const topology topo = read_topology();
         const worker_choice workers = choose_workers(config_, topo, env);
@@ -153,6 +157,8 @@ public:
             index_bytes += s.source->index_bytes(config_);
         }
         memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes);
+        all_rows_.resize(config_.batch_size);
+        for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
         counters_ = std::make_unique<source_counters[]>(sources_.size());
         consumer_.set_state(sampler_->state());
         consumer_.open_log(config_);
@@ -210,7 +216,8 @@ public:
         consumer_.set_state(sampler_->state());
     }
 
-    // Workers stop and join; batches not taken are dropped. Idempotent.
+    // Workers stop and join. Batches already published can still be taken with next(); nothing new is
+    // made. Idempotent.
     void stop() noexcept {
         consumer_.close();
         parked_.notify();
@@ -243,23 +250,29 @@ public:
     std::default_sentinel_t end() { return {}; }
 
 private:
-    // What the sources cannot tell: the shape, the stats log, per-kind options without data of that kind.
-    void check_config() {
-        if (sources_.empty()) throw config_error("dataset", "no dataset given");
+    // The shape and the numbers, before any source is opened: throws config_error naming the field.
+    static void check_shape(const pipeline_config& c, std::size_t datasets) {
+        if (c.batch_size == 0 || c.batch_size > INT32_MAX) throw config_error("batch_size", "must be in [1, 2^31 - 1]");  // rows are int32 in a slot
+        if (c.seq_len == 0 || c.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
+        (void)batch_layout::make(c.batch_size, c.seq_len, c.mode == sample_mode::packed);  // the slot's size fits
+        if (c.prefetch == 1) throw config_error("prefetch", "needs at least 2 batches (one in use, one being filled)");
+        constexpr unsigned max_workers = 1024;  // scratch and threads are per worker: a typo must not size memory
+        if (c.workers > max_workers) throw config_error("workers", std::to_string(c.workers) + " is more than " + std::to_string(max_workers));
+        if (c.max_workers > max_workers) throw config_error("max_workers", std::to_string(c.max_workers) + " is more than " + std::to_string(max_workers));
+        if (c.workers && c.max_workers) throw config_error("max_workers", "bounds the autotuner, which runs only with workers = 0");
+        if (c.rank < -1) throw config_error("rank", "must be -1 (from the launcher) or a rank");
+        if (c.world_size < -1 || c.world_size == 0) throw config_error("world_size", "must be -1 (from the launcher) or at least 1");
+        if (datasets == 0) throw config_error("dataset", "no dataset given");
+        if (datasets > 1 && c.tail == tail_policy::pad)
+            throw config_error("tail", "a blend has no epoch end to pad (each dataset cycles through its own epochs)");
+    }
+
+    // What only the opened sources tell: weights, and options for a kind of data that is not there.
+    void check_sources() {
         for (std::size_t i = 0; i < sources_.size(); ++i) {
             if (!sources_[i].source) throw config_error("dataset", "source " + std::to_string(i + 1) + " is null");
             check_weight(sources_[i].weight, i + 1);
         }
-        if (config_.batch_size == 0) throw config_error("batch_size", "must be at least 1");
-        if (config_.seq_len == 0 || config_.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
-        layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);  // sizes checked here
-        constexpr unsigned max_workers = 1024;  // scratch and threads are per worker: a typo must not size memory
-        if (config_.workers > max_workers) throw config_error("workers", std::to_string(config_.workers) + " is more than " + std::to_string(max_workers));
-        if (config_.max_workers > max_workers) throw config_error("max_workers", std::to_string(config_.max_workers) + " is more than " + std::to_string(max_workers));
-        if (config_.max_steps > sampler::max_step / config_.batch_size) throw config_error("max_steps", "past what a run can reach");
-        if (config_.prefetch == 1) throw config_error("prefetch", "needs at least 2 batches (one in use, one being filled)");
-        if (sources_.size() > 1 && config_.tail == tail_policy::pad)
-            throw config_error("tail", "a blend has no epoch end to pad (each dataset cycles through its own epochs)");
         auto has = [&](source_kind k) {
             return std::any_of(sources_.begin(), sources_.end(), [&](const weighted_source& s) { return s.source->kind() == k; });
         };
@@ -317,7 +330,13 @@ private:
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
-        for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
+        try {
+            for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
+        } catch (...) {  // no thread for a worker (a pids limit): the ring is failed, so next() reports it
+            consumer_.ring().fail(std::current_exception());
+            stop();
+            throw;
+        }
     }
 
     void work(unsigned index) {

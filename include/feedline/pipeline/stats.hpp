@@ -32,6 +32,7 @@ struct pipeline_stats {
     std::string io_backend, device;  // how each source reads (and tokenizes), and where batches go
     std::string worker_placement;   // whether the threads filling the ring are kept off the trainer's CPU, and why
     int trainer_cpu = -1;           // the busy trainer's CPU they are kept off (-1: none noted, or placement off)
+    std::string stats_log_error;    // why the stats_jsonl log stopped (empty while it is written)
 
     std::string to_json() const {
         auto esc = [](const std::string& s) {
@@ -55,7 +56,7 @@ struct pipeline_stats {
                       static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
                       static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes), trainer_cpu);
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\", \"worker_placement\": \"" +
-               esc(worker_placement) + "\"}";
+               esc(worker_placement) + "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"}";
     }
 };
 

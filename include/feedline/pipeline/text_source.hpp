@@ -27,6 +27,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -295,11 +296,14 @@ private:
             }
         };
         std::vector<std::thread> pool;
-        for (unsigned t = 1; t < threads; ++t) pool.emplace_back(count);
+        try {
+            for (unsigned t = 1; t < threads; ++t) pool.emplace_back(count);
+        } catch (const std::system_error&) {  // no more threads (a pids limit): count with those there are
+        }
         count();
         for (auto& t : pool) t.join();
         if (failure) std::rethrow_exception(failure);
-        return threads;
+        return static_cast<unsigned>(pool.size()) + 1;
     }
 
     void encode(tokenizer& tok, std::uint64_t d, const std::string& text, std::vector<std::int32_t>& ids) const {

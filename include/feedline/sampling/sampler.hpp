@@ -378,6 +378,15 @@ public:
         if (taken != drawn)
             throw config_error("state.taken", "samples drawn per dataset do not add up to " + std::to_string(s.step) + " steps of " +
                                                   std::to_string(s.global_batch));
+        // GPT windows over one dataset: epochs are all alike, so the position is the step's alone, and
+        // workers that plan with plan_at (from the step) must agree with next() (from epoch and index).
+        if (n == 1 && config_.mode == sample_mode::windows && s.step > 0) {
+            const std::uint64_t per_epoch = steps_in_epoch(0), before = s.step - 1;
+            if (s.epoch[0] != before / per_epoch || s.index[0] != (before % per_epoch + 1) * s.global_batch)
+                throw config_error("state.index", "epoch " + std::to_string(s.epoch[0]) + ", sample " + std::to_string(s.index[0]) +
+                                                      " is not where step " + std::to_string(s.step) + " leaves a stream of " +
+                                                      std::to_string(per_epoch) + " steps per epoch");
+        }
         state_ = s;
     }
 

@@ -50,6 +50,9 @@ public:
             throw io_error(path_, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
                            std::string("not a regular file (") + (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket") + ")");
         }
+        // Non-blocking only to get past open(): on a regular file the flag has no use, and io_uring on
+        // older kernels (and FUSE) would treat reads of uncached pages as "would block".
+        if (const int fl = ::fcntl(fd_, F_GETFL); fl >= 0) (void)::fcntl(fd_, F_SETFL, fl & ~O_NONBLOCK);
         size_ = static_cast<std::uint64_t>(st.st_size);
         direct_ = direct;
     }

@@ -2,8 +2,9 @@
 // the order they were read. A reader thread fills chunks of documents; `threads` tokenizers
 // (transform/tokenizer.hpp) take chunks from a bounded lock-free queue (exec/queue.hpp); results pass
 // through a reorder window (exec/reorder.hpp) to the calling thread in input order, whatever the
-// thread count. Reading, tokenizing and writing overlap, and at most ~3 x threads chunks exist at
-// once, so memory stays bounded on any corpus. Used by feedline-pack (examples/pack.cpp).
+// thread count. Reading, tokenizing and writing overlap, and at most about 6 x threads + 2 chunks
+// exist at once (2 x threads queued, 3 x threads in the window, one per tokenizer, the reader's and
+// the writer's), so memory stays bounded on any corpus. Used by feedline-pack (examples/pack.cpp).
 #pragma once
 
 #include <algorithm>
@@ -22,8 +23,8 @@
 namespace feedline {
 
 #if FEEDLINE_HAS_SENTENCEPIECE
-// `read(std::vector<std::string>& docs) -> bool` fills the next chunk (false: no more; called on the
-// reader thread). `write(const std::vector<std::string>& docs, const std::vector<std::vector<std::int32_t>>& ids)`
+// `read(std::vector<std::string>& docs) -> bool` fills the next chunk, false when there is no more
+// (documents it filled then are still tokenized and written); called on the reader thread. `write(const std::vector<std::string>& docs, const std::vector<std::vector<std::int32_t>>& ids)`
 // receives every chunk's documents and ids, in input order, on the calling thread. The first failure
 // anywhere (reading, a document sentencepiece cannot encode, writing) stops every thread and is
 // rethrown here with its type; every thread is joined before this returns or throws.
@@ -49,36 +50,55 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
         done.close();
     };
 
-    std::thread reader([&] {
-        try {
-            for (std::uint64_t seq = 0;; ++seq) {
-                chunk c{.seq = seq};
-                c.last = !read(c.docs);
-                const bool last = c.last;
-                if (!todo.push(std::move(c)) || last) return;  // not pushed: stopped by a failure
-            }
-        } catch (...) {
-            fail();
-        }
-    });
+    std::thread reader;
     std::vector<std::thread> tokenizers;
-    for (unsigned t = 0; t < threads; ++t)
-        tokenizers.emplace_back([&] {
+    auto join_all = [&] {
+        todo.close();  // tokenizers waiting for work see the end
+        done.close();
+        if (reader.joinable()) reader.join();
+        for (auto& t : tokenizers) t.join();
+    };
+    try {
+        reader = std::thread([&] {
             try {
-                tokenizer tok(options);
-                while (auto c = todo.pop()) {
-                    c->ids.resize(c->docs.size());
-                    for (std::size_t i = 0; i < c->docs.size(); ++i)
-                        if (const std::string problem = tok.encode(c->docs[i], c->ids[i]); !problem.empty())
-                            throw error("sentencepiece could not encode a document: " + problem);
-                    const std::uint64_t seq = c->seq;
-                    if (!done.wait_for_room(seq)) return;
-                    done.put(seq, std::move(*c));
+                for (std::uint64_t seq = 0;;) {
+                    chunk c{.seq = seq};
+                    const bool more = read(c.docs);
+                    if (!c.docs.empty()) {
+                        if (!todo.push(std::move(c))) return;  // not pushed: stopped by a failure
+                        ++seq;
+                    }
+                    if (!more) {
+                        (void)todo.push(chunk{.seq = seq, .last = true});
+                        return;
+                    }
                 }
             } catch (...) {
                 fail();
             }
         });
+        for (unsigned t = 0; t < threads; ++t)
+            tokenizers.emplace_back([&] {
+                try {
+                    tokenizer tok(options);
+                    while (auto c = todo.pop()) {
+                        c->ids.resize(c->docs.size());
+                        for (std::size_t i = 0; i < c->docs.size(); ++i)
+                            if (const std::string problem = tok.encode(c->docs[i], c->ids[i]); !problem.empty())
+                                throw error("sentencepiece could not encode a document: " + problem);
+                        const std::uint64_t seq = c->seq;
+                        if (!done.wait_for_room(seq)) return;
+                        done.put(seq, std::move(*c));
+                    }
+                } catch (...) {
+                    fail();
+                }
+            });
+    } catch (...) {  // a thread could not be created (a pids limit): stop the ones that were
+        fail();
+        join_all();
+        throw;
+    }
     try {
         while (auto c = done.pop()) {
             if (c->last) break;
@@ -87,10 +107,7 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
     } catch (...) {
         fail();
     }
-    todo.close();  // tokenizers waiting for work see the end
-    done.close();
-    reader.join();
-    for (auto& t : tokenizers) t.join();
+    join_all();
     if (failure) std::rethrow_exception(failure);
 }
 #endif

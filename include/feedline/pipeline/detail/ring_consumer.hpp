@@ -90,14 +90,17 @@ public:
         }
         returned_ = left;
         if (!h) {
-            if (log_ && !final_logged_) log_->write(snapshot()), final_logged_ = true;
+            if (!final_logged_) log(snapshot), final_logged_ = true;
             return std::nullopt;
         }
         state_ = slot_states_[h->slot()];
         ++delivered_;
-        if (log_ && delivered_ % c.stats_every == 0) log_->write(snapshot());
+        if (delivered_ % c.stats_every == 0) log(snapshot);
         return h;
     }
+
+    // Why the stats log stopped (empty while it works).
+    const std::string& log_error() const noexcept { return log_error_; }
 
     // After each batch: every autotuner::every batches, the tuner's verdict on the last interval. The
     // ring's depth is applied here; the workers to run are returned for the pipeline to apply.
@@ -132,6 +135,7 @@ public:
         s.prefetch_depth = prefetch_depth(m);
         s.device = device_reason_;
         s.worker_placement = started() ? placement_.describe() : "";
+        s.stats_log_error = log_error_;
         s.trainer_cpu = placement_.trainer();
     }
 
@@ -144,6 +148,19 @@ public:
     }
 
 private:
+    // A log that cannot be written (a full disk) stops logging, with the reason in stats; it never
+    // costs the trainer its batch.
+    template <class Snapshot>
+    void log(Snapshot&& snapshot) {
+        if (!log_) return;
+        try {
+            log_->write(snapshot());
+        } catch (const std::exception& e) {
+            log_error_ = e.what();
+            log_.reset();
+        }
+    }
+
     std::unique_ptr<staging_ring> ring_;
     std::string device_reason_;
     trainer_cpu placement_;
@@ -154,6 +171,7 @@ private:
     std::chrono::steady_clock::time_point start_time_, returned_;  // returned_: when next() last returned
     double busy_s_ = 0, waiting_s_ = 0;  // moving averages of the trainer's time outside and inside next()
     std::unique_ptr<stats_jsonl_log> log_;
+    std::string log_error_;
     bool final_logged_ = false;
 };
 
