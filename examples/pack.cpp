@@ -230,8 +230,13 @@ int main(int argc, char** argv) {
     app.add_flag("--quiet", o.quiet, "no progress or summary");
     CLI11_PARSE(app, argc, argv);
     if (o.threads == 0) o.threads = 1;
+    // A closed terminal (SIGHUP) stops a pack like Ctrl-C: nothing half-written is left. A file-size
+    // limit (SIGXFSZ would kill the process with its temporary files in place) makes write() fail
+    // with EFBIG instead, reported like a full disk.
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
+    std::signal(SIGHUP, on_signal);
+    std::signal(SIGXFSZ, SIG_IGN);
     try {
         return run(o);
     } catch (const std::exception& e) {

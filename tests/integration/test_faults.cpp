@@ -221,3 +221,31 @@ TEST_CASE("Faults.Memory.AnLlmcShardOfOnlyDelimitersCostsEightBytesPerDocument")
     CHECK(data.document(99'999).length == 1);
     CHECK(data.shard_document_starts() == std::vector<std::uint64_t>{0, 60'000});
 }
+
+TEST_CASE("Faults.Memory.A20MbLineOfBracketsIsRefusedForAFewTimesItsSize") {
+#if FEEDLINE_TEST_SANITIZED
+    ft::skip("peak memory is not meaningful under a sanitizer (shadow memory, quarantine)");
+#endif
+    // Parsing it into a DOM took ~1.5 GB before refusing it; the depth scan refuses it unparsed.
+    ft::scratch_dir dir;
+    const std::size_t bytes = 20u << 20;
+    ft::write_text(dir / "hostile.jsonl", "{\"text\": \"fine\"}\n" + std::string(bytes, '[') + "\n");
+    auto peak = [] {
+        std::ifstream in("/proc/self/status");
+        for (std::string line; std::getline(in, line);)
+            if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+        return 0ull;
+    };
+    if (!(std::ofstream("/proc/self/clear_refs") << "5")) ft::skip("cannot reset the peak RSS (/proc/self/clear_refs)");
+    const std::uint64_t before = peak();
+    try {
+        text_corpus corpus({dir / "hostile.jsonl"});
+        FAIL("a line nested 20 million deep was accepted");
+    } catch (const format_error& e) {
+        CHECK(e.file() == dir / "hostile.jsonl");
+        CHECK(std::string(e.what()).find("nested deeper than 1024") != std::string::npos);
+    }
+    const std::uint64_t grew = peak() - before;
+    MESSAGE("refusing a " << bytes << "-byte line raised the peak RSS by " << grew << " bytes");
+    CHECK(grew < 4 * bytes);
+}

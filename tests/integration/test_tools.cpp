@@ -128,9 +128,9 @@ TEST_CASE("Tools.Pack.BadInputFailsAndLeavesNoFiles") {
 
 TEST_CASE("Tools.Pack.DiskFullIsAnIoErrorAndLeavesNoFiles") {
     corpus c(2000);
-    // A file-size limit makes write() fail with EFBIG exactly as a full disk fails with ENOSPC.
-    // SIGXFSZ is ignored so the write returns the error instead of killing the process.
-    auto r = run("bash -c \"trap '' XFSZ; ulimit -f 64; exec " + bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " +
+    // A file-size limit makes write() fail with EFBIG exactly as a full disk fails with ENOSPC; the
+    // pack ignores SIGXFSZ itself, so the write returns the error instead of the signal killing it.
+    auto r = run("bash -c \"ulimit -f 64; exec " + bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " +
                      c.model + " --output " + (c.dir / "full") + "\"",
                  c.dir);
     CHECK(r.code == 1);

@@ -104,7 +104,9 @@ TEST_CASE("Text.Jsonl.FastParserAcceptsWhatNlohmannAccepts") {
         {R"({"id": 01, "text": "leading zero"})", status::invalid_json, ""},
         {R"({"text": "unterminated)", status::invalid_json, ""},
         {"", status::invalid_json, ""},
-        {std::string(2000, '[') + std::string(2000, ']'), status::missing_field, ""},  // deeper than simdjson's 1024
+        {std::string(1024, '[') + std::string(1024, ']'), status::missing_field, ""},  // as deep as allowed
+        {std::string(1025, '[') + std::string(1025, ']'), status::too_deep, ""},       // refused unparsed
+        {"{\"text\": \"" + std::string(2000, '[') + "\"}", status::ok, std::string(2000, '[')},  // inside a string: not nesting
         {"{\"text\": \"" + std::string(jsonl_field_parser::simdjson_max_line, 'x') + "\"}", status::ok, std::string(jsonl_field_parser::simdjson_max_line, 'x')},
     };
     jsonl_field_parser fast, reference(jsonl_field_parser::engine::nlohmann);

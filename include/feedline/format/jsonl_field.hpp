@@ -6,9 +6,10 @@
 // nlohmann_json defines which lines are accepted and what text they hold. When simdjson was found at
 // configure time it parses lines up to simdjson_max_line first: ~20x faster than nlohmann on short
 // documents (bench_end_to_end's jsonl_simdjson_vs_nlohmann). Anything simdjson refuses (integers
-// beyond 64 bits, a byte-order mark, nesting deeper than 1024, ...) and any longer line is parsed
-// again by nlohmann, so a build with simdjson accepts exactly the lines a build without it accepts,
-// with the same text; fuzz_jsonl_field checks that. Duplicate keys: the last one counts, as in
+// beyond 64 bits, a byte-order mark, ...) and any longer line is parsed again by nlohmann, so a build
+// with simdjson accepts exactly the lines a build without it accepts, with the same text;
+// fuzz_jsonl_field checks that. Lines nested deeper than max_depth are refused before either parser
+// runs, so refusing a hostile line costs a pass over it, not a DOM of it. Duplicate keys: the last one counts, as in
 // nlohmann and Python's json.
 #pragma once
 
@@ -31,6 +32,7 @@ enum class jsonl_field_status {
     invalid_json,   // the line is not one JSON value
     missing_field,  // not an object, or an object without the field
     not_string,     // the field holds something other than a string
+    too_deep,       // arrays and objects nested deeper than jsonl_field_parser::max_depth: refused unparsed
 };
 
 // One per thread: it keeps simdjson's buffers between lines. Which engine ran is not observable in
@@ -49,6 +51,9 @@ public:
     // Longer lines skip simdjson, whose buffers take ~14 bytes of address space per byte of line
     // (mostly never touched): this bounds what one worker's parser reserves.
     static constexpr std::size_t simdjson_max_line = std::size_t{1} << 20;
+    // Deeper lines are refused by a scan before any parser sees them (simdjson stops at 1024 too): a
+    // DOM of nested arrays costs ~100 bytes per level, so a 20 MB line of '[' took 1.5 GB to refuse.
+    static constexpr std::size_t max_depth = 1024;
 
     explicit jsonl_field_parser(engine e = engine::fastest) : engine_(e) {}
 
@@ -56,6 +61,7 @@ public:
     // otherwise). `line` may have surrounding whitespace (a trailing "\r\n" too). Its contents are
     // not changed, but its capacity may grow: simdjson reads a few bytes past the end of its input.
     jsonl_field_status extract(std::string& line, std::string_view field, std::string& out) {
+        if (deeper_than(line, max_depth)) return jsonl_field_status::too_deep;
 #if FEEDLINE_HAS_SIMDJSON
         if (engine_ == engine::fastest && line.size() <= simdjson_max_line) {
             if (line.capacity() < line.size() + simdjson::SIMDJSON_PADDING) line.reserve(line.size() + simdjson::SIMDJSON_PADDING);
@@ -63,6 +69,27 @@ public:
         }
 #endif
         return extract_nlohmann(line, field, out);
+    }
+
+    // Whether brackets and braces outside strings nest deeper than `limit`: one pass, no memory. A
+    // malformed line may pass (the parsers refuse it); a well-formed one is judged exactly.
+    static bool deeper_than(std::string_view line, std::size_t limit) noexcept {
+        std::size_t depth = 0;
+        bool in_string = false;
+        for (std::size_t i = 0; i < line.size(); ++i) {
+            const char c = line[i];
+            if (in_string) {
+                if (c == '\\') ++i;
+                else if (c == '"') in_string = false;
+            } else if (c == '"') {
+                in_string = true;
+            } else if (c == '[' || c == '{') {
+                if (++depth > limit) return true;
+            } else if ((c == ']' || c == '}') && depth > 0) {
+                --depth;
+            }
+        }
+        return false;
     }
 
 private:

@@ -84,6 +84,7 @@ private:
             const jsonl_field_status status = json_.extract(line, opt_.field, doc.text);
             if (status != jsonl_field_status::ok) {
                 const std::string problem = status == jsonl_field_status::invalid_json    ? "not valid JSON"
+                                            : status == jsonl_field_status::too_deep      ? "nested deeper than " + std::to_string(jsonl_field_parser::max_depth) + " levels"
                                             : status == jsonl_field_status::missing_field ? "no \"" + opt_.field + "\" field"
                                                                                           : "field \"" + opt_.field + "\" is not a string";
                 if (!opt_.skip_invalid) throw format_error(path_, line_offset_, "line " + std::to_string(line_no_) + ": " + problem);

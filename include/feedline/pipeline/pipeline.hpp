@@ -147,7 +147,7 @@ public:
         const worker_choice workers = choose_workers(config_, topo, env);
         autotune_ = workers.autotune;
         workers_reason_ = workers.reason;
-        const std::uint64_t available = memory_available_bytes();
+        const std::uint64_t available = detail::memory_available_bytes();
         const std::uint64_t process = topo.cgroup_memory_max ? (available ? std::min(available, *topo.cgroup_memory_max) : *topo.cgroup_memory_max) : available;
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : process / defaults::budget_divisor;
         std::uint64_t worker_bytes = 0, index_bytes = sampler_bytes * (own_planners_ ? workers.workers + 1 : 1);

@@ -53,6 +53,8 @@ struct reader_options {
     std::uint64_t dataset_bytes = 0;
 };
 
+namespace detail {
+
 // MemAvailable from /proc/meminfo in bytes (0 when unreadable). Never throws.
 inline std::uint64_t memory_available_bytes() noexcept {
     std::FILE* f = std::fopen("/proc/meminfo", "r");
@@ -64,6 +66,8 @@ inline std::uint64_t memory_available_bytes() noexcept {
     std::fclose(f);
     return static_cast<std::uint64_t>(kib) * 1024;
 }
+
+}  // namespace detail
 
 // Why io_uring is not usable here, or nullopt when it is. Never throws.
 inline std::optional<std::string> io_uring_unavailable_reason() {
@@ -132,7 +136,7 @@ inline any_reader make_reader(const reader_options& options = {}) {
         case io_backend::io_uring:
         case io_backend::automatic: {
             if (options.backend == io_backend::automatic && !options.direct && options.dataset_bytes > 0) {
-                std::uint64_t available = memory_available_bytes();
+                std::uint64_t available = detail::memory_available_bytes();
                 if (options.dataset_bytes <= available / 2)
                     return any_reader(std::make_unique<V>(std::in_place_type<mmap_reader>, options.pattern), io_backend::mmap,
                                       "mmap: the dataset (" + std::to_string(options.dataset_bytes >> 20) +
