@@ -72,14 +72,14 @@ private:
             const auto t0 = std::chrono::steady_clock::now();
             if (mapped_ != nullptr && windows_) {
                 write_mapped(plan, rows, slot);
-                counters_.read_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
+                counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
                 return;
             }
             read_rows(plan, rows, slot.seq_len);
             const auto t1 = std::chrono::steady_clock::now();
-            counters_.read_ns.fetch_add(ns_between(t0, t1), std::memory_order_relaxed);
+            counters_.read_ns.fetch_add(detail::elapsed_ns(t0, t1), std::memory_order_relaxed);
             convert_rows(plan, rows, slot);
-            counters_.assemble_ns.fetch_add(ns_since(t1), std::memory_order_relaxed);
+            counters_.assemble_ns.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
         }
 
     private:
@@ -180,11 +180,6 @@ private:
                 }
             }
         }
-
-        static std::uint64_t ns_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-            return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-        }
-        static std::uint64_t ns_since(std::chrono::steady_clock::time_point a) { return ns_between(a, std::chrono::steady_clock::now()); }
 
         const token_dataset& data_;
         source_counters& counters_;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -24,6 +25,13 @@ namespace feedline {
 enum class source_kind { tokens, text };
 
 inline std::string_view to_string(source_kind k) noexcept { return k == source_kind::tokens ? "token shards" : "text"; }
+
+namespace detail {
+// Nanoseconds between two steady-clock points (the second: now), for the workers' time counters.
+inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to = std::chrono::steady_clock::now()) {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
+}
+}  // namespace detail
 
 // Counters a pipeline's workers keep per run (relaxed atomics; summed into pipeline_stats). Owned by
 // the pipeline, so two pipelines over one source count separately.

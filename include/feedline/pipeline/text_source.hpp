@@ -126,10 +126,6 @@ private:
     std::uint64_t used_ = 0;
 };
 
-inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to = std::chrono::steady_clock::now()) {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
-}
-
 // The directory for feedline's caches: `configured`, else $FEEDLINE_CACHE_DIR, else
 // $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; empty for "none" or when none can be named.
 inline std::string cache_directory(const std::string& configured) {
