@@ -249,3 +249,72 @@ TEST_CASE("Faults.Memory.A20MbLineOfBracketsIsRefusedForAFewTimesItsSize") {
     MESSAGE("refusing a " << bytes << "-byte line raised the peak RSS by " << grew << " bytes");
     CHECK(grew < 4 * bytes);
 }
+
+namespace {
+
+// One Megatron shard of 2000 documents: a 40 KB .idx, so cutting it to one page leaves most of its
+// pointers on pages that are gone.
+std::string write_big_shard(const std::string& prefix, std::uint32_t salt) {
+    megatron_writer w(prefix, token_dtype::uint16);
+    for (std::uint32_t d = 0; d < 2000; ++d) w.add_document(std::vector<std::uint32_t>(100 + d % 50, (d + salt) % 60000 + 1));
+    w.finish();
+    return prefix;
+}
+
+pipeline_config with_backend(io_backend backend) {
+    auto c = small();
+    c.max_steps = 0;  // epochs without end: only the fault can stop it
+    c.shards.backend = backend;
+    return c;
+}
+
+std::vector<io_backend> usable_backends() {
+    std::vector<io_backend> out{io_backend::mmap, io_backend::pread};
+    if (!io_uring_unavailable_reason()) out.push_back(io_backend::io_uring);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("Faults.Running.AShardOrIndexTruncatedUnderARunningPipelineIsAFormatErrorFromNext") {
+    for (const io_backend backend : usable_backends()) {
+        for (const std::string ext : {".bin", ".idx"}) {
+            CAPTURE(to_string(backend));
+            CAPTURE(ext);
+            ft::scratch_dir dir;
+            const std::string prefix = write_big_shard(dir / "data", 0);
+            pipeline p(prefix, with_backend(backend));
+            for (int i = 0; i < 3; ++i) REQUIRE(p.next());
+            REQUIRE(::truncate((prefix + ext).c_str(), 4096) == 0);
+            std::uint64_t batches = 0;
+            try {
+                while (p.next() && ++batches < 200000) {
+                }
+                FAIL("no error after " << batches << " batches from a truncated " << ext);
+            } catch (const format_error& e) {
+                CHECK(e.file() == prefix + ext);
+                CHECK(e.offset() >= 4096);
+            }
+            CHECK_THROWS_AS(p.next(), format_error);  // the error stays; the destructor joins the workers
+        }
+    }
+}
+
+TEST_CASE("Faults.Running.AShardReplacedByRenameKeepsServingTheFilesItOpened") {
+    for (const io_backend backend : usable_backends()) {
+        CAPTURE(to_string(backend));
+        ft::scratch_dir dir;
+        const std::string a = write_big_shard(dir / "a", 0), b = write_big_shard(dir / "b", 0);
+        const std::string other = write_big_shard(dir / "other", 7);
+        pipeline pa(a, with_backend(backend)), pb(b, with_backend(backend));
+        for (int i = 0; i < 3; ++i) REQUIRE((pa.next() && pb.next()));
+        // The usual way to update a dataset: write new files, rename them over the old names.
+        for (const std::string ext : {".bin", ".idx"}) std::filesystem::rename(other + ext, a + ext);
+        for (int i = 0; i < 500; ++i) {
+            auto x = pa.next();
+            auto y = pb.next();
+            REQUIRE((x && y));
+            REQUIRE(std::ranges::equal(x->host_inputs(), y->host_inputs()));
+        }
+    }
+}

@@ -4,7 +4,13 @@
 
 #include <feedline/storage/reader.hpp>
 
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csetjmp>
+#include <csignal>
 #include <random>
 
 #include "test_support.hpp"
@@ -214,4 +220,99 @@ TEST_CASE("Storage.Mmap.PrefetchAndViewSeeTheSameBytes") {
     auto v = r.view(f, 100, 5000);
     CHECK(std::equal(v.begin(), v.end(), fx.contents.back().begin() + 100));
     CHECK_THROWS_AS(r.view(f, f.size() - 1, 2), format_error);
+}
+
+TEST_CASE("Storage.Mmap.AFileTruncatedWhileMappedIsAFormatErrorNotASigbus") {
+    ft::scratch_dir dir;
+    const std::string path = dir / "shrinks.bin";
+    auto bytes = ft::patterned_bytes(64 * 1024, 7);
+    ft::write_bytes(path, bytes.data(), bytes.size());
+    file f(path);
+    mmap_reader r;
+    std::vector<std::byte> out(100);
+    r.read(std::vector<read_request>{{&f, 0, 100, out.data()}});  // maps the whole file
+    REQUIRE(::truncate(path.c_str(), 4096) == 0);                   // another process shrinks it
+    for (int attempt = 0; attempt < 2; ++attempt) {                 // a second fault is caught too
+        try {
+            r.read(std::vector<read_request>{{&f, 32768, 100, out.data()}});
+            FAIL("read a page past the new end of the file");
+        } catch (const format_error& e) {
+            CHECK(e.file() == path);
+            CHECK(e.offset() == 32768);
+            CHECK(std::string(e.what()).find("now 4096 bytes") != std::string::npos);
+        }
+    }
+    r.read(std::vector<read_request>{{&f, 100, 100, out.data()}});  // what is left still reads
+    CHECK(std::equal(out.begin(), out.end(), bytes.begin() + 100));
+}
+
+namespace {
+
+// The SIGBUS contract with applications, checked in child processes (a handler is process-wide).
+sigjmp_buf app_env;
+volatile sig_atomic_t app_owns_fault = 0;
+volatile sig_atomic_t app_saw_fault = 0;
+struct sigaction app_previous {};
+
+void app_handler(int sig, siginfo_t* info, void* ctx) {
+    if (app_owns_fault != 0) {
+        app_saw_fault = 1;
+        siglongjmp(app_env, 1);
+    }
+    app_previous.sa_sigaction(sig, info, ctx);  // a well-behaved handler chains to the one before it
+}
+
+// A 3-page file mapped, then cut to one page: the last page faults.
+const std::byte* map_then_truncate(const std::string& path) {
+    auto bytes = ft::patterned_bytes(3 * 4096, 3);
+    ft::write_bytes(path, bytes.data(), bytes.size());
+    file f(path);
+    void* p = ::mmap(nullptr, 3 * 4096, PROT_READ, MAP_SHARED, f.fd(), 0);
+    if (p == MAP_FAILED || ::truncate(path.c_str(), 4096) != 0) ::_exit(10);
+    return static_cast<const std::byte*>(p);
+}
+
+template <class F>
+int in_child(F&& body) {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(body());
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return status;
+}
+
+}  // namespace
+
+TEST_CASE("Storage.Sigbus.ApplicationHandlersAreChainedAndKept") {
+    ft::scratch_dir dir;
+    SUBCASE("a handler installed after feedline's that chains keeps both working") {
+        const int status = in_child([&] {
+            const std::byte* m = map_then_truncate(dir / "a.bin");
+            std::byte b[16];
+            if (!guarded_copy(b, m, 16)) return 11;  // installs feedline's handler
+            struct sigaction act {};
+            act.sa_sigaction = &app_handler;
+            act.sa_flags = SA_SIGINFO | SA_NODEFER;
+            sigemptyset(&act.sa_mask);
+            ::sigaction(SIGBUS, &act, &app_previous);
+            if (guarded_copy(b, m + 2 * 4096, 16)) return 12;  // app handler -> feedline's -> recovered
+            app_owns_fault = 1;
+            if (sigsetjmp(app_env, 1) == 0) (void)*static_cast<const volatile std::byte*>(m + 2 * 4096);
+            return app_saw_fault == 1 ? 0 : 13;  // the application's own fault reached its handler
+        });
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
+    }
+    SUBCASE("a fault outside feedline's copies keeps its default meaning") {
+        const int status = in_child([&] {
+            const std::byte* m = map_then_truncate(dir / "b.bin");
+            std::byte b[16];
+            if (!guarded_copy(b, m, 16)) return 11;
+            if (guarded_copy(b, m + 2 * 4096, 16)) return 12;
+            (void)*static_cast<const volatile std::byte*>(m + 2 * 4096);  // not guarded: must not be swallowed
+            return 0;
+        });
+        CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+        if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGBUS);  // sanitizers report and exit instead
+    }
 }

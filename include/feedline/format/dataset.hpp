@@ -288,14 +288,22 @@ private:
         if (llmc_indexed_.load(std::memory_order_relaxed)) return;
         std::vector<std::uint64_t> starts;
         std::vector<std::uint64_t> counts(shards_.size(), 0);
+        // Read with pread in chunks rather than mapped: a shard truncated meanwhile is a format_error
+        // from pread_exact, not a SIGBUS, and the chunk stays in cache for the scan.
+        const std::size_t item = dtype_size(dtype_);
+        const std::uint64_t chunk_tokens = (std::uint64_t(1) << 20) / item;
+        std::vector<std::byte> chunk(chunk_tokens * item);
         for (std::uint32_t s = 0; s < shards_.size(); ++s) {
-            file_mapping map(*shards_[s].bin, access_pattern::sequential);
-            const std::byte* tokens = map.bytes().data() + llmc_layout::header_bytes;
-            for (std::uint64_t i = 0; i < shards_[s].tokens; ++i)
-                if (load_token<std::uint32_t>(tokens, dtype_, i) == delimiter_ || starts.empty()) {
-                    starts.push_back(shard_first_token_[s] + i);
-                    ++counts[s];
-                }
+            const file& bin = *shards_[s].bin;
+            for (std::uint64_t first = 0; first < shards_[s].tokens; first += chunk_tokens) {
+                const std::uint64_t n = std::min(chunk_tokens, shards_[s].tokens - first);
+                pread_exact(bin.fd(), bin.path(), chunk.data(), n * item, token_byte_offset(first));
+                for (std::uint64_t k = 0; k < n; ++k)
+                    if (load_token<std::uint32_t>(chunk.data(), dtype_, k) == delimiter_ || starts.empty()) {
+                        starts.push_back(shard_first_token_[s] + first + k);
+                        ++counts[s];
+                    }
+            }
         }
         starts.shrink_to_fit();  // growth by doubling would leave up to half again unused
         llmc_starts_ = std::move(starts);

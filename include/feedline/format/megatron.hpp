@@ -19,6 +19,7 @@
 #include <feedline/detail/output_file.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/storage/file.hpp>
+#include <feedline/storage/guarded_copy.hpp>
 #include <feedline/storage/mmap_reader.hpp>
 
 namespace feedline {
@@ -34,7 +35,9 @@ inline constexpr std::uint64_t header_size = 34;
 }  // namespace megatron_layout
 
 // A validated .idx, parsed from bytes. Keeps only offsets into the bytes, so opening an index with
-// 10^8 sequences costs one validation pass and no copies. The bytes must outlive the view.
+// 10^8 sequences costs one validation pass and no copies. The bytes must outlive the view. Every read
+// of the bytes is a guarded copy: an .idx truncated under a running job is a format_error naming it,
+// not a SIGBUS (storage/guarded_copy.hpp).
 class megatron_index_view {
 public:
     // Validates everything that can be checked without the .bin: magic, version, dtype code, that the
@@ -48,11 +51,13 @@ public:
         if (bytes_.size() < header_size)
             fail(bytes_.size(), "truncated index: " + std::to_string(bytes_.size()) + " bytes, the header alone needs " +
                                     std::to_string(header_size));
-        if (std::memcmp(bytes_.data(), magic.data(), magic.size()) != 0)
+        std::array<char, header_size> header{};
+        load(header.data(), 0, header_size);
+        if (std::memcmp(header.data(), magic.data(), magic.size()) != 0)
             fail(0, "wrong magic: expected \"MMIDIDX\\0\\0\" (a Megatron-LM .idx file)");
         if (auto v = u64(version_offset); v != version)
             fail(version_offset, "unknown version " + std::to_string(v) + " (expected 1)");
-        auto code = static_cast<std::uint8_t>(bytes_[dtype_offset]);
+        auto code = static_cast<std::uint8_t>(header[dtype_offset]);
         auto dt = dtype_from_megatron_code(code);
         if (!dt) fail(dtype_offset, "unknown dtype code " + std::to_string(code) + " (expected 1-8)");
         dtype_ = *dt;
@@ -82,17 +87,14 @@ public:
     std::uint64_t document_index_size() const noexcept { return documents_; }
     bool has_modes() const noexcept { return has_modes_; }
 
-    std::uint32_t length(std::uint64_t i) const noexcept {
+    // Throw format_error only when the mapped file shrank under the view.
+    std::uint32_t length(std::uint64_t i) const {
         std::int32_t v;
-        std::memcpy(&v, bytes_.data() + lengths_offset() + 4 * i, 4);
+        load(&v, lengths_offset() + 4 * i, 4);
         return static_cast<std::uint32_t>(v);
     }
-    std::uint64_t pointer(std::uint64_t i) const noexcept {
-        return static_cast<std::uint64_t>(i64(pointers_offset() + 8 * i));
-    }
-    std::uint64_t document_index(std::uint64_t j) const noexcept {
-        return static_cast<std::uint64_t>(i64(documents_offset() + 8 * j));
-    }
+    std::uint64_t pointer(std::uint64_t i) const { return static_cast<std::uint64_t>(i64(pointers_offset() + 8 * i)); }
+    std::uint64_t document_index(std::uint64_t j) const { return static_cast<std::uint64_t>(i64(documents_offset() + 8 * j)); }
     std::uint64_t total_tokens() const noexcept { return total_tokens_; }
 
     std::uint64_t lengths_offset() const noexcept { return megatron_layout::header_size; }
@@ -101,46 +103,63 @@ public:
 
 private:
     [[noreturn]] void fail(std::uint64_t offset, const std::string& what) const { throw format_error(path_, offset, what); }
-    std::uint64_t u64(std::uint64_t off) const noexcept {
+    void load(void* dest, std::uint64_t off, std::size_t n) const {
+        if (!guarded_copy(dest, bytes_.data() + off, n)) throw file_shrank_error(path_, off);
+    }
+    std::uint64_t u64(std::uint64_t off) const {
         std::uint64_t v;
-        std::memcpy(&v, bytes_.data() + off, 8);
+        load(&v, off, 8);
         return v;
     }
-    std::int64_t i64(std::uint64_t off) const noexcept {
+    std::int64_t i64(std::uint64_t off) const {
         std::int64_t v;
-        std::memcpy(&v, bytes_.data() + off, 8);
+        load(&v, off, 8);
         return v;
     }
 
+    // One pass over the arrays, copied out in chunks (one guarded copy per chunk, not per entry).
     void validate(std::optional<std::uint64_t> bin_size) {
+        constexpr std::uint64_t chunk = 8192;
         const std::uint64_t item = dtype_size(dtype_);
-        for (std::uint64_t i = 0; i < sequences_; ++i) {
-            std::int32_t len;
-            std::memcpy(&len, bytes_.data() + lengths_offset() + 4 * i, 4);
-            if (len < 0) fail(lengths_offset() + 4 * i, "sequence " + std::to_string(i) + " has negative length " + std::to_string(len));
-            std::int64_t ptr = i64(pointers_offset() + 8 * i);
-            if (ptr < 0 || static_cast<std::uint64_t>(ptr) % item != 0)
-                fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " has invalid byte pointer " +
-                                                    std::to_string(ptr) + " (must be >= 0 and a multiple of " +
-                                                    std::to_string(item) + ")");
-            std::uint64_t end = static_cast<std::uint64_t>(ptr) + static_cast<std::uint64_t>(len) * item;
-            if (bin_size && end > *bin_size)
-                fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " spans bytes [" + std::to_string(ptr) +
-                                                    ", " + std::to_string(end) + ") beyond the .bin size " +
-                                                    std::to_string(*bin_size));
-            total_tokens_ += static_cast<std::uint64_t>(len);
+        std::vector<std::int32_t> lengths(std::min(chunk, sequences_));
+        std::vector<std::int64_t> values(std::min(chunk, std::max(sequences_, documents_)));
+        for (std::uint64_t first = 0; first < sequences_; first += chunk) {
+            const std::uint64_t n = std::min(chunk, sequences_ - first);
+            load(lengths.data(), lengths_offset() + 4 * first, 4 * n);
+            load(values.data(), pointers_offset() + 8 * first, 8 * n);
+            for (std::uint64_t k = 0; k < n; ++k) {
+                const std::uint64_t i = first + k;
+                const std::int32_t len = lengths[k];
+                if (len < 0) fail(lengths_offset() + 4 * i, "sequence " + std::to_string(i) + " has negative length " + std::to_string(len));
+                const std::int64_t ptr = values[k];
+                if (ptr < 0 || static_cast<std::uint64_t>(ptr) % item != 0)
+                    fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " has invalid byte pointer " +
+                                                        std::to_string(ptr) + " (must be >= 0 and a multiple of " +
+                                                        std::to_string(item) + ")");
+                const std::uint64_t end = static_cast<std::uint64_t>(ptr) + static_cast<std::uint64_t>(len) * item;
+                if (bin_size && end > *bin_size)
+                    fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " spans bytes [" + std::to_string(ptr) +
+                                                        ", " + std::to_string(end) + ") beyond the .bin size " +
+                                                        std::to_string(*bin_size));
+                total_tokens_ += static_cast<std::uint64_t>(len);
+            }
         }
         std::int64_t prev = 0;
-        for (std::uint64_t j = 0; j < documents_; ++j) {
-            std::int64_t d = i64(documents_offset() + 8 * j);
-            if (j == 0 && d != 0) fail(documents_offset(), "document index must start at 0, found " + std::to_string(d));
-            if (d < prev)
-                fail(documents_offset() + 8 * j, "document index decreases: entry " + std::to_string(j) + " is " +
-                                                     std::to_string(d) + " after " + std::to_string(prev));
-            if (static_cast<std::uint64_t>(d) > sequences_)
-                fail(documents_offset() + 8 * j, "document index entry " + std::to_string(j) + " = " + std::to_string(d) +
-                                                     " exceeds the sequence count " + std::to_string(sequences_));
-            prev = d;
+        for (std::uint64_t first = 0; first < documents_; first += chunk) {
+            const std::uint64_t n = std::min(chunk, documents_ - first);
+            load(values.data(), documents_offset() + 8 * first, 8 * n);
+            for (std::uint64_t k = 0; k < n; ++k) {
+                const std::uint64_t j = first + k;
+                const std::int64_t d = values[k];
+                if (j == 0 && d != 0) fail(documents_offset(), "document index must start at 0, found " + std::to_string(d));
+                if (d < prev)
+                    fail(documents_offset() + 8 * j, "document index decreases: entry " + std::to_string(j) + " is " +
+                                                         std::to_string(d) + " after " + std::to_string(prev));
+                if (static_cast<std::uint64_t>(d) > sequences_)
+                    fail(documents_offset() + 8 * j, "document index entry " + std::to_string(j) + " = " + std::to_string(d) +
+                                                         " exceeds the sequence count " + std::to_string(sequences_));
+                prev = d;
+            }
         }
         if (static_cast<std::uint64_t>(prev) != sequences_)
             fail(documents_offset() + 8 * (documents_ - 1), "document index ends at " + std::to_string(prev) +

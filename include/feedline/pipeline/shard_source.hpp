@@ -86,6 +86,7 @@ private:
         // A contiguous run of one window's tokens in the mapping: row `row`, from its token `first`.
         struct mapped_piece {
             std::span<const std::byte> bytes;
+            const read_request* where = nullptr;  // its file and offset, for the error if the file shrinks
             std::uint32_t row = 0;
             std::uint64_t first = 0;
         };
@@ -116,15 +117,18 @@ private:
             std::uint64_t bytes = 0;
             raw_.resize((slot.seq_len + 1) * item);  // requests need a destination; this path reads through view() instead
             pieces_.clear();
+            requests_.clear();
             for (const std::uint32_t r : rows) {
-                requests_.clear();
+                const std::size_t first = requests_.size();
                 bytes += sample_requests(plan.samples[r], raw_.data());
                 std::uint64_t k = 0;  // the piece's first token within window r
-                for (const read_request& q : requests_) {
-                    pieces_.push_back({mapped_->view(*q.source, q.offset, q.length), r, k});
+                for (std::size_t i = first; i < requests_.size(); ++i) {
+                    const read_request& q = requests_[i];
+                    pieces_.push_back({mapped_->view(*q.source, q.offset, q.length), nullptr, r, k});
                     k += q.length / item;
                 }
             }
+            for (std::size_t i = 0; i < pieces_.size(); ++i) pieces_[i].where = &requests_[i];  // requests_ no longer grows
             // Requested ahead: the lines of the piece being converted (one burst of misses instead of one
             // at a time) and of the pieces after it, up to prefetch_bytes of pieces ahead, each piece's
             // first prefetch_bytes at most.
@@ -137,8 +141,11 @@ private:
                     prefetch_lines(pieces_[next].bytes);
                     ahead += pieces_[next++].bytes.size();
                 }
-                const auto& [src, r, k] = pieces_[p];
-                slot.put_window_tokens(r, k, src.data(), data_.dtype(), src.size() / item);
+                const auto& [src, where, r, k] = pieces_[p];
+                // Converted straight out of the mapping, so guarded: a shard truncated under the job
+                // is a format_error, not a SIGBUS (storage/guarded_copy.hpp).
+                if (!guarded_read(src.data(), src.size(), [&]() noexcept { slot.put_window_tokens(r, k, src.data(), data_.dtype(), src.size() / item); }))
+                    throw file_shrank_error(where->source->path(), where->offset);
             }
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }

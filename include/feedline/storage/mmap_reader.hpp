@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/storage/guarded_copy.hpp>
 #include <feedline/storage/read_request.hpp>
 
 namespace feedline {
@@ -79,16 +80,19 @@ public:
 
     // Copies every request out of the mapping of its file (mapped on first use). Not thread-safe.
     // Allocates only when it meets a file for the first time. A file truncated by another process
-    // after mapping raises SIGBUS, as with any mmap reader: shards must be immutable while read.
+    // after mapping would raise SIGBUS in a plain memcpy; the copy is guarded (storage/guarded_copy.hpp)
+    // and throws format_error naming the file and offset instead.
     void read(std::span<const read_request> requests) {
         for (const auto& r : requests) {
             detail::check_in_file(r);
             if (r.length == 0) continue;
-            std::memcpy(r.dest, mapping_for(*r.source).bytes().data() + r.offset, r.length);
+            if (!guarded_copy(r.dest, mapping_for(*r.source).bytes().data() + r.offset, r.length))
+                throw file_shrank_error(r.source->path(), r.offset);
         }
     }
 
-    // Zero-copy access to [offset, offset + length) of `f`, valid while this reader lives.
+    // Zero-copy access to [offset, offset + length) of `f`, valid while this reader lives. Unlike
+    // read(), touching the view of a file truncated under it raises SIGBUS: for tools on files at rest.
     std::span<const std::byte> view(const file& f, std::uint64_t offset, std::uint64_t length) {
         detail::check_in_file(read_request{&f, offset, length, nullptr});
         if (length == 0) return {};

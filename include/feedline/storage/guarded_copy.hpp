@@ -1,0 +1,121 @@
+// feedline/storage/guarded_copy.hpp: copies out of a file mapping that survive the file shrinking.
+// A page of a mapping past the file's current end raises SIGBUS when touched: a shard or .idx truncated
+// (or rewritten in place) by another process under a running job would kill the trainer without a
+// word. Every read feedline makes from a mapping goes through guarded_copy(), which sets a per-thread
+// recovery point around one memcpy; feedline's SIGBUS handler jumps back to it when the faulting
+// address lies inside the range being copied, and the caller turns that into a format_error naming
+// the file. Any other SIGBUS goes to the handler installed before feedline's (or the default action),
+// so an application's own handling is kept. Fed by the mmap backend and the Megatron index; see
+// docs/reliability.md for the contract with applications that install SIGBUS handlers themselves.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <csetjmp>
+#include <csignal>
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include <feedline/error.hpp>
+
+namespace feedline {
+namespace detail {
+
+// Where a thread is copying from a mapping, and where to jump back to if that faults. Trivial on
+// purpose: the jump skips no destructor.
+struct sigbus_recovery_point {
+    sigjmp_buf env;
+    const std::byte* begin;
+    const std::byte* end;
+};
+
+// The current thread's recovery point, or null when it is not copying from a mapping. Written by the
+// thread before it touches the mapping, so its TLS block exists when the handler reads it.
+inline thread_local sigbus_recovery_point* active_sigbus_recovery = nullptr;
+
+// The SIGBUS disposition that was in place when feedline installed its handler, chained to.
+inline struct sigaction previous_sigbus_action {};
+
+inline void on_sigbus(int sig, siginfo_t* info, void* context) {
+    sigbus_recovery_point* point = active_sigbus_recovery;
+    const auto* addr = static_cast<const std::byte*>(info != nullptr ? info->si_addr : nullptr);
+    if (point != nullptr && addr >= point->begin && addr < point->end) siglongjmp(point->env, 1);
+    // Not ours: hand it to whoever had it before.
+    const struct sigaction& prev = previous_sigbus_action;
+    if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+        prev.sa_sigaction(sig, info, context);
+    } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler != nullptr) {
+        prev.sa_handler(sig);
+    } else {
+        // Default (or ignored, which cannot skip a faulting load): restore the default action and
+        // return; the load runs again and the process dies of SIGBUS as it would have without us.
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        ::sigaction(SIGBUS, &dfl, nullptr);
+    }
+}
+
+// Installs feedline's SIGBUS handler once per process. SA_NODEFER keeps SIGBUS unblocked inside the
+// handler, so jumping out with sigsetjmp(env, 0) (no mask saved: no syscall per copy) leaves the
+// thread's signal mask as it was. Never throws; if sigaction fails, faults keep their old meaning.
+inline void install_sigbus_handler() noexcept {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        struct sigaction action {};
+        action.sa_sigaction = &on_sigbus;
+        action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+        sigemptyset(&action.sa_mask);
+        ::sigaction(SIGBUS, &action, &previous_sigbus_action);
+    });
+}
+
+}  // namespace detail
+
+// Runs `read`, which reads only [begin, begin + n) of a file mapping, under a recovery point. Returns
+// false when a page of that range is gone because the file shrank (what `read` wrote so far is left
+// as it is), true otherwise. `read` must hold nothing that needs a destructor and take no lock: a
+// fault abandons its frames. Not inlined: a function that calls sigsetjmp cannot be, and its own
+// frame stays small. Costs a few nanoseconds (sigsetjmp without the signal mask: no syscall).
+template <class Read>
+[[gnu::noinline]] bool guarded_read(const std::byte* begin, std::size_t n, Read&& read) noexcept {
+    if (n == 0) {
+        read();
+        return true;
+    }
+    detail::install_sigbus_handler();
+    detail::sigbus_recovery_point point;
+    point.begin = begin;
+    point.end = begin + n;
+    detail::sigbus_recovery_point* const outer = detail::active_sigbus_recovery;
+    if (sigsetjmp(point.env, 0) != 0) {
+        detail::active_sigbus_recovery = outer;
+        return false;
+    }
+    detail::active_sigbus_recovery = &point;
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the point is published before the reads
+    read();
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    detail::active_sigbus_recovery = outer;
+    return true;
+}
+
+// Copies `n` bytes from `src` (inside a file mapping) to `dest`: guarded_read of a memcpy.
+inline bool guarded_copy(void* dest, const std::byte* src, std::size_t n) noexcept {
+    return guarded_read(src, n, [&]() noexcept { std::memcpy(dest, src, n); });
+}
+
+// The error for a guarded copy that failed: `path` shrank below `offset` while mapped. Names the size
+// the file has now, when it can still be stat'ed.
+inline format_error file_shrank_error(const std::string& path, std::uint64_t offset) {
+    struct stat st {};
+    std::string now = ::stat(path.c_str(), &st) == 0 ? " (it is now " + std::to_string(st.st_size) + " bytes)" : " (it is gone)";
+    return format_error(path, offset,
+                        "the file shrank while mapped" + now +
+                            ": it was truncated or rewritten in place under a running job; replace files by renaming a new one over them");
+}
+
+}  // namespace feedline
