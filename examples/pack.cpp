@@ -115,6 +115,9 @@ public:
     std::vector<std::string> finish() {
         if (llmc_) return llmc_->finish();
         for (auto& w : megatron_) w->close();
+        // Numbered pairs of an earlier pack into this prefix go first (indexes before data), so one
+        // with more shards leaves none behind and a kill while publishing never mixes the two.
+        if (o_.shard_size) feedline::detail::remove_numbered_files(o_.output, {".idx", ".bin"});
         std::vector<std::string> out;
         for (auto& w : megatron_) {
             w->commit();

@@ -10,7 +10,7 @@ packages=(
   liburing-dev libsentencepiece-dev sentencepiece libnuma-dev libhwloc-dev   # optional parts
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev  # JSONL input, tools
   libopenblas-dev libopenmpi-dev openmpi-bin                  # sample trainer, MPI tests
-  util-linux python3 python3-venv python3-numpy python3-torch # fincore; Megatron interop test
+  util-linux strace python3 python3-venv python3-numpy python3-torch # fincore; crash-point tests; Megatron interop test
 )
 
 missing=()

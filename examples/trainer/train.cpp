@@ -45,6 +45,7 @@ struct options {
     std::uint64_t max_steps = 1000, batch_size = 16, seq_len = 128, grad_accum = 1, seed = 1;
     double max_seconds = 0;
     std::uint64_t log_every = 10, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
+    std::size_t keep_checkpoints = 2;
     unsigned workers = 1;
     bool json = false;
     trainer::model_config model;
@@ -106,7 +107,9 @@ int run(options o, trainer::communicator& comm) {
 
     std::optional<trainer::checkpoint> resumed;
     if (!o.resume.empty()) {
-        resumed = trainer::load_checkpoint(o.resume);
+        resumed = trainer::resume_from(o.resume, [&](const std::string& line) {
+            if (lead) std::fprintf(stderr, "%s\n", line.c_str());
+        });
         const auto& r = *resumed;
         if (r.model.vocab != o.model.vocab || r.model.context != o.model.context || r.model.embed != o.model.embed || r.model.hidden != o.model.hidden)
             throw feedline::config_error("--resume", o.resume + ": the checkpoint's model (" + trainer::to_json(r.model).dump() +
@@ -211,7 +214,7 @@ int run(options o, trainer::communicator& comm) {
         c.seed = o.seed;
         c.mode = o.mode;
         c.pipeline_state = feedline::to_json(data.state());
-        trainer::save_checkpoint(dir, c);
+        trainer::save_checkpoint(dir, c, o.keep_checkpoints);
     };
 
     std::vector<std::uint64_t> unigram(o.model.vocab, 0);
@@ -363,9 +366,10 @@ int main(int argc, char** argv) {
     app.add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--eval-every", o.eval_every, "evaluate on --eval-data every N steps (0: only at the end)")->capture_default_str();
     app.add_option("--eval-batches", o.eval_batches, "batches per evaluation")->capture_default_str();
-    app.add_option("--checkpoint", o.checkpoint, "directory to save model, optimizer and data position to (at the end, and every --checkpoint-every)");
+    app.add_option("--checkpoint", o.checkpoint, "directory to keep checkpoints in (DIR/step-N: model, optimizer, data position; at the end and every --checkpoint-every)");
+    app.add_option("--keep-checkpoints", o.keep_checkpoints, "checkpoints to keep under --checkpoint, newest first (0: all)")->capture_default_str();
     app.add_option("--checkpoint-every", o.checkpoint_every, "also save every N steps (0: only at the end)")->capture_default_str();
-    app.add_option("--resume", o.resume, "continue from this checkpoint directory (same model and batch shape)");
+    app.add_option("--resume", o.resume, "continue from a --checkpoint directory (its newest intact checkpoint) or one DIR/step-N (same model and batch shape)");
     app.add_flag("--json", o.json, "progress as JSON lines (step, loss, tokens_per_s, stall_fraction, ...)");
     CLI11_PARSE(app, argc, argv);
     std::unique_ptr<trainer::communicator> comm;

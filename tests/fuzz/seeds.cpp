@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include <utility>
+
 #ifdef FEEDLINE_FUZZ_TOKEN_LENGTHS
 #include <feedline/format/token_lengths.hpp>
 #endif
@@ -92,6 +94,18 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     for (const auto& lengths : {std::vector<std::uint32_t>{}, std::vector<std::uint32_t>{3, 0, 70000, 12}}) {
         const auto bytes = feedline::token_lengths{"feedline.token_lengths 1\nfile a.jsonl 12 1.5 7\n", lengths}.encode();
         seeds.emplace_back(reinterpret_cast<const std::uint8_t*>(bytes.data()), reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
+    }
+#elif defined(FEEDLINE_FUZZ_CHECKPOINT_MANIFEST)
+    // Byte 0 picks the document: even, a manifest; odd, a trainer.json (with an empty tensors file).
+    const std::string manifest = R"({"format": "feedline-train checkpoint manifest", "version": 1, "files": [)"
+                                 R"({"name": "trainer.json", "bytes": 412, "crc32": 3735928559}, {"name": "tensors.bin", "bytes": 16, "crc32": 1}]})";
+    const std::string trainer_json = R"({"format": "feedline-train checkpoint", "version": 1, "step": 2, "tokens": 128,)"
+                                     R"( "model": {"vocab": 20, "context": 2, "embed": 4, "hidden": 8}, "global_batch": 2, "seq_len": 16,)"
+                                     R"( "grad_accum": 2, "seed": 7, "mode": "windows", "pipeline_state": {"format": "feedline.sampler_state", "version": 1, "step": 4}})";
+    for (const auto& [which, text] : {std::pair{0, manifest}, std::pair{1, trainer_json}}) {
+        std::vector<std::uint8_t> seed{static_cast<std::uint8_t>(which)};
+        seed.insert(seed.end(), text.begin(), text.end());
+        seeds.push_back(seed);
     }
 #else
     for (auto [magic, version, width] : {std::tuple{20240520, 1, 2}, std::tuple{20240801, 7, 4}}) {

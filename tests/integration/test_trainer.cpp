@@ -43,7 +43,7 @@ TEST_CASE("feedline-train: a resumed run reproduces the uninterrupted run's loss
         const std::string ck = data.dir / (std::string("ck-") + mode);
         auto first = ft::run(data.train_command(common + " --max-steps 5 --checkpoint " + ck), data.dir);
         REQUIRE_MESSAGE(first.code == 0, first.err);
-        REQUIRE(std::filesystem::exists(ck + "/tensors.bin"));
+        REQUIRE(std::filesystem::exists(ck + "/step-000000000005/tensors.bin"));
         // Another worker count on resume: the data order does not depend on it.
         auto second = ft::run(data.train_command(common + " --max-steps 12 --workers 2 --resume " + ck), data.dir);
         REQUIRE_MESSAGE(second.code == 0, second.err);

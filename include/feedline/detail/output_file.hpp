@@ -9,15 +9,19 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
 
 namespace feedline::detail {
@@ -41,6 +45,22 @@ inline void sync_parent_directory(const std::string& path) {
     const int rc = ::fsync(fd), err = errno;
     ::close(fd);
     if (rc != 0 && err != EINVAL) throw io_error(dir, err, "fsync of the directory failed");  // EINVAL: a filesystem without directory sync
+}
+
+// Removes every "<prefix>_<digits><ext>" for each extension in the given order (an index before its
+// data, so no crash point leaves an index whose data is gone), then syncs the directory: what an
+// earlier pack into the same prefix left. Throws io_error.
+inline void remove_numbered_files(const std::string& prefix, std::initializer_list<std::string_view> exts) {
+    bool removed = false;
+    for (const std::string_view ext : exts) {
+        auto paths = numbered_files(prefix, ext);
+        std::reverse(paths.begin(), paths.end());  // the last first: killed midway, shards 0..k are left, still in sequence
+        for (const auto& path : paths) {
+            if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw io_error(path, errno, "cannot remove a file of an earlier pack");
+            removed = true;
+        }
+    }
+    if (removed) sync_parent_directory(prefix);
 }
 
 class output_file {

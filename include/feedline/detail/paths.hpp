@@ -77,4 +77,25 @@ inline std::vector<std::string> regular_files_in(const std::string& dir) {
     return files;
 }
 
+// Files named "<prefix>_<digits><ext>" (a writer's numbered shards) that exist now, sorted. Throws
+// io_error when the directory cannot be listed.
+inline std::vector<std::string> numbered_files(const std::string& prefix, std::string_view ext) {
+    namespace fs = std::filesystem;
+    const fs::path p(prefix);
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    const std::string stem = p.filename().string() + "_";
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() <= stem.size() + ext.size() || name.compare(0, stem.size(), stem) != 0 || !ends_with(name, ext)) continue;
+        const std::string_view digits = std::string_view(name).substr(stem.size(), name.size() - stem.size() - ext.size());
+        if (std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            out.push_back(p.has_parent_path() ? (dir / name).string() : name);
+    }
+    if (ec) throw io_error(dir.string(), ec.value(), "cannot list the directory");
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 }  // namespace feedline::detail

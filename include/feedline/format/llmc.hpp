@@ -150,13 +150,17 @@ public:
 
     std::uint64_t documents() const noexcept { return documents_; }
 
-    // Completes the last shard and renames every shard to its final name (only now, so an interrupted
-    // pack leaves no shard set behind). Returns the shard paths. Throws io_error.
+    // Completes the last shard and publishes every shard under its final name (only now, so an
+    // interrupted pack leaves no shard set behind). Shards of an earlier pack into the same prefix are
+    // removed first (all of them, and the removal synced), so a pack with fewer shards leaves no stale
+    // ones behind, and a kill while publishing leaves shards 0..k of this pack alone, never mixed with
+    // an earlier pack's. Returns the shard paths. Throws io_error.
     std::vector<std::string> finish() {
         if (current_ || done_.empty()) {
             if (!current_) open_shard();
             close_shard();
         }
+        remove_earlier_shards();
         std::vector<std::string> paths;
         for (auto& s : done_) {
             s->commit();
@@ -172,6 +176,10 @@ public:
     }
 
 private:
+    void remove_earlier_shards() {
+        detail::remove_numbered_files(prefix_, {".bin"});
+    }
+
     void open_shard() {
         current_ = std::make_unique<detail::output_file>(shard_path(prefix_, done_.size()));
         std::array<std::byte, llmc_layout::header_bytes> zeros{};

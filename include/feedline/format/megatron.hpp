@@ -7,7 +7,10 @@
 // validated and exposed. Fed by storage/, feeds format/dataset.hpp.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -248,10 +251,17 @@ public:
         idx_->close_pending();
     }
 
-    // Moves both files to their final names (.bin first, so a crash in between leaves no .idx and thus
-    // no dataset). Writers of several shards close() them all, then commit() them all.
+    // Publishes the pair so that no crash point leaves a .bin and an .idx that validate together
+    // unless they were written together: an older .idx under the final name is removed first (and the
+    // removal synced), then the .bin is renamed and synced, then the .idx. Killed anywhere in between,
+    // the prefix has no .idx, so it is no dataset (an older .bin beside a newer .idx, or the reverse,
+    // cannot happen even when their sizes would agree). Writers of several shards close() them all,
+    // then commit() them all.
     void commit() {
         close();
+        const std::string idx_path = prefix_ + ".idx";
+        if (::unlink(idx_path.c_str()) != 0 && errno != ENOENT) throw io_error(idx_path, errno, "cannot remove the older index");
+        detail::sync_parent_directory(idx_path);
         bin_.commit();
         idx_->commit();
     }
