@@ -30,6 +30,7 @@ struct options {
     std::uint64_t train_vocab = 0, shard_size = 0;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     bool append_eos = false, skip_invalid = false, quiet = false;
+    std::uint64_t max_line_bytes = feedline::text_options{}.max_line_bytes;
 };
 
 // Reads documents from every input file in order, in batches.
@@ -151,7 +152,8 @@ int run(const options& o) {
                                 .skip_invalid = o.skip_invalid,
                                 .split = o.split == "blank"  ? feedline::text_split::blank_lines
                                          : o.split == "line" ? feedline::text_split::lines
-                                                             : feedline::text_split::whole_file};
+                                                             : feedline::text_split::whole_file,
+                                .max_line_bytes = o.max_line_bytes};
     if (o.split != "file" && o.split != "blank" && o.split != "line")
         throw feedline::config_error("text-split", "expected file, blank or line, got '" + o.split + "'");
     if (o.format != "megatron" && o.format != "llmc")
@@ -228,7 +230,8 @@ int main(int argc, char** argv) {
     app.add_option("--shard-size", o.shard_size, "start a new shard after this many bytes (0: Megatron one shard, llm.c 10^8 tokens)");
     app.add_option("--threads", o.threads, "tokenizer threads")->capture_default_str();
     app.add_option("--field", o.field, "JSONL field holding the text")->capture_default_str();
-    app.add_flag("--skip-invalid", o.skip_invalid, "skip (and count) JSONL lines that are invalid or lack the field");
+    app.add_flag("--skip-invalid", o.skip_invalid, "skip (and count) JSONL lines that are invalid or lack the field (or are longer than --max-line-bytes)");
+    app.add_option("--max-line-bytes", o.max_line_bytes, "longest line (or whole-file document) to read, in bytes; 0: no limit")->capture_default_str();
     app.add_option("--text-split", o.split, "plain text documents: file, blank (blank-line separated) or line")->capture_default_str();
     app.add_flag("--quiet", o.quiet, "no progress or summary");
     CLI11_PARSE(app, argc, argv);

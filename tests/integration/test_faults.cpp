@@ -318,3 +318,37 @@ TEST_CASE("Faults.Running.AShardReplacedByRenameKeepsServingTheFilesItOpened") {
         }
     }
 }
+
+TEST_CASE("Faults.Text.ALineLongerThanMaxLineBytesIsRefusedOrSkippedWithoutReadingItWhole") {
+    ft::scratch_dir dir;
+    const std::string path = dir / "long.jsonl";
+    const std::string first = "{\"text\": \"short one\"}\n";
+    ft::write_text(path, first + "{\"text\": \"" + std::string(3 << 20, 'a') + "\"}\n{\"text\": \"after\"}\n");
+    text_document doc;
+    {
+        text_reader r(path, {.max_line_bytes = 1 << 20});
+        REQUIRE(r.next(doc));
+        CHECK(doc.text == "short one");
+        try {
+            (void)r.next(doc);
+            FAIL("read a line past max_line_bytes");
+        } catch (const format_error& e) {
+            CHECK(e.file() == path);
+            CHECK(e.offset() == first.size());
+            CHECK(std::string(e.what()).find("line 2 is longer than max_line_bytes") != std::string::npos);
+        }
+    }
+    {
+        text_reader r(path, {.skip_invalid = true, .max_line_bytes = 1 << 20});
+        REQUIRE(r.next(doc));
+        REQUIRE(r.next(doc));
+        CHECK(doc.text == "after");
+        CHECK(doc.line == 3);
+        CHECK(doc.offset == first.size() + (3 << 20) + 13);  // offsets stay exact past the skipped line
+        CHECK(r.skipped() == 1);
+    }
+    text_reader whole(path, {.max_line_bytes = 0});  // 0: no limit
+    REQUIRE(whole.next(doc));
+    REQUIRE(whole.next(doc));
+    CHECK(doc.text.size() == (3u << 20));
+}

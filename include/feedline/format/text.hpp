@@ -9,7 +9,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,10 @@ struct text_options {
     std::string field = "text";     // JSONL field that holds the document
     bool skip_invalid = false;      // count and skip bad JSONL lines instead of throwing
     text_split split = text_split::whole_file;  // plain text only
+    // The longest line (or whole-file document) read, in bytes: a longer one is a format_error naming
+    // the file, offset and line (or, with skip_invalid, a skipped line) instead of memory in
+    // proportion to whatever one line holds. 0: no limit.
+    std::uint64_t max_line_bytes = std::uint64_t(64) << 20;
     friend bool operator==(const text_options&, const text_options&) = default;
 };
 
@@ -67,11 +73,44 @@ public:
     const std::string& path() const noexcept { return path_; }
 
 private:
-    bool getline(std::string& line) {
+    // One line, without its '\n' (and '\r'). A line over max_line_bytes is read no further: with
+    // skip_invalid the rest is discarded and the line counted as skipped (`skipped` is set), else it
+    // is a format_error. Reading stops at the limit, so memory stays bounded by it.
+    bool getline(std::string& line, bool* skipped = nullptr) {
         line_offset_ = offset_;
-        if (!std::getline(in_, line)) return false;
+        line.clear();
+        const std::uint64_t limit = opt_.max_line_bytes;
+        bool any = false, too_long = false;
+        char chunk[1 << 16];
+        for (;;) {
+            // istream::getline scans a buffer at a time; a full chunk means the line goes on.
+            in_.getline(chunk, sizeof chunk);
+            const auto n = static_cast<std::size_t>(in_.gcount());
+            std::size_t stored = n;
+            bool ended = true;
+            if (in_.good()) {
+                stored = n - 1;  // the '\n' was taken, not stored
+            } else if (!in_.eof() && !in_.bad() && n == sizeof chunk - 1) {
+                in_.clear();
+                ended = false;
+            } else if (in_.bad()) {
+                throw io_error(path_, errno, "read failed", offset_);
+            }
+            any = any || n > 0;
+            offset_ += n;
+            if (!too_long && limit != 0 && line.size() + stored > limit) {
+                if (!opt_.skip_invalid || skipped == nullptr)
+                    throw format_error(path_, line_offset_, "line " + std::to_string(line_no_ + 1) + " is longer than max_line_bytes (" + std::to_string(limit) +
+                                                                " bytes; raise text.documents.max_line_bytes for longer documents)");
+                too_long = true;
+                std::string().swap(line);
+            }
+            if (!too_long) line.append(chunk, stored);
+            if (ended) break;
+        }
+        if (!any) return false;
         ++line_no_;
-        offset_ += line.size() + (in_.eof() ? 0 : 1);
+        if (skipped != nullptr) *skipped = too_long;
         if (!line.empty() && line.back() == '\r') line.pop_back();
         return true;
     }
@@ -79,7 +118,13 @@ private:
     bool next_jsonl(text_document& doc) {
 #if FEEDLINE_HAS_JSON
         std::string line;
-        while (getline(line)) {
+        bool too_long = false;
+        while (getline(line, &too_long)) {
+            if (too_long) {
+                ++skipped_;
+                ++number_;
+                continue;
+            }
             if (std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); })) continue;
             const jsonl_field_status status = json_.extract(line, opt_.field, doc.text);
             if (status != jsonl_field_status::ok) {
@@ -108,6 +153,11 @@ private:
     bool next_whole(text_document& doc) {
         if (done_) return false;
         done_ = true;
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(path_, ec);
+        if (!ec && opt_.max_line_bytes != 0 && size > opt_.max_line_bytes)
+            throw format_error(path_, 0, "a whole-file document of " + std::to_string(size) + " bytes is longer than max_line_bytes (" +
+                                             std::to_string(opt_.max_line_bytes) + " bytes; raise text.documents.max_line_bytes, or split the file)");
         doc.text.assign(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
         if (in_.bad()) throw io_error(path_, errno, "read failed");
         doc.line = 1;

@@ -214,7 +214,7 @@ private:
         key += "tokenizer " + identity(config_.tokenizer) + " crc32 " + std::to_string(crc.checksum()) + "\n";
         const text_options& o = corpus_->options();
         key += "bos " + std::to_string(config_.add_bos) + " eos " + std::to_string(config_.add_eos) + " field " + o.field + " split " +
-               std::to_string(static_cast<int>(o.split)) + " skip_invalid " + std::to_string(o.skip_invalid) + "\n";
+               std::to_string(static_cast<int>(o.split)) + " skip_invalid " + std::to_string(o.skip_invalid) + " max_line_bytes " + std::to_string(o.max_line_bytes) + "\n";
         for (std::size_t f = 0; f < corpus_->file_count(); ++f) key += "file " + identity(corpus_->file_at(f).path()) + "\n";
         key += "documents " + std::to_string(corpus_->document_count()) + "\n";
         return key;
