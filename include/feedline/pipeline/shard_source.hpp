@@ -129,24 +129,29 @@ private:
                 }
             }
             for (std::size_t i = 0; i < pieces_.size(); ++i) pieces_[i].where = &requests_[i];  // requests_ no longer grows
+            // Converted straight out of the mapping, so guarded (one recovery point for the batch): a
+            // shard truncated under the job is a format_error, not a SIGBUS (storage/guarded_copy.hpp).
             // Requested ahead: the lines of the piece being converted (one burst of misses instead of one
             // at a time) and of the pieces after it, up to prefetch_bytes of pieces ahead, each piece's
             // first prefetch_bytes at most.
-            std::size_t next = 0;     // the first piece not requested yet
-            std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
-            for (std::size_t p = 0; p < pieces_.size(); ++p) {
-                if (next == p) prefetch_lines(pieces_[next++].bytes);
-                else ahead -= pieces_[p].bytes.size();
-                while (next < pieces_.size() && ahead < defaults::prefetch_bytes) {
-                    prefetch_lines(pieces_[next].bytes);
-                    ahead += pieces_[next++].bytes.size();
+            volatile std::size_t at = 0;  // the piece being read, for the error (kept in memory across the jump)
+            const bool whole = guarded_reads([&](sigbus_guard& guard) noexcept {
+                std::size_t next = 0;     // the first piece not requested yet
+                std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
+                for (std::size_t p = 0; p < pieces_.size(); ++p) {
+                    if (next == p) prefetch_lines(pieces_[next++].bytes);
+                    else ahead -= pieces_[p].bytes.size();
+                    while (next < pieces_.size() && ahead < defaults::prefetch_bytes) {
+                        prefetch_lines(pieces_[next].bytes);
+                        ahead += pieces_[next++].bytes.size();
+                    }
+                    const auto& [src, where, r, k] = pieces_[p];
+                    at = p;
+                    guard.covering(src.data(), src.size());
+                    slot.put_window_tokens(r, k, src.data(), data_.dtype(), src.size() / item);
                 }
-                const auto& [src, where, r, k] = pieces_[p];
-                // Converted straight out of the mapping, so guarded: a shard truncated under the job
-                // is a format_error, not a SIGBUS (storage/guarded_copy.hpp).
-                if (!guarded_read(src.data(), src.size(), [&]() noexcept { slot.put_window_tokens(r, k, src.data(), data_.dtype(), src.size() / item); }))
-                    throw file_shrank_error(where->source->path(), where->offset);
-            }
+            });
+            if (!whole) throw file_shrank_error(pieces_[at].where->source->path(), pieces_[at].where->offset);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 

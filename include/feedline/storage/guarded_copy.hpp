@@ -75,32 +75,53 @@ inline void install_sigbus_handler() noexcept {
 
 }  // namespace detail
 
-// Runs `read`, which reads only [begin, begin + n) of a file mapping, under a recovery point. Returns
-// false when a page of that range is gone because the file shrank (what `read` wrote so far is left
-// as it is), true otherwise. `read` must hold nothing that needs a destructor and take no lock: a
-// fault abandons its frames. Not inlined: a function that calls sigsetjmp cannot be, and its own
-// frame stays small. Costs a few nanoseconds (sigsetjmp without the signal mask: no syscall).
-template <class Read>
-[[gnu::noinline]] bool guarded_read(const std::byte* begin, std::size_t n, Read&& read) noexcept {
-    if (n == 0) {
-        read();
-        return true;
+// Handed to the function guarded_reads() runs: before reading a range of a mapping, the function
+// says which (one store each, no syscall), so a fault there, and only there, is recovered.
+class sigbus_guard {
+public:
+    explicit sigbus_guard(detail::sigbus_recovery_point* point) noexcept : point_(point) {}
+    void covering(const std::byte* begin, std::size_t n) noexcept {
+        point_->begin = begin;
+        point_->end = begin + n;
+        std::atomic_signal_fence(std::memory_order_seq_cst);  // published before the reads
     }
+
+private:
+    detail::sigbus_recovery_point* point_;
+};
+
+// Runs `read(guard)` under one recovery point: `read` calls guard.covering() before each range of a
+// mapping it reads. Returns false when a page of the range being read is gone because the file
+// shrank (what `read` wrote so far is left as it is), true otherwise. `read` must hold nothing that
+// needs a destructor and take no lock: a fault abandons its frames. Not inlined: a function that
+// calls sigsetjmp cannot be. One sigsetjmp (without the signal mask: no syscall) per call, so a batch
+// of reads pays it once.
+template <class Read>
+[[gnu::noinline]] bool guarded_reads(Read&& read) noexcept {
     detail::install_sigbus_handler();
     detail::sigbus_recovery_point point;
-    point.begin = begin;
-    point.end = begin + n;
+    point.begin = point.end = nullptr;
     detail::sigbus_recovery_point* const outer = detail::active_sigbus_recovery;
     if (sigsetjmp(point.env, 0) != 0) {
         detail::active_sigbus_recovery = outer;
         return false;
     }
     detail::active_sigbus_recovery = &point;
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // the point is published before the reads
-    read();
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    sigbus_guard guard(&point);
+    read(guard);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     detail::active_sigbus_recovery = outer;
     return true;
+}
+
+// guarded_reads() of one range [begin, begin + n) that `read()` reads.
+template <class Read>
+bool guarded_read(const std::byte* begin, std::size_t n, Read&& read) noexcept {
+    return guarded_reads([&](sigbus_guard& guard) noexcept {
+        guard.covering(begin, n);
+        read();
+    });
 }
 
 // Copies `n` bytes from `src` (inside a file mapping) to `dest`: guarded_read of a memcpy.

@@ -85,10 +85,20 @@ public:
     void read(std::span<const read_request> requests) {
         for (const auto& r : requests) {
             detail::check_in_file(r);
-            if (r.length == 0) continue;
-            if (!guarded_copy(r.dest, mapping_for(*r.source).bytes().data() + r.offset, r.length))
-                throw file_shrank_error(r.source->path(), r.offset);
+            if (r.length != 0) (void)mapping_for(*r.source);  // maps what is new (may throw) before the guarded pass
         }
+        volatile std::size_t at = 0;  // the request being copied, for the error
+        const bool whole = guarded_reads([&](sigbus_guard& guard) noexcept {
+            for (std::size_t i = 0; i < requests.size(); ++i) {
+                const read_request& r = requests[i];
+                if (r.length == 0) continue;
+                const std::byte* src = mapping_for(*r.source).bytes().data() + r.offset;  // found: no allocation, no throw
+                at = i;
+                guard.covering(src, r.length);
+                std::memcpy(r.dest, src, r.length);
+            }
+        });
+        if (!whole) throw file_shrank_error(requests[at].source->path(), requests[at].offset);
     }
 
     // Zero-copy access to [offset, offset + length) of `f`, valid while this reader lives. Unlike
