@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every test: AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
-# targets), ThreadSanitizer (gcc) and the default build (gcc). Exits non-zero on any failure; the last lines
-# printed are ctest's summary of the default build.
+# targets), ThreadSanitizer (gcc) and the default build (gcc), then the Python package's tests (pytest,
+# against the default build's tools). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -20,3 +20,8 @@ run_preset() {
 run_preset asan
 run_preset tsan
 run_preset default
+
+echo "=== python: install the package in a fresh venv and test it"
+rm -rf .venv-py
+scripts/install-python.sh
+FEEDLINE_BIN_DIR="$PWD/build/default/bin" .venv-py/bin/python -m pytest -q -p no:cacheprovider tests/python

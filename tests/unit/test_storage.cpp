@@ -313,6 +313,8 @@ TEST_CASE("Storage.Sigbus.ApplicationHandlersAreChainedAndKept") {
             return 0;
         });
         CHECK_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-        if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGBUS);  // sanitizers report and exit instead
+        // Without a sanitizer the default action kills with SIGBUS; ASan's handler, the one installed
+        // before feedline's, reports the fault and aborts.
+        if (WIFSIGNALED(status)) CHECK((WTERMSIG(status) == SIGBUS || WTERMSIG(status) == SIGABRT));
     }
 }

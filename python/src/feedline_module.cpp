@@ -1,0 +1,289 @@
+// _feedline: the Python face of feedline::pipeline (nanobind). The engine is the C++ one, unchanged:
+// this file only converts arguments, hands each batch's slot to Python as a Batch that owns it, and
+// exports the slot's arrays as torch tensors without a copy (DLPack: host memory with the host ring,
+// device memory with the pinned ring). A Batch holds its slot until it and every tensor made from it
+// are gone (or release() is called); it also holds the Pipeline, so the engine outlives its batches.
+// next() releases the GIL while it waits; the engine's threads never take it.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <feedline/pipeline.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// Python exception types, created at import (feedline.Error and its subclasses).
+PyObject* error_type = nullptr;
+PyObject* format_error_type = nullptr;
+PyObject* io_error_type = nullptr;
+PyObject* config_error_type = nullptr;
+PyObject* cuda_error_type = nullptr;
+
+// Raises `type(message)` with extra attributes (file, offset, field, errno) set on the instance.
+void raise(PyObject* type, const char* message, std::initializer_list<std::pair<const char*, nb::object>> attrs) {
+    nb::object instance = nb::steal(PyObject_CallOneArg(type, nb::str(message).ptr()));
+    if (!instance.is_valid()) return;  // the call failed and set its own error
+    for (const auto& [name, value] : attrs) nb::setattr(instance, name, value);
+    PyErr_SetObject(type, instance.ptr());
+}
+
+void translate(const std::exception_ptr& p, void*) {
+    try {
+        std::rethrow_exception(p);
+    } catch (const feedline::format_error& e) {
+        raise(format_error_type, e.what(), {{"file", nb::str(e.file().c_str())}, {"offset", nb::int_(e.offset())}});
+    } catch (const feedline::io_error& e) {
+        raise(io_error_type, e.what(), {{"file", nb::str(e.file().c_str())}, {"errno", nb::int_(e.error_code())}});
+    } catch (const feedline::config_error& e) {
+        raise(config_error_type, e.what(), {{"field", nb::str(e.field().c_str())}});
+    } catch (const feedline::cuda_error& e) {
+        raise(cuda_error_type, e.what(), {});
+    } catch (const feedline::error& e) {
+        raise(error_type, e.what(), {});
+    }
+}
+
+feedline::sample_mode parse_mode(const std::string& s) {
+    if (s == "windows") return feedline::sample_mode::windows;
+    if (s == "packed") return feedline::sample_mode::packed;
+    throw feedline::config_error("mode", "'" + s + "' (expected windows or packed)");
+}
+feedline::shuffle_mode parse_shuffle(const std::string& s) {
+    if (s == "global") return feedline::shuffle_mode::global;
+    if (s == "shard_blocks") return feedline::shuffle_mode::shard_blocks;
+    if (s == "none") return feedline::shuffle_mode::none;
+    throw feedline::config_error("shuffle", "'" + s + "' (expected global, shard_blocks or none)");
+}
+feedline::tail_policy parse_tail(const std::string& s) {
+    if (s == "drop") return feedline::tail_policy::drop;
+    if (s == "pad") return feedline::tail_policy::pad;
+    throw feedline::config_error("tail", "'" + s + "' (expected drop or pad)");
+}
+
+class py_pipeline;
+
+// One step's batch: owns its slot until released.
+class py_batch {
+public:
+    py_batch(feedline::batch b, nb::object pipeline, py_pipeline* owner, std::uintptr_t stream)
+        : batch_(std::move(b)), pipeline_(std::move(pipeline)), owner_(owner), stream_(stream), step_(batch_->step()) {}
+    // Moves leave the source empty, so only one of the two returns the slot.
+    py_batch(py_batch&& o) noexcept
+        : batch_(std::exchange(o.batch_, std::nullopt)), pipeline_(std::move(o.pipeline_)), owner_(o.owner_), stream_(o.stream_), step_(o.step_),
+          device_index_(o.device_index_) {}
+    py_batch& operator=(py_batch&&) = delete;
+    ~py_batch() { release(); }
+
+    std::uint64_t step() const noexcept { return step_; }
+    bool released() const noexcept { return !batch_.has_value(); }
+    void release();
+
+    // [B, T] int32 (cu_seqlens: [B, T + 1], pieces and datasets: [B]) as a tensor over the slot.
+    nb::object tensor(const char* which) {
+        if (!batch_) throw std::runtime_error("this batch was released: its slot belongs to a later batch now");
+        const feedline::batch& b = *batch_;
+        const auto& l = b.layout();
+        std::size_t offset = 0, rows = l.batch, cols = l.seq_len;
+        const std::string w = which;
+        if (w == "inputs") offset = l.inputs;
+        else if (w == "targets") offset = l.targets;
+        else if (w == "positions") offset = l.position_ids;
+        else if (w == "cu_seqlens") offset = l.cu_seqlens, cols = l.seq_len + 1;
+        else if (w == "pieces") offset = l.pieces, cols = 0;
+        else if (w == "datasets") offset = l.datasets, cols = 0;
+        const bool packed_only = w == "positions" || w == "cu_seqlens" || w == "pieces";
+        if (packed_only && !l.packed) return nb::none();
+        // The datasets row ids are in host memory only; everything else where compute reads it.
+        const bool device = b.on_device() && w != "datasets";
+        const std::byte* base = device ? static_cast<const std::byte*>(static_cast<const void*>(b.inputs())) - l.inputs
+                                       : reinterpret_cast<const std::byte*>(b.host_inputs().data()) - l.inputs;
+        void* data = const_cast<std::byte*>(base + offset);
+        const nb::handle self = nb::find(this);
+        const int device_type = device ? nb::device::cuda::value : nb::device::cpu::value;
+        if (cols == 0) {
+            const std::size_t shape[1] = {rows};
+            return nb::cast(nb::ndarray<nb::pytorch, std::int32_t>(data, 1, shape, self, nullptr, nb::dtype<std::int32_t>(), device_type, device_index_));
+        }
+        const std::size_t shape[2] = {rows, cols};
+        return nb::cast(nb::ndarray<nb::pytorch, std::int32_t>(data, 2, shape, self, nullptr, nb::dtype<std::int32_t>(), device_type, device_index_));
+    }
+
+    void set_device_index(int i) noexcept { device_index_ = i; }
+
+private:
+    std::optional<feedline::batch> batch_;
+    nb::object pipeline_;  // keeps the engine alive while this batch (or a tensor of it) lives
+    py_pipeline* owner_;
+    std::uintptr_t stream_;  // the CUDA stream the tensors were ordered on (0: none / host)
+    std::uint64_t step_;
+    int device_index_ = 0;
+};
+
+class py_pipeline {
+public:
+    py_pipeline(const std::vector<std::pair<double, std::string>>& data, const feedline::pipeline_config& config) {
+        std::vector<feedline::weighted_spec> blend;
+        for (const auto& [w, spec] : data) blend.push_back({w, spec});
+        nb::gil_scoped_release unlocked;  // opening may count a corpus's tokens on every core
+        engine_ = std::make_unique<feedline::pipeline>(blend, config);
+        device_index_ = config.device.index;
+    }
+
+    // The next batch, or None at the end. For a batch on a GPU, `stream_of(device_index)` gives the
+    // consumer's CUDA stream (torch's current one), which is made to wait for the batch's copy: the
+    // tensors are ordered after it without a host sync.
+    std::optional<py_batch> next(nb::handle self, nb::handle stream_of) {
+        if (!engine_) throw std::runtime_error("the pipeline is closed");
+        // The workers run at most `depth` batches past the oldest one still held, and batch `seq` fills
+        // the slot of seq - slots: holding that many (or that one) would wait forever, so say so.
+        const std::uint64_t seq = engine_->state().step;
+        const std::size_t depth = engine_->prefetch_depth();
+        const bool slot_held = slots_ != 0 && std::any_of(held_.begin(), held_.end(), [&](std::uint64_t h) { return (seq - h) % slots_ == 0; });
+        if (held_.size() >= depth || slot_held)
+            throw std::runtime_error(std::to_string(held_.size()) + " batches are still held (by Batch objects or tensors taken from them; the oldest is batch " +
+                                     std::to_string(*held_.begin()) + ") and the prefetch depth is " + std::to_string(depth) +
+                                     ": the next batch could never be prepared. Drop or release() older batches (clone() what you keep), or raise prefetch");
+        std::optional<feedline::batch> b;
+        {
+            nb::gil_scoped_release unlocked;
+            b = engine_->next();
+        }
+        if (!b) return std::nullopt;
+        if (slots_ == 0) slots_ = engine_->stats().slots;
+        std::uintptr_t stream = 0;
+        if (b->on_device() && !stream_of.is_none()) {
+            stream = nb::cast<std::uintptr_t>(stream_of(device_index_));
+            b->wait_on(reinterpret_cast<void*>(stream));
+        }
+        held_.insert(b->step());
+        py_batch out(std::move(*b), nb::borrow(self), this, stream);
+        out.set_device_index(device_index_);
+        return out;
+    }
+
+    void forget(std::uint64_t step) noexcept { held_.erase(step); }
+    std::string state_json() const { return feedline::to_json(engine().state()); }
+    void restore_json(const std::string& text) { engine().restore(feedline::pipeline_state_from_json(text)); }
+    std::string stats_json() const { return engine().stats().to_json(); }
+    std::string describe() const { return engine().describe(); }
+    int device_index() const noexcept { return device_index_; }
+    std::size_t held() const noexcept { return held_.size(); }
+    // Stops the workers now (batches still held stay readable until dropped).
+    void close() {
+        if (!held_.empty()) return;  // the slots still in use live until their batches go; the engine ends with the last
+        nb::gil_scoped_release unlocked;
+        engine_.reset();
+    }
+
+private:
+    const feedline::pipeline& engine() const {
+        if (!engine_) throw std::runtime_error("the pipeline is closed");
+        return *engine_;
+    }
+    feedline::pipeline& engine() {
+        if (!engine_) throw std::runtime_error("the pipeline is closed");
+        return *engine_;
+    }
+    std::unique_ptr<feedline::pipeline> engine_;
+    std::set<std::uint64_t> held_;
+    std::size_t slots_ = 0;
+    int device_index_ = 0;
+};
+
+void py_batch::release() {
+    if (!batch_) return;
+    batch_->release(reinterpret_cast<void*>(stream_));
+    batch_.reset();
+    owner_->forget(step_);
+}
+
+}  // namespace
+
+NB_MODULE(_feedline, m) {
+    m.doc() = "feedline's engine (use the feedline package, not this module)";
+    error_type = PyErr_NewExceptionWithDoc("feedline.Error", "Base of every feedline error.", PyExc_RuntimeError, nullptr);
+    format_error_type = PyErr_NewExceptionWithDoc("feedline.FormatError", "On-disk data does not have the expected layout (.file, .offset).", error_type, nullptr);
+    io_error_type = PyErr_NewExceptionWithDoc("feedline.IoError", "A system call on a file failed (.file, .errno).", error_type, nullptr);
+    config_error_type = PyErr_NewExceptionWithDoc("feedline.ConfigError", "A configuration value is invalid (.field).", error_type, nullptr);
+    cuda_error_type = PyErr_NewExceptionWithDoc("feedline.CudaError", "A CUDA call failed.", error_type, nullptr);
+    m.attr("Error") = nb::handle(error_type);
+    m.attr("FormatError") = nb::handle(format_error_type);
+    m.attr("IoError") = nb::handle(io_error_type);
+    m.attr("ConfigError") = nb::handle(config_error_type);
+    m.attr("CudaError") = nb::handle(cuda_error_type);
+    nb::register_exception_translator(&translate);
+
+    m.def("version", [] { return std::to_string(FEEDLINE_VERSION_MAJOR) + "." + std::to_string(FEEDLINE_VERSION_MINOR); });
+
+    nb::class_<py_batch>(m, "Batch")
+        .def_prop_ro("step", &py_batch::step)
+        .def_prop_ro("released", &py_batch::released)
+        .def("tensor", &py_batch::tensor, "which"_a)
+        .def("release", &py_batch::release);
+
+    nb::class_<py_pipeline>(m, "Engine")
+        .def("__init__",
+             [](py_pipeline* self, const std::vector<std::pair<double, std::string>>& data, std::uint64_t batch_size, std::uint64_t seq_len,
+                std::uint64_t seed, const std::string& mode, const std::string& shuffle, const std::string& tail, unsigned workers,
+                unsigned max_workers, std::size_t prefetch, std::uint64_t memory_budget, const std::string& device, int rank, int world_size,
+                std::uint64_t max_steps, const std::string& stats_jsonl, std::uint64_t stats_every, const std::string& io_backend,
+                const std::string& tokenizer, bool add_bos, bool add_eos, const std::string& field, bool skip_invalid,
+                std::uint64_t max_line_bytes, const std::string& cache_dir) {
+                 feedline::pipeline_config c{.batch_size = batch_size,
+                                             .seq_len = seq_len,
+                                             .seed = seed,
+                                             .mode = parse_mode(mode),
+                                             .shuffle = parse_shuffle(shuffle),
+                                             .tail = parse_tail(tail),
+                                             .workers = workers,
+                                             .max_workers = max_workers,
+                                             .prefetch = prefetch,
+                                             .memory_budget = memory_budget,
+                                             .device = feedline::parse_device(device),
+                                             .rank = rank,
+                                             .world_size = world_size,
+                                             .max_steps = max_steps,
+                                             .stats_jsonl = stats_jsonl,
+                                             .stats_every = stats_every};
+                 std::vector<feedline::weighted_spec> blend;
+                 for (const auto& [w, s] : data) blend.push_back({w, s});
+                 const auto kinds = feedline::kinds_of(blend);
+                 // Options of a kind of data that is absent keep their defaults unless set (the engine
+                 // refuses a set one, naming it).
+                 if (kinds.tokens || io_backend != "auto") c.shards.backend = feedline::parse_io_backend(io_backend);
+                 c.text.tokenizer = tokenizer;
+                 c.text.add_bos = add_bos;
+                 c.text.add_eos = add_eos;
+                 c.text.documents.field = field;
+                 c.text.documents.skip_invalid = skip_invalid;
+                 c.text.documents.max_line_bytes = max_line_bytes;
+                 c.text.cache_dir = cache_dir;
+                 new (self) py_pipeline(data, c);
+             },
+             "data"_a, "batch_size"_a, "seq_len"_a, "seed"_a, "mode"_a, "shuffle"_a, "tail"_a, "workers"_a, "max_workers"_a, "prefetch"_a,
+             "memory_budget"_a, "device"_a, "rank"_a, "world_size"_a, "max_steps"_a, "stats_jsonl"_a, "stats_every"_a, "io_backend"_a,
+             "tokenizer"_a, "add_bos"_a, "add_eos"_a, "field"_a, "skip_invalid"_a, "max_line_bytes"_a, "cache_dir"_a)
+        .def("next", [](nb::handle self, nb::handle stream_of) { return nb::cast<py_pipeline&>(self).next(self, stream_of); }, "stream_of"_a = nb::none())
+        .def("state_json", &py_pipeline::state_json)
+        .def("restore_json", &py_pipeline::restore_json, "state"_a)
+        .def("stats_json", &py_pipeline::stats_json)
+        .def("describe", &py_pipeline::describe)
+        .def_prop_ro("device_index", &py_pipeline::device_index)
+        .def_prop_ro("held", &py_pipeline::held)
+        .def("close", &py_pipeline::close);
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds and installs feedline's Python package into .venv-py, a fresh virtual environment over
+# Debian's python3 (whose torch and numpy it uses), then checks that it imports. `pip install .`
+# fetches its build requirements (scikit-build-core, nanobind) from PyPI. Run scripts/install-deps.sh
+# first. Safe to run repeatedly: the CMake build under build/python/ is reused.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=.venv-py
+[[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check .
+"$venv/bin/python" -c "import feedline, feedline.torch; print('feedline', feedline.__version__, 'for Python: installed in $venv')"

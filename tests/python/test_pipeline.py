@@ -1,0 +1,206 @@
+"""feedline from Python: the same batches and states as the C++ tool, exact resume, tensors that share
+the batch's slot and keep it while they live, typed errors with file and offset, and clean stops."""
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import feedline
+from conftest import iterate
+
+CONFIG = dict(batch_size=4, seq_len=32, seed=7, workers=2, device="cpu")
+
+
+def cli_args(batches, mode="windows", extra=()):
+    return ["--batch-size", "4", "--seq-len", "32", "--seed", "7", "--workers", "2", "--device", "cpu", "--mode", mode,
+            "--batches", str(batches), *extra]
+
+
+@pytest.mark.parametrize("kind,mode", [("megatron", "windows"), ("megatron", "packed"), ("llmc", "windows")])
+def test_batches_and_state_equal_the_cpp_tools(data, kind, mode):
+    spec = data[kind]
+    pipe = feedline.Pipeline(spec, mode=mode, max_steps=25, **CONFIG)
+    total, steps = 0, []
+    for b in pipe:
+        assert b.inputs.dtype == torch.int32 and tuple(b.inputs.shape) == (4, 32)
+        assert b.inputs.device.type == "cpu"
+        total += int(b.inputs.to(torch.int64).sum())
+        steps.append(b.step)
+    assert steps == list(range(25))
+    cpp = iterate(spec, *cli_args(25, mode))
+    assert total == cpp["token_sum"]
+    assert pipe.state_dict() == cpp["state"]
+    json.dumps(pipe.state_dict())  # serialisable as it is
+
+
+def test_text_tokenized_on_the_fly_equals_the_cpp_tool(data):
+    pipe = feedline.Pipeline(data["jsonl"], tokenizer=data["model"], max_steps=12, **CONFIG)
+    total = sum(int(b.inputs.to(torch.int64).sum()) for b in pipe)
+    cpp = iterate(data["jsonl"], *cli_args(12, extra=("--tokenizer", data["model"])))
+    assert total == cpp["token_sum"]
+    assert pipe.state_dict() == cpp["state"]
+
+
+@pytest.mark.parametrize("mode", ["windows", "packed"])
+def test_resume_from_state_dict_continues_with_the_same_batches(data, mode):
+    full = [(b.inputs.clone(), b.targets.clone()) for b in feedline.Pipeline(data["megatron"], mode=mode, max_steps=30, **CONFIG)]
+    first = feedline.Pipeline(data["megatron"], mode=mode, max_steps=30, **CONFIG)
+    for _ in range(11):
+        next(first)
+    state = json.loads(json.dumps(first.state_dict()))  # through JSON, as a checkpoint would keep it
+    del first
+    resumed = feedline.Pipeline(data["megatron"], mode=mode, max_steps=30, **dict(CONFIG, workers=1))  # another worker count
+    resumed.load_state_dict(state)
+    rest = [(b.step, b.inputs.clone(), b.targets.clone()) for b in resumed]
+    assert [s for s, _, _ in rest] == list(range(11, 30))
+    for (step, x, y) in rest:
+        assert torch.equal(x, full[step][0]) and torch.equal(y, full[step][1])
+
+
+def test_packed_batches_carry_positions_and_cu_seqlens(data):
+    b = next(feedline.Pipeline(data["megatron"], mode="packed", max_steps=1, **CONFIG))
+    assert tuple(b.positions.shape) == (4, 32) and tuple(b.cu_seqlens.shape) == (4, 33)
+    assert torch.all(b.cu_seqlens[:, 0] == 0)
+    w = next(feedline.Pipeline(data["megatron"], max_steps=1, **CONFIG))
+    assert w.positions is None and w.cu_seqlens is None
+
+
+def test_a_tensor_kept_past_later_steps_keeps_its_values_and_holding_too_many_is_an_error(data):
+    pipe = feedline.Pipeline(data["megatron"], prefetch=4, **CONFIG)
+    kept = next(pipe).inputs            # the Batch object is gone; the tensor alone holds the slot
+    copy = kept.clone()
+    for _ in range(3):                  # the other three slots cycle
+        b = next(pipe)
+        del b
+    assert torch.equal(kept, copy)
+    with pytest.raises(RuntimeError, match="still held"):
+        next(pipe)                      # batch 4 needs the slot the kept tensor holds: an error, not a hang
+    held = [next(feedline.Pipeline(data["megatron"], prefetch=4, **CONFIG))]
+    p2 = feedline.Pipeline(data["megatron"], prefetch=3, **CONFIG)
+    with pytest.raises(RuntimeError, match="prefetch depth is 3"):
+        for _ in range(10):
+            held.append(next(p2))       # keeping every batch: refused at the depth, never a hang
+    del kept
+    gc.collect()
+    assert next(pipe).step == 4         # released: the pipeline goes on
+
+
+def test_released_batch_refuses_new_tensors(data):
+    pipe = feedline.Pipeline(data["megatron"], max_steps=3, **CONFIG)
+    b = next(pipe)
+    b.release()
+    with pytest.raises(RuntimeError, match="released"):
+        b._b.tensor("inputs")
+    assert [x.step for x in pipe] == [1, 2]
+
+
+def test_deleting_the_pipeline_while_tensors_are_held_is_safe(data):
+    pipe = feedline.Pipeline(data["megatron"], **CONFIG)
+    t = next(pipe).targets
+    copy = t.clone()
+    del pipe
+    gc.collect()
+    assert torch.equal(t, copy)
+    del t
+    gc.collect()
+
+
+def test_max_steps_ends_the_iteration(data):
+    assert [b.step for b in feedline.Pipeline(data["megatron"], max_steps=7, **CONFIG)] == list(range(7))
+
+
+def test_bad_input_raises_feedlines_error_types_with_file_and_offset(data, tmp_path):
+    bad = tmp_path / "bad"
+    (tmp_path / "bad.bin").write_bytes(open(data["megatron"] + ".bin", "rb").read())
+    idx = bytearray(open(data["megatron"] + ".idx", "rb").read())
+    idx[0:4] = b"XXXX"
+    (tmp_path / "bad.idx").write_bytes(bytes(idx))
+    with pytest.raises(feedline.FormatError) as e:
+        feedline.Pipeline(str(bad), **CONFIG)
+    assert e.value.file == str(bad) + ".idx" and e.value.offset == 0
+    assert "wrong magic" in str(e.value)
+    assert isinstance(e.value, feedline.Error)
+    with pytest.raises(feedline.IoError) as e:
+        feedline.Pipeline(str(tmp_path / "missing"), **CONFIG)
+    assert e.value.file == str(tmp_path / "missing")
+    with pytest.raises(feedline.ConfigError) as e:
+        feedline.Pipeline(data["megatron"], **dict(CONFIG, batch_size=0))
+    assert e.value.field == "batch_size"
+    with pytest.raises(feedline.ConfigError):
+        feedline.Pipeline(data["megatron"], mode="sideways", **{k: v for k, v in CONFIG.items()})
+
+
+def test_a_shard_truncated_under_the_loop_is_a_format_error_from_next(data, tmp_path):
+    prefix = tmp_path / "copy"
+    for ext in (".bin", ".idx"):
+        (tmp_path / ("copy" + ext)).write_bytes(open(data["megatron"] + ext, "rb").read())
+    pipe = feedline.Pipeline(str(prefix), io_backend="mmap", **CONFIG)
+    next(pipe)
+    os.truncate(str(prefix) + ".bin", 4096)
+    with pytest.raises(feedline.FormatError) as e:
+        for _ in range(100000):
+            next(pipe)
+    assert e.value.file == str(prefix) + ".bin"
+
+
+def test_ctrl_c_ends_a_loop_without_a_hang(data):
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, feedline
+        pipe = feedline.Pipeline({data['megatron']!r}, batch_size=4, seq_len=32, workers=2, device="cpu")
+        n = 0
+        try:
+            for b in pipe:
+                n += 1
+                if n == 50:
+                    print("running", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+        """)], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    assert child.stdout.readline().strip() == "running"
+    child.send_signal(signal.SIGINT)
+    try:
+        out, _ = child.communicate(timeout=30)  # a hang detector, not a speed bound
+    except subprocess.TimeoutExpired:
+        child.kill()
+        pytest.fail("the loop did not end after SIGINT")
+    assert child.returncode == 3 and "interrupted" in out
+
+
+def test_stats_is_the_cpp_stats(data):
+    pipe = feedline.Pipeline(data["megatron"], max_steps=5, **CONFIG)
+    for _ in pipe:
+        pass
+    s = pipe.stats()
+    assert s["batches"] == 5 and s["workers"] == 2 and "stall_fraction" in s and s["device"].startswith("host ring")
+
+
+def test_dataloader_adapter_and_stateful_protocol(data):
+    from torch.utils.data import DataLoader
+    import feedline.torch as ft
+    ds = ft.IterableDataset(data["megatron"], max_steps=6, **CONFIG)
+    items = [{k: v.clone() for k, v in i.items()} for i in DataLoader(ds, batch_size=None, num_workers=0)]  # kept: cloned
+    direct = [b.inputs.clone() for b in feedline.Pipeline(data["megatron"], max_steps=6, **CONFIG)]
+    assert len(items) == 6 and all(torch.equal(i["inputs"], d) for i, d in zip(items, direct))
+    state = ds.state_dict()
+    again = ft.IterableDataset(data["megatron"], max_steps=8, **CONFIG)
+    again.load_state_dict(state)
+    rest = [i["inputs"].clone() for i in DataLoader(again, batch_size=None, num_workers=0)]
+    assert len(rest) == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU (torch.cuda.is_available() is False)")
+def test_gpu_tensors_are_on_the_device_and_correct(data):
+    host = [b.inputs.clone() for b in feedline.Pipeline(data["megatron"], max_steps=5, **CONFIG)]
+    pipe = feedline.Pipeline(data["megatron"], max_steps=5, **dict(CONFIG, device="cuda"))
+    for b, h in zip(pipe, host):
+        assert b.inputs.device.type == "cuda"
+        torch.cuda.synchronize()
+        assert torch.equal(b.inputs.cpu(), h)
