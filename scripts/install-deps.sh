@@ -11,7 +11,7 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev  # JSONL input, tools
   libopenblas-dev libopenmpi-dev openmpi-bin                  # sample trainer, MPI tests
   util-linux strace python3 python3-venv python3-numpy python3-torch # fincore; crash-point tests; Megatron interop test
-  python3-dev python3-pytest                                  # the Python package (pip install .) and its tests
+  python3-dev python3-pytest python3-sentencepiece            # the Python package (pip install .), its tests and benchmark
 )
 
 missing=()

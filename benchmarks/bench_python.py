@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""feedline from Python against what PyTorch users load token shards with today, in one process, on
+the same llm.c shards (B x T windows of uint16 tokens, page cache warm):
+
+  - throughput with a consumer that only touches the tensors (reads one element of inputs and
+    targets): feedline (Python), feedline-iterate (C++, same config, run in the same session; it sums
+    every token, so feedline from Python is also timed summing), DataLoader over np.memmap with 0, 2
+    and 4 workers (pin_memory on), nanoGPT's get_batch and numpy fancy indexing;
+  - a paced consumer (a fixed CPU busy-loop per step): p50/p99 of the wait for the next batch;
+  - host memory: PSS summed over the process and its children (DataLoader workers), which counts pages
+    the processes share once, before and while each loader runs;
+  - with --text and --tokenizer: tokenizing JSONL on the fly, feedline with 2 workers against a
+    DataLoader (2 workers) whose dataset encodes with sentencepiece's Python binding and packs the
+    tokens into the same B x T windows.
+
+Run from the repository root with the package installed (scripts/install-python.sh):
+
+    .venv-py/bin/python benchmarks/bench_python.py --data '/tmp/e2e/shard_*.bin' --iterate build/release/bin/feedline-iterate
+
+Prints one line per measurement, then one JSON object with every figure and the ratios
+(feedline_vs_cpp, feedline_vs_best_python).
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_python import Windows, open_shards  # noqa: E402  (the same peers bench_end_to_end compares with)
+
+import feedline  # noqa: E402
+
+
+def pss_bytes(pid):
+    """Proportional set size of a process and all its descendants, from /proc (0 where unreadable)."""
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(l.split()[1]) * 1024 for l in f if l.startswith("Pss:"))
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
+def run(batches, source, touch):
+    """tokens/s over `batches` steps of `source` (an iterator of (x, y)); the first step is start-up."""
+    it = iter(source)
+    touch(*next(it))
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        touch(*next(it))
+    return time.perf_counter() - t0
+
+
+def paced(source, batches, busy_s):
+    """Wait per step of a consumer that computes for busy_s between batches: (p50, p99) in microseconds."""
+    it = iter(source)
+    next(it)
+    waits = []
+    for _ in range(batches):
+        end = time.perf_counter() + busy_s
+        while time.perf_counter() < end:
+            pass
+        t0 = time.perf_counter()
+        x, y = next(it)
+        waits.append(time.perf_counter() - t0)
+    waits.sort()
+    return 1e6 * statistics.median(waits), 1e6 * waits[int(0.99 * (len(waits) - 1))]
+
+
+class SpmWindows(torch.utils.data.IterableDataset):
+    """What a DataLoader user writes to tokenize on the fly: each worker reads every n-th JSONL line,
+    encodes it with sentencepiece's Python binding, appends EOS and cuts B x (T + 1) windows."""
+
+    def __init__(self, path, model, B, T):
+        self.path, self.model, self.B, self.T = path, model, B, T
+
+    def __iter__(self):
+        import sentencepiece as spm
+        info = torch.utils.data.get_worker_info()
+        k, n = (info.id, info.num_workers) if info else (0, 1)
+        sp = spm.SentencePieceProcessor(model_file=self.model)
+        need = self.B * (self.T + 1)
+        buf = []
+        while True:
+            with open(self.path) as f:
+                for i, line in enumerate(f):
+                    if i % n != k:
+                        continue
+                    buf += sp.encode(json.loads(line)["text"]) + [sp.eos_id()]
+                    while len(buf) >= need:
+                        w = torch.tensor(buf[:need], dtype=torch.int32).view(self.B, self.T + 1)
+                        del buf[:need]
+                        yield w[:, :-1], w[:, 1:]
+
+
+def tokenize_on_the_fly(a, out, touch):
+    B, T, n = a.batch_size, a.seq_len, a.text_batches
+    tokens = n * B * T
+
+    def feed():
+        pipe = feedline.Pipeline(a.text, tokenizer=a.tokenizer, batch_size=B, seq_len=T, seed=1, workers=2, device="cpu", max_steps=n + 1)
+        for b in pipe:
+            yield b.inputs, b.targets
+
+    out["text_feedline_2w"] = tokens / run(n, feed(), touch)
+    loader = torch.utils.data.DataLoader(SpmWindows(a.text, a.tokenizer, B, T), batch_size=None, num_workers=2, prefetch_factor=2)
+    out["text_dataloader_spm_2w"] = tokens / run(n, loader, touch)
+    out["text_feedline_vs_dataloader"] = out["text_feedline_2w"] / out["text_dataloader_spm_2w"]
+    print(f"tokenizing JSONL, 2 workers: feedline {out['text_feedline_2w'] / 1e6:.2f} M tokens/s, DataLoader + sentencepiece "
+          f"{out['text_dataloader_spm_2w'] / 1e6:.2f} M tokens/s -> {out['text_feedline_vs_dataloader']:.2f}x", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True, help="llm.c shard glob (uint16)")
+    ap.add_argument("--iterate", help="feedline-iterate, for the C++ figure in the same session")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--batches", type=int, default=2000)
+    ap.add_argument("--peer-batches", type=int, default=200, help="steps for the (much slower) Python loaders")
+    ap.add_argument("--busy-us", type=float, default=2000, help="the paced consumer's compute per step")
+    ap.add_argument("--text", help="JSONL corpus for the on-the-fly tokenization comparison (with --tokenizer)")
+    ap.add_argument("--tokenizer", help="sentencepiece model for --text")
+    ap.add_argument("--text-batches", type=int, default=100)
+    a = ap.parse_args()
+    B, T = a.batch_size, a.seq_len
+    torch.set_num_threads(1)
+    out = {"batch_size": B, "seq_len": T, "cpus": os.cpu_count()}
+    me = os.getpid()
+    out["pss_idle"] = pss_bytes(me)
+
+    def touch(x, y):
+        return int(x[0, 0]) + int(y[-1, -1])
+
+    def summed(x, y):
+        return int(x.sum())
+
+    def feedline_batches(n):
+        pipe = feedline.Pipeline(a.data, batch_size=B, seq_len=T, seed=1, device="cpu", max_steps=n + 1)
+        for b in pipe:
+            yield b.inputs, b.targets
+
+    tokens = a.batches * B * T
+    out["feedline_touch"] = tokens / run(a.batches, feedline_batches(a.batches), touch)
+    out["pss_feedline"] = pss_bytes(me)
+    gc.collect()
+    out["feedline_sum"] = tokens / run(a.batches, feedline_batches(a.batches), summed)
+    print(f"feedline (Python), touch: {out['feedline_touch'] / 1e6:.0f} M tokens/s; summing: {out['feedline_sum'] / 1e6:.0f} M tokens/s", flush=True)
+    if a.iterate:
+        r = subprocess.run([a.iterate, a.data, "--batch-size", str(B), "--seq-len", str(T), "--seed", "1", "--device", "cpu",
+                            "--batches", str(a.batches + 1)], capture_output=True, text=True, check=True)
+        out["feedline_cpp_sum"] = json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"]
+        out["feedline_vs_cpp"] = out["feedline_sum"] / out["feedline_cpp_sum"]
+        print(f"feedline-iterate (C++), summing: {out['feedline_cpp_sum'] / 1e6:.0f} M tokens/s -> Python/C++ {out['feedline_vs_cpp']:.2f}", flush=True)
+    out["feedline_paced_p50_us"], out["feedline_paced_p99_us"] = paced(feedline_batches(300), 300, a.busy_us / 1e6)
+    gc.collect()
+
+    peers = {}
+    n = a.peer_batches
+    for workers in (0, 2, 4):
+        kw = dict(batch_size=B, shuffle=False, num_workers=workers, pin_memory=True)
+        if workers:
+            kw.update(persistent_workers=True, prefetch_factor=2)
+        loader = torch.utils.data.DataLoader(Windows(a.data, T, (n + 10) * B), **kw)
+        name = f"dataloader_w{workers}"
+        peers[name] = n * B * T / run(n, loader, touch)
+        out[f"pss_{name}"] = pss_bytes(me)
+        if workers == 4:
+            loader = torch.utils.data.DataLoader(Windows(a.data, T, (310) * B), **kw)
+            out["dataloader_w4_paced_p50_us"], out["dataloader_w4_paced_p99_us"] = paced(loader, 300, a.busy_us / 1e6)
+        del loader
+        gc.collect()
+        print(f"{name} (pin_memory): {peers[name] / 1e6:.1f} M tokens/s", flush=True)
+
+    data = open_shards(a.data)[0]
+
+    def get_batch():  # nanoGPT's train.py
+        ix = torch.randint(len(data) - T - 1, (B,))
+        x = torch.stack([torch.from_numpy(data[i: i + T].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1: i + 1 + T].astype(np.int64)) for i in ix])
+        return x, y
+
+    def forever(f):
+        while True:
+            yield f()
+
+    peers["nanogpt_get_batch"] = n * B * T / run(n, forever(get_batch), touch)
+    rng = np.random.default_rng(0)
+    offsets = np.arange(T + 1)
+
+    def fancy():
+        ix = rng.integers(0, len(data) - T - 1, B)
+        w = torch.from_numpy(data[ix[:, None] + offsets].astype(np.int64))
+        return w[:, :-1], w[:, 1:]
+
+    peers["numpy_fancy_indexing"] = n * B * T / run(n, forever(fancy), touch)
+    for k in ("nanogpt_get_batch", "numpy_fancy_indexing"):
+        print(f"{k}: {peers[k] / 1e6:.1f} M tokens/s", flush=True)
+    if a.text and a.tokenizer:
+        tokenize_on_the_fly(a, out, touch)
+
+    best = max(peers, key=peers.get)
+    out.update(peers)
+    out["best_python"] = best
+    out["feedline_vs_best_python"] = out["feedline_touch"] / peers[best]
+    print(f"feedline / best Python loader ({best}): {out['feedline_vs_best_python']:.1f}x", flush=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
