@@ -8,4 +8,6 @@ cd "$(dirname "$0")/.."
 venv=.venv-py
 [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check .
-"$venv/bin/python" -c "import feedline, feedline.torch; print('feedline', feedline.__version__, 'for Python: installed in $venv')"
+# Imported from outside the source tree, so it is the installed package that is found.
+python="$PWD/$venv/bin/python"
+(cd / && "$python" -c "import feedline, feedline.torch; print('feedline', feedline.__version__, 'for Python: installed at', feedline.__file__)")

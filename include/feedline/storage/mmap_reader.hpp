@@ -95,7 +95,7 @@ public:
                 const std::byte* src = mapping_for(*r.source).bytes().data() + r.offset;  // found: no allocation, no throw
                 at = i;
                 guard.covering(src, r.length);
-                std::memcpy(r.dest, src, r.length);
+                detail::copy_from_mapping(r.dest, src, r.length);
             }
         });
         if (!whole) throw file_shrank_error(requests[at].source->path(), requests[at].offset);
