@@ -9,6 +9,7 @@
 // docs/reliability.md for the contract with applications that install SIGBUS handlers themselves.
 #pragma once
 
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -59,6 +60,17 @@ inline void on_sigbus(int sig, siginfo_t* info, void* context) {
     }
 }
 
+// After a jump out of the handler: SIGBUS unblocked again. feedline's handler runs with SIGBUS
+// unblocked (SA_NODEFER), but a handler that chains to it may not (one installed without
+// SA_NODEFER, ThreadSanitizer's wrapper), and the jump skips the mask's restore; a later fault with
+// SIGBUS blocked would kill the process. One syscall, on the failure path only.
+inline void unblock_sigbus() noexcept {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGBUS);
+    ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
 // Installs feedline's SIGBUS handler once per process. SA_NODEFER keeps SIGBUS unblocked inside the
 // handler, so jumping out with sigsetjmp(env, 0) (no mask saved: no syscall per copy) leaves the
 // thread's signal mask as it was. Never throws; if sigaction fails, faults keep their old meaning.
@@ -104,6 +116,7 @@ template <class Read>
     detail::sigbus_recovery_point* const outer = detail::active_sigbus_recovery;
     if (sigsetjmp(point.env, 0) != 0) {
         detail::active_sigbus_recovery = outer;
+        detail::unblock_sigbus();
         return false;
     }
     detail::active_sigbus_recovery = &point;
