@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
     app.add_option("--tokenizer", tokenizer, "sentencepiece model for --text");
     app.add_option("--make-data", make, "write synthetic llm.c shards with this prefix first (--data is then PREFIX_*.bin)");
     app.add_option("--make-tokens", make_tokens, "tokens to write with --make-data")->capture_default_str();
-    app.add_option("--batches", batches, "batches per measurement")->capture_default_str();
+    app.add_option("--batches", batches, "batches per measurement")->capture_default_str()->check(CLI::Range(std::uint64_t{20}, std::uint64_t{1} << 40));
     app.add_flag("--peers", peers, "also run benchmarks/compare_python.py (needs python3-torch)");
     bool kernel_placement = false;
     app.add_flag("--leave-placement-to-kernel", kernel_placement, "pipelines with avoid_trainer_cpu = false (A/B of worker placement)");

@@ -123,6 +123,56 @@ def tokenize_on_the_fly(a, out, touch):
           f"{out['text_dataloader_spm_2w'] / 1e6:.2f} M tokens/s -> {out['text_feedline_vs_dataloader']:.2f}x", flush=True)
 
 
+def on_the_gpu(a, out, data, B, T):
+    """Batches delivered into GPU memory: feedline's device ring (tensors over the device slot) against
+    a DataLoader with pinned batches and nanoGPT's pin_memory().to(non_blocking=True) path. Every step
+    runs a kernel that reads both tensors; each figure ends with a synchronize."""
+    dev = torch.device("cuda")
+    n = a.batches
+
+    def touch(x, y):
+        return x[0, 0] + y[-1, -1]
+
+    def timed(steps, source):
+        it = iter(source)
+        touch(*next(it))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            touch(*next(it))
+        torch.cuda.synchronize()
+        return steps * B * T / (time.perf_counter() - t0)
+
+    def feedline_gpu():
+        pipe = feedline.Pipeline(a.data, batch_size=B, seq_len=T, seed=1, device="cuda", max_steps=n + 1)
+        for b in pipe:
+            yield b.inputs, b.targets
+
+    def to_device(source):
+        for x, y in source:
+            yield x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+
+    rng = np.random.default_rng(0)
+    offsets = np.arange(T + 1)
+
+    def fancy_pinned():
+        while True:
+            ix = rng.integers(0, len(data) - T - 1, B)
+            w = torch.from_numpy(data[ix[:, None] + offsets].astype(np.int64)).pin_memory().to(dev, non_blocking=True)
+            yield w[:, :-1], w[:, 1:]
+
+    out["gpu_feedline"] = timed(n, feedline_gpu())
+    kw = dict(batch_size=B, shuffle=False, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=2)
+    m = a.peer_batches
+    out["gpu_dataloader_w4"] = timed(m, to_device(torch.utils.data.DataLoader(Windows(a.data, T, (m + 10) * B), **kw)))
+    out["gpu_numpy_fancy_pinned"] = timed(m, fancy_pinned())
+    best = max(out["gpu_dataloader_w4"], out["gpu_numpy_fancy_pinned"])
+    out["gpu_feedline_vs_best_python"] = out["gpu_feedline"] / best
+    print(f"into GPU memory ({torch.cuda.get_device_name()}): feedline {out['gpu_feedline'] / 1e6:.0f} M tokens/s, DataLoader w4 + "
+          f"non_blocking copies {out['gpu_dataloader_w4'] / 1e6:.1f}, numpy fancy indexing + pin_memory {out['gpu_numpy_fancy_pinned'] / 1e6:.1f}"
+          f" -> {out['gpu_feedline_vs_best_python']:.1f}x", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True, help="llm.c shard glob (uint16)")
@@ -135,6 +185,7 @@ def main():
     ap.add_argument("--text", help="JSONL corpus for the on-the-fly tokenization comparison (with --tokenizer)")
     ap.add_argument("--tokenizer", help="sentencepiece model for --text")
     ap.add_argument("--text-batches", type=int, default=100)
+    ap.add_argument("--gpu", action="store_true", help="also deliver batches into GPU memory (needs torch with CUDA and a GPU)")
     a = ap.parse_args()
     B, T = a.batch_size, a.seq_len
     torch.set_num_threads(1)
@@ -211,6 +262,11 @@ def main():
         print(f"{k}: {peers[k] / 1e6:.1f} M tokens/s", flush=True)
     if a.text and a.tokenizer:
         tokenize_on_the_fly(a, out, touch)
+    if a.gpu:
+        if torch.cuda.is_available():
+            on_the_gpu(a, out, data, B, T)
+        else:
+            print("--gpu: skipped, torch.cuda.is_available() is False", flush=True)
 
     best = max(peers, key=peers.get)
     out.update(peers)

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -61,6 +63,19 @@ public:
         (void)data;
         (void)bytes;
 #endif
+    }
+    // Every rank's `bytes` bytes, in rank order, on every rank.
+    std::vector<std::byte> allgather(const void* mine, std::size_t bytes) {
+        std::vector<std::byte> all(bytes * static_cast<std::size_t>(size_));
+#ifdef FEEDLINE_TRAINER_MPI
+        if (size_ > 1) {
+            check(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+                  "MPI_Allgather");
+            return all;
+        }
+#endif
+        std::memcpy(all.data(), mine, bytes);
+        return all;
     }
     // Ends every rank (after an error on this one, the others may be blocked in a collective).
     void abort(int code) noexcept {

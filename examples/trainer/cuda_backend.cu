@@ -14,6 +14,7 @@
 #include <feedline/device/cuda_runtime.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -201,7 +202,16 @@ private:
         TRAINER_CUDA(cudaMemsetAsync(loss_.p, 0, sizeof(double), stream_));
         TRAINER_CUDA(cudaStreamSynchronize(stream_));  // `initial` may go away after we return
 #ifdef FEEDLINE_TRAINER_NCCL
+        // NCCL refuses a communicator in which two ranks use the same GPU ("invalid usage"), which is
+        // what `mpirun -np 4` on a 2-GPU machine gives. Such runs still train, summing gradients
+        // through host memory; every rank sees the same UUIDs, so all of them take the same path.
         if (comm_ && comm_->size() > 1) {
+            const auto uuids = comm_->allgather(&prop.uuid, sizeof prop.uuid);
+            for (int r = 0; r < comm_->size() && !gpu_shared_; ++r)
+                for (int q = r + 1; q < comm_->size() && !gpu_shared_; ++q)
+                    gpu_shared_ = std::memcmp(uuids.data() + r * sizeof prop.uuid, uuids.data() + q * sizeof prop.uuid, sizeof prop.uuid) == 0;
+        }
+        if (comm_ && comm_->size() > 1 && !gpu_shared_) {
             ncclUniqueId id{};
             if (comm_->rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
             comm_->broadcast(&id, sizeof id);
@@ -225,7 +235,10 @@ public:
 
     std::string describe() const override {
         std::string collective = "one rank";
-        if (comm_ && comm_->size() > 1) collective = nccl_ ? "NCCL all-reduce" : "MPI all-reduce through host memory (built without NCCL)";
+        if (comm_ && comm_->size() > 1)
+            collective = nccl_         ? "NCCL all-reduce"
+                         : gpu_shared_ ? "MPI all-reduce through host memory: ranks share a GPU, and NCCL needs one GPU per rank"
+                                       : "MPI all-reduce through host memory (built without NCCL)";
         return "cuda:" + std::to_string(device_) + " " + name_ + " (cuBLAS, " + (bf16_ ? "bf16 operands, fp32 accumulation" : "fp32") + ", " +
                collective + ")";
     }
@@ -279,15 +292,17 @@ public:
     void allreduce_grads() override {
         if (!comm_ || comm_->size() <= 1) return;
 #ifdef FEEDLINE_TRAINER_NCCL
-        nccl_check(ncclAllReduce(grads_.p, grads_.p, grads_.n, ncclFloat, ncclSum, nccl_, stream_), "ncclAllReduce");
-#else
+        if (nccl_) {
+            nccl_check(ncclAllReduce(grads_.p, grads_.p, grads_.n, ncclFloat, ncclSum, nccl_, stream_), "ncclAllReduce");
+            return;
+        }
+#endif
         std::vector<float> host(grads_.n);
         TRAINER_CUDA(cudaMemcpyAsync(host.data(), grads_.p, grads_.n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
         TRAINER_CUDA(cudaStreamSynchronize(stream_));
         comm_->allreduce_sum(host.data(), host.size());
         TRAINER_CUDA(cudaMemcpyAsync(grads_.p, host.data(), grads_.n * sizeof(float), cudaMemcpyHostToDevice, stream_));
         TRAINER_CUDA(cudaStreamSynchronize(stream_));
-#endif
     }
 
     void adamw(const adamw_step& s) override {
@@ -381,6 +396,7 @@ private:
 #else
     void* nccl_ = nullptr;
 #endif
+    bool gpu_shared_ = false;  // two ranks on one GPU: gradients go through host memory, not NCCL
 
     model_config c_;
     optimizer_config o_;
