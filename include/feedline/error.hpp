@@ -66,6 +66,13 @@ private:
     std::string field_;
 };
 
+// next() stopped waiting for a batch because the consumer's wait check asked it to (see
+// pipeline::set_wait_check): nothing was taken, and next() may be called again.
+class wait_interrupted : public error {
+public:
+    wait_interrupted() : error("the wait for the next batch was interrupted") {}
+};
+
 // A CUDA runtime or library call failed. Keeps the call text and the numeric status.
 class cuda_error : public error {
 public:

@@ -142,6 +142,13 @@ public:
         nb::gil_scoped_release unlocked;  // opening may count a corpus's tokens on every core
         engine_ = std::make_unique<feedline::pipeline>(blend, config);
         device_index_ = config.device.index;
+        // A wait for late data must not make Ctrl-C wait with it: every 100 ms of waiting, Python's
+        // signal handlers run (on the main thread; elsewhere this is a no-op), and a handler that
+        // raises (KeyboardInterrupt) ends the wait with that exception. The pipeline runs on.
+        engine_->set_wait_check([] {
+            nb::gil_scoped_acquire locked;
+            return PyErr_CheckSignals() != 0;
+        });
     }
 
     // The next batch, or None at the end. For a batch on a GPU, `stream_of(device_index)` gives the
@@ -159,9 +166,11 @@ public:
                                      std::to_string(*held_.begin()) + ") and the prefetch depth is " + std::to_string(depth) +
                                      ": the next batch could never be prepared. Drop or release() older batches (clone() what you keep), or raise prefetch");
         std::optional<feedline::batch> b;
-        {
+        try {
             nb::gil_scoped_release unlocked;
             b = engine_->next();
+        } catch (const feedline::wait_interrupted&) {
+            throw nb::python_error();  // what the signal handler raised, KeyboardInterrupt for Ctrl-C
         }
         if (!b) return std::nullopt;
         if (slots_ == 0) slots_ = engine_->stats().slots;

@@ -174,6 +174,44 @@ def test_ctrl_c_ends_a_loop_without_a_hang(data):
     assert child.returncode == 3 and "interrupted" in out
 
 
+def test_ctrl_c_ends_a_wait_for_late_data(data):
+    """The data is late: every read of the shard takes 2 s (strace delays each pread64 of the process),
+    so the first batch needs at least 2 s (~10 s here: five reads). SIGINT after 0.3 s of waiting must
+    end next() with KeyboardInterrupt at once, not when the batch finally arrives."""
+    import shutil
+    if shutil.which("strace") is None:
+        pytest.skip("strace not installed (Debian package strace)")
+    child = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=pread64", "-e", "inject=pread64:delay_enter=2s", sys.executable, "-c",
+         textwrap.dedent(f"""
+            import os, sys, time, feedline
+            pipe = feedline.Pipeline({data['megatron']!r}, batch_size=4, seq_len=32, workers=1, device="cpu", io_backend="pread")
+            print("waiting", os.getpid(), flush=True)
+            t0 = time.monotonic()
+            try:
+                next(iter(pipe))
+                print("batch", time.monotonic() - t0, flush=True)
+            except KeyboardInterrupt:
+                print("interrupted", time.monotonic() - t0, flush=True)
+                sys.exit(3)
+            """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        first = child.stdout.readline().split()
+        if not first:
+            child.wait(timeout=60)
+            pytest.skip("strace cannot trace here: " + child.stderr.read().strip()[-300:])
+        assert first[0] == "waiting"
+        time.sleep(0.3)
+        os.kill(int(first[1]), signal.SIGINT)  # to Python itself, not to strace
+        what, after = child.stdout.readline().split()
+        child.wait(timeout=60)  # the worker's delayed reads finish before the process can end
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert what == "interrupted" and child.returncode == 3
+    assert float(after) < 1.5  # one delayed read alone takes 2 s; the binding checks for signals every 100 ms
+
+
 def test_stats_is_the_cpp_stats(data):
     pipe = feedline.Pipeline(data["megatron"], max_steps=5, **CONFIG)
     for _ in pipe:

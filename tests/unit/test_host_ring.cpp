@@ -371,3 +371,19 @@ TEST_CASE("MakeRing.Numa.PinnedSlotsGoOnTheGpusNode") {
     auto vm = read_topology({.root = std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/vm_1node"});
     CHECK(gpu_numa_node(vm, "0000:18:00.0") == -1);   // one node: placement would be a no-op
 }
+
+TEST_CASE("HostRing.WaitCheck.EndsAWaitAndTakesNothing") {
+    // A consumer whose wait check fires (Ctrl-C in the Python binding) gets wait_interrupted while the
+    // batch is late, and the same batch, intact, on its next call.
+    host_ring ring({.slots = 2, .slot_bytes = 16});
+    std::atomic<int> checks{0};
+    ring.set_wait_check([&] { return checks.fetch_add(1) + 1 >= 3; }, std::chrono::milliseconds(5));
+    CHECK_THROWS_AS(ring.next(), feedline::wait_interrupted);
+    CHECK(checks.load() == 3);  // it slept and checked until the check said stop
+    fill(ring.acquire(0), 16, 0);
+    ring.publish(0, 16);
+    auto h = ring.next();
+    REQUIRE(h);
+    CHECK(h->sequence() == 0);
+    CHECK(holds(h->host(), 16, 0));
+}

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -190,7 +191,12 @@ public:
                 ready_.sleep([&] { return stopped() || published(last); }, std::chrono::steady_clock::now() + coalesce_);
             }
             wake_at_.store(seq, std::memory_order_relaxed);
-            ready_.sleep(ready);
+            if (!wait_check_) {
+                ready_.sleep(ready);
+            } else {
+                while (!ready_.sleep(ready, std::chrono::steady_clock::now() + wait_check_every_))
+                    if (wait_check_()) throw wait_interrupted();
+            }
         }
         consumer_wait_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
         if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure_);
@@ -207,6 +213,14 @@ public:
         h.event_ = copy_event(h.slot_);
         outstanding_.fetch_add(1, std::memory_order_relaxed);
         return h;
+    }
+
+    // While the consumer sleeps in next(), `check` runs every `every`; when it returns true, next()
+    // throws wait_interrupted and takes nothing. For a consumer thread that must notice other events
+    // while it waits (the Python binding: Ctrl-C). Set before the first next().
+    void set_wait_check(std::function<bool()> check, std::chrono::milliseconds every) {
+        wait_check_ = std::move(check);
+        wait_check_every_ = std::max(every, std::chrono::milliseconds(1));
     }
 
     // No more batches will be published: producers waiting in acquire() get nullptr; the consumer
@@ -321,6 +335,8 @@ private:
     std::uint64_t next_;  // consumer thread only
     std::atomic<std::size_t> depth_;
     std::chrono::microseconds coalesce_;
+    std::function<bool()> wait_check_;  // consumer only
+    std::chrono::milliseconds wait_check_every_{100};
     std::atomic<std::uint64_t> wake_at_{UINT64_MAX};  // the batch a sleeping consumer waits for (written by it only)
     std::atomic<bool> closed_{false}, failing_{false}, failed_{false};
     std::exception_ptr failure_;

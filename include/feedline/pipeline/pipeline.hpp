@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -198,6 +199,14 @@ public:
             parked_.notify();
         }
         return batch(std::move(*h), &layout_);
+    }
+
+    // While next() sleeps for a batch, `check` runs on the caller's thread every `every`; when it
+    // returns true, next() throws wait_interrupted, takes nothing, and the pipeline runs on. For a
+    // consumer that must stay responsive while the data is late: the Python binding checks for
+    // Ctrl-C this way. Call before the first next().
+    void set_wait_check(std::function<bool()> check, std::chrono::milliseconds every = std::chrono::milliseconds(100)) {
+        consumer_.set_wait_check(std::move(check), every);
     }
 
     // Workers running now (the autotuner parks and wakes them; fixed when config.workers was given).

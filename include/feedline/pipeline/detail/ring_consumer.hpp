@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,8 +58,16 @@ public:
         device_reason_ = std::move(chosen.reason);
         slot_states_.assign(m.slots, state_);
         ring_->set_depth(m.depth);
+        if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
         tuner_ = autotuner({.tune_workers = tune_workers, .tune_depth = c.prefetch == 0 && m.depth < m.slots, .max_workers = m.workers, .max_depth = m.slots},
                            start_time_);
+    }
+
+    // See pipeline::set_wait_check. Kept for a ring made later by start().
+    void set_wait_check(std::function<bool()> check, std::chrono::milliseconds every) {
+        wait_check_ = std::move(check);
+        wait_check_every_ = every;
+        if (ring_) ring_->set_wait_check(wait_check_, wait_check_every_);
     }
 
     // The next batch, in step order, or empty at the end (then the log gets its last line). A
@@ -70,6 +79,8 @@ public:
         std::optional<batch_handle> h;
         try {
             h = ring_->next();
+        } catch (const wait_interrupted&) {
+            throw;  // the consumer's own check: the pipeline runs on, and next() may be called again
         } catch (...) {
             stop();
             throw;
@@ -162,6 +173,8 @@ private:
     }
 
     std::unique_ptr<staging_ring> ring_;
+    std::function<bool()> wait_check_;
+    std::chrono::milliseconds wait_check_every_{100};
     std::string device_reason_;
     trainer_cpu placement_;
     std::vector<sampler_state> slot_states_;
