@@ -38,20 +38,80 @@ from compare_python import Windows, open_shards  # noqa: E402  (the same peers b
 import feedline  # noqa: E402
 
 
-def pss_bytes(pid):
-    """Proportional set size of a process and all its descendants, from /proc (0 where unreadable)."""
-    total = 0
+def memory(pid):
+    """Pss and its anonymous, file and shared-memory parts (bytes), summed over a process and all its
+    descendants, from /proc/PID/smaps_rollup. PSS counts a page shared by k processes as 1/k in each,
+    so DataLoader workers' shared pages are counted once in the sum."""
+    keys = ("Pss", "Pss_Anon", "Pss_File", "Pss_Shmem")
+    total = dict.fromkeys(keys, 0)
     todo = [pid]
     while todo:
         p = todo.pop()
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
-                total += next(int(l.split()[1]) * 1024 for l in f if l.startswith("Pss:"))
+                for line in f:
+                    k, _, v = line.partition(":")
+                    if k in total:
+                        total[k] += int(v.split()[0]) * 1024
             with open(f"/proc/{p}/task/{p}/children") as f:
                 todo += [int(c) for c in f.read().split()]
-        except (OSError, StopIteration):
+        except OSError:
             pass
     return total
+
+
+def pss_bytes(pid):
+    return memory(pid)["Pss"]
+
+
+def memory_child(a):
+    """One loader alone in this process: its batches consumed, memory sampled every 50, the peak printed."""
+    B, T = a.batch_size, a.seq_len
+    steps = a.batches if a.memory_child == "feedline" else max(200, a.peer_batches)
+    info = {}
+    if a.memory_child == "feedline":
+        pipe = feedline.Pipeline(a.data, batch_size=B, seq_len=T, seed=1, device="cpu", max_steps=steps + 1)
+        source = ((b.inputs, b.targets) for b in pipe)
+    elif a.memory_child == "dataloader_w4":
+        source = iter(torch.utils.data.DataLoader(Windows(a.data, T, (steps + 10) * B), batch_size=B, num_workers=4, pin_memory=True,
+                                                  persistent_workers=True, prefetch_factor=2))
+    else:  # "idle": the interpreter, torch and feedline imported, no loader
+        source = iter(())
+    peak = memory(os.getpid())
+    for i, (x, y) in enumerate(source):
+        int(x[0, 0])
+        if i % 50 == 49:
+            now = memory(os.getpid())
+            peak = {k: max(peak[k], now[k]) for k in peak}
+        if i >= steps:
+            break
+    if a.memory_child == "feedline":
+        st = pipe.stats()
+        info = {"memory_budget": st["memory_budget"], "planned_bytes": st["planned_bytes"], "workers": st["workers"]}
+    print(json.dumps({"loader": a.memory_child, "batches": steps, **{k.lower(): v for k, v in peak.items()}, **info}))
+
+
+def memory_comparison(a, out):
+    """feedline and DataLoader (4 workers) each in a process of its own, against an idle one."""
+    rows = {}
+    for loader in ("idle", "feedline", "dataloader_w4"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--data", a.data, "--batch-size", str(a.batch_size), "--seq-len", str(a.seq_len),
+               "--batches", str(a.batches), "--peer-batches", str(a.peer_batches), "--memory-child", loader]
+        rows[loader] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+    mib = 1 << 20
+    for loader in ("feedline", "dataloader_w4"):
+        r, idle = rows[loader], rows["idle"]
+        for k in ("pss", "pss_anon", "pss_file", "pss_shmem"):
+            out[f"mem_{loader}_{k}"] = r[k]
+        print(f"memory, {loader} alone: PSS {r['pss'] / mib:.0f} MiB (idle process {idle['pss'] / mib:.0f}, anon {idle['pss_anon'] / mib:.0f}): "
+              f"anon {r['pss_anon'] / mib:.0f}, "
+              f"file {r['pss_file'] / mib:.0f}, shmem {r['pss_shmem'] / mib:.0f}"
+              + (f"; feedline's plan {r['planned_bytes'] / mib:.0f} MiB of a {r['memory_budget'] / mib:.0f} MiB budget" if loader == "feedline" else ""),
+              flush=True)
+    out["mem_idle_pss"] = rows["idle"]["pss"]
+    out["mem_feedline_planned_bytes"] = rows["feedline"]["planned_bytes"]
+    out["mem_dataloader_vs_feedline_anon_shmem"] = (rows["dataloader_w4"]["pss_anon"] + rows["dataloader_w4"]["pss_shmem"]) / max(
+        1, rows["feedline"]["pss_anon"] + rows["feedline"]["pss_shmem"])
 
 
 def run(batches, source, touch):
@@ -186,7 +246,11 @@ def main():
     ap.add_argument("--tokenizer", help="sentencepiece model for --text")
     ap.add_argument("--text-batches", type=int, default=100)
     ap.add_argument("--gpu", action="store_true", help="also deliver batches into GPU memory (needs torch with CUDA and a GPU)")
+    ap.add_argument("--memory", action="store_true", help="also compare memory (PSS) with each loader in a process of its own")
+    ap.add_argument("--memory-child", choices=("idle", "feedline", "dataloader_w4"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.memory_child:
+        return memory_child(a)
     B, T = a.batch_size, a.seq_len
     torch.set_num_threads(1)
     out = {"batch_size": B, "seq_len": T, "cpus": os.cpu_count()}
@@ -262,6 +326,8 @@ def main():
         print(f"{k}: {peers[k] / 1e6:.1f} M tokens/s", flush=True)
     if a.text and a.tokenizer:
         tokenize_on_the_fly(a, out, touch)
+    if a.memory:
+        memory_comparison(a, out)
     if a.gpu:
         if torch.cuda.is_available():
             on_the_gpu(a, out, data, B, T)
