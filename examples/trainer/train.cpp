@@ -333,6 +333,7 @@ int run(options o, trainer::communicator& comm) {
 
 int main(int argc, char** argv) {
     options o;
+    o.model.vocab = 0;  // from --vocab-size, else from --tokenizer (vocabulary_from), never the model's default
     CLI::App app{"Train a small next-token model on a feedline dataset (GPU via cuBLAS if present, else CPU via OpenBLAS)"};
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
     app.add_option("--data", o.data,

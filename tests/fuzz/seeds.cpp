@@ -107,6 +107,19 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
         seed.insert(seed.end(), text.begin(), text.end());
         seeds.push_back(seed);
     }
+#elif defined(FEEDLINE_FUZZ_DOCTOR_INPUT)
+    // Byte 0 picks the reader: even, a scenario; odd, a feedline-train --json log.
+    const std::string scenario = R"({"gpus": [{"memory_total_mib": 20480, "memory_used_mib": 9587, "utilization": 1.0}],)"
+                                 R"( "host": {"cores": 16, "ram_total_mib": 32768, "ram_used_mib": 30822, "swap_total_mib": 4096, "swap_used_mib": 2100},)"
+                                 R"( "training": {"micro_batch": 16, "grad_accum": 8, "data_workers": 0, "pinned_memory": false, "stall_fraction": null},)"
+                                 R"( "process": {"rss_anon_mib": 900, "rss_file_mib": 3000}, "numa": {"gpu_node": 0, "worker_nodes": [0, 1]}})";
+    const std::string log = "{\"step\": 1, \"loss\": 5.2, \"tokens_per_s\": 1000.5, \"stall_fraction\": 0.3}\n"
+                            "{\"summary\": true, \"stall_fraction\": 0.2, \"tokens_per_s\": 900, \"pipeline\": {\"workers\": 1, \"device\": \"host ring\"}}\n";
+    for (const auto& [which, text] : {std::pair{0, scenario}, std::pair{1, log}}) {
+        std::vector<std::uint8_t> seed{static_cast<std::uint8_t>(which)};
+        seed.insert(seed.end(), text.begin(), text.end());
+        seeds.push_back(seed);
+    }
 #else
     for (auto [magic, version, width] : {std::tuple{20240520, 1, 2}, std::tuple{20240801, 7, 4}}) {
         std::vector<std::uint8_t> h(1024, 0);

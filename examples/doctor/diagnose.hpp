@@ -1,0 +1,292 @@
+// doctor/diagnose.hpp: why a GPU waits, from what was measured. The observations come from a scenario
+// file (a documented schema a user fills from nvidia-smi and free by hand) or from a run's JSON-lines
+// log (feedline-train --json); the rules turn them into findings with stable codes, the numbers they
+// read, and what to do. Thresholds and their reasons are in docs/sizing.md.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <feedline/error.hpp>
+
+namespace doctor {
+
+struct gpu_observation {
+    std::optional<double> memory_total_mib, memory_used_mib, utilization;
+};
+
+// What is known about a run; every field may be missing, and a rule that needs a missing one stays quiet.
+struct observations {
+    std::vector<gpu_observation> gpus;
+    std::optional<double> cores, ram_total_mib, ram_used_mib, swap_total_mib, swap_used_mib;
+    std::optional<double> micro_batch, grad_accum, data_workers, stall_fraction, tokens_per_s;
+    std::optional<bool> pinned_memory;
+    std::optional<double> rss_anon_mib, rss_file_mib;  // the training process
+    std::optional<double> gpu_numa_node;                // the GPU's NUMA node
+    std::vector<double> worker_numa_nodes;              // where the data workers run
+};
+
+struct finding {
+    std::string code, severity;  // severity: "action" (needs action) or "info"
+    nlohmann::json evidence;
+    std::string action;
+};
+
+// Thresholds (docs/sizing.md says why each is where it is).
+inline constexpr double data_bound_stall = 0.05;      // the trainer waits >= 5% of its time
+inline constexpr double gpu_ahead_stall = 0.02;       // below this the data side is ahead
+inline constexpr double gpu_busy = 0.90;              // utilization that counts as busy
+inline constexpr double gpu_memory_headroom = 0.60;   // used / total at or below this while busy
+inline constexpr double gpu_memory_target = 0.95;     // the most a raised micro-batch may use (an upper bound)
+inline constexpr double host_memory_pressure = 0.90;  // RAM used / total
+inline constexpr double swap_in_use_mib = 64;         // swap used beyond noise
+inline constexpr double os_reserve_cores = 2;
+
+namespace detail {
+
+[[noreturn]] inline void bad(const std::string& where, const std::string& field, const std::string& why) {
+    throw feedline::config_error(field, where + ": " + why);
+}
+
+// A number >= 0 (or null: unknown), for a field of a scenario; anything else names the field.
+inline std::optional<double> number(const nlohmann::json& o, const char* key, const std::string& where, const std::string& prefix) {
+    const auto it = o.find(key);
+    if (it == o.end() || it->is_null()) return std::nullopt;
+    const std::string field = prefix + key;
+    if (!it->is_number()) bad(where, field, "must be a number or null");
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || v < 0) bad(where, field, "must be a number >= 0 (got " + it->dump() + ")");
+    return v;
+}
+
+inline void only(const nlohmann::json& o, std::initializer_list<const char*> keys, const std::string& where, const std::string& prefix) {
+    if (!o.is_object()) bad(where, prefix.empty() ? "scenario" : prefix.substr(0, prefix.size() - 1), "must be a JSON object");
+    for (const auto& [k, v] : o.items()) {
+        (void)v;
+        if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; })) bad(where, prefix + k, "unknown field");
+    }
+}
+
+inline void not_above(const std::optional<double>& used, const std::optional<double>& total, const std::string& where, const std::string& field) {
+    if (used && total && *used > *total) bad(where, field, fmt::format("{} is more than the total {}", *used, *total));
+}
+
+}  // namespace detail
+
+// The scenario schema (docs/sizing.md): {"gpus": [...], "host": {...}, "training": {...}, "process": {...}, "numa": {...}}.
+inline observations parse_scenario(const nlohmann::json& j, const std::string& where) {
+    using namespace detail;
+    only(j, {"gpus", "host", "training", "process", "numa"}, where, "");
+    observations o;
+    if (auto g = j.find("gpus"); g != j.end()) {
+        if (!g->is_array()) bad(where, "gpus", "must be an array");
+        for (std::size_t i = 0; i < g->size(); ++i) {
+            const auto& e = (*g)[i];
+            const std::string p = "gpus[" + std::to_string(i) + "].";
+            only(e, {"memory_total_mib", "memory_used_mib", "utilization"}, where, p);
+            gpu_observation x{number(e, "memory_total_mib", where, p), number(e, "memory_used_mib", where, p), number(e, "utilization", where, p)};
+            if (x.utilization && *x.utilization > 1) bad(where, p + "utilization", "is a fraction in [0, 1]");
+            not_above(x.memory_used_mib, x.memory_total_mib, where, p + "memory_used_mib");
+            o.gpus.push_back(x);
+        }
+    }
+    if (auto h = j.find("host"); h != j.end()) {
+        only(*h, {"cores", "ram_total_mib", "ram_used_mib", "swap_total_mib", "swap_used_mib"}, where, "host.");
+        o.cores = number(*h, "cores", where, "host.");
+        o.ram_total_mib = number(*h, "ram_total_mib", where, "host.");
+        o.ram_used_mib = number(*h, "ram_used_mib", where, "host.");
+        o.swap_total_mib = number(*h, "swap_total_mib", where, "host.");
+        o.swap_used_mib = number(*h, "swap_used_mib", where, "host.");
+        not_above(o.ram_used_mib, o.ram_total_mib, where, "host.ram_used_mib");
+        not_above(o.swap_used_mib, o.swap_total_mib, where, "host.swap_used_mib");
+    }
+    if (auto t = j.find("training"); t != j.end()) {
+        only(*t, {"micro_batch", "grad_accum", "data_workers", "pinned_memory", "stall_fraction", "tokens_per_s"}, where, "training.");
+        o.micro_batch = number(*t, "micro_batch", where, "training.");
+        o.grad_accum = number(*t, "grad_accum", where, "training.");
+        o.data_workers = number(*t, "data_workers", where, "training.");
+        o.stall_fraction = number(*t, "stall_fraction", where, "training.");
+        o.tokens_per_s = number(*t, "tokens_per_s", where, "training.");
+        if (o.stall_fraction && *o.stall_fraction > 1) bad(where, "training.stall_fraction", "is a fraction in [0, 1]");
+        if (auto p = t->find("pinned_memory"); p != t->end() && !p->is_null()) {
+            if (!p->is_boolean()) bad(where, "training.pinned_memory", "must be true, false or null");
+            o.pinned_memory = p->get<bool>();
+        }
+    }
+    if (auto p = j.find("process"); p != j.end()) {
+        only(*p, {"rss_anon_mib", "rss_file_mib"}, where, "process.");
+        o.rss_anon_mib = number(*p, "rss_anon_mib", where, "process.");
+        o.rss_file_mib = number(*p, "rss_file_mib", where, "process.");
+    }
+    if (auto n = j.find("numa"); n != j.end()) {
+        only(*n, {"gpu_node", "worker_nodes"}, where, "numa.");
+        o.gpu_numa_node = number(*n, "gpu_node", where, "numa.");
+        if (auto w = n->find("worker_nodes"); w != n->end()) {
+            if (!w->is_array()) bad(where, "numa.worker_nodes", "must be an array of node numbers");
+            for (const auto& v : *w) {
+                if (!v.is_number_unsigned()) bad(where, "numa.worker_nodes", "must be an array of node numbers");
+                o.worker_numa_nodes.push_back(v.get<double>());
+            }
+        }
+    }
+    return o;
+}
+
+// A run's JSON-lines log (feedline-train --json): the summary line when there is one, else the mean
+// of the progress lines. Lines that do not start with '{' are text and skipped (the trainer's start
+// line); one that does and is not a JSON object is an error naming the line.
+inline observations parse_log(std::istream& in, const std::string& where) {
+    observations o;
+    std::string line;
+    std::size_t n = 0, progress = 0;
+    double stall_sum = 0, tps_sum = 0;
+    std::optional<nlohmann::json> summary;
+    while (std::getline(in, line)) {
+        ++n;
+        const auto first = line.find_first_not_of(" \t\r");
+        if (first == std::string::npos || line[first] != '{') continue;  // blank, or text (feedline-train's start line)
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+            throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not JSON: " + e.what());
+        }
+        if (!j.is_object()) throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not a JSON object");
+        if (j.value("summary", false)) {
+            summary = j;
+        } else if (j.contains("stall_fraction")) {
+            const auto& s = j["stall_fraction"];
+            const auto& t = j.contains("tokens_per_s") ? j["tokens_per_s"] : nlohmann::json(0);
+            if (!s.is_number() || !t.is_number() || !(s.get<double>() >= 0 && s.get<double>() <= 1) || !(t.get<double>() >= 0) ||
+                !std::isfinite(t.get<double>()))
+                throw feedline::format_error(where, 0, "line " + std::to_string(n) + ": stall_fraction must be in [0, 1] and tokens_per_s >= 0");
+            stall_sum += s.get<double>();
+            tps_sum += t.get<double>();
+            ++progress;
+        }
+    }
+    if (!summary && progress == 0) throw feedline::format_error(where, 0, "no progress or summary lines (is this a feedline-train --json log?)");
+    if (summary) {
+        // A field the summary lacks is unknown; one it has must make sense.
+        auto num = [&](const nlohmann::json& o, const char* k, double max) -> std::optional<double> {
+            if (!o.contains(k) || o[k].is_null()) return std::nullopt;
+            if (!o[k].is_number() || !(o[k].get<double>() >= 0 && o[k].get<double>() <= max))
+                throw feedline::format_error(where, 0, std::string("the summary line's ") + k + " must be a number in [0, " + fmt::format("{:g}", max) + "]");
+            return o[k].get<double>();
+        };
+        constexpr double any = std::numeric_limits<double>::max();
+        o.stall_fraction = num(*summary, "stall_fraction", 1);
+        o.tokens_per_s = num(*summary, "tokens_per_s", any);
+        if (summary->contains("pipeline") && (*summary)["pipeline"].is_object()) {
+            const auto& p = (*summary)["pipeline"];
+            o.data_workers = num(p, "workers", any);
+            if (p.contains("device") && p["device"].is_string() && p["device"].get<std::string>().rfind("pinned ring", 0) == 0)
+                o.pinned_memory = true;
+        }
+    } else {
+        o.stall_fraction = stall_sum / double(progress);
+        o.tokens_per_s = tps_sum / double(progress);
+    }
+    return o;
+}
+
+inline std::vector<finding> diagnose(const observations& o) {
+    std::vector<finding> out;
+    auto mean_util = [&]() -> std::optional<double> {
+        double s = 0;
+        int k = 0;
+        for (const auto& g : o.gpus)
+            if (g.utilization) s += *g.utilization, ++k;
+        return k ? std::optional<double>(s / k) : std::nullopt;
+    }();
+    const bool busy = mean_util && *mean_util >= gpu_busy;
+
+    if (o.stall_fraction && *o.stall_fraction >= data_bound_stall)
+        out.push_back({"data-bound", "action", {{"stall_fraction", *o.stall_fraction}, {"data_workers", o.data_workers ? nlohmann::json(*o.data_workers) : nlohmann::json()}},
+                       fmt::format("the trainer waited for data {:.1f}% of its time: raise the data workers{}, deepen the prefetch, or tokenize ahead "
+                                   "(feedline-pack) instead of on the fly",
+                                   100 * *o.stall_fraction, o.data_workers ? fmt::format(" (now {:g})", *o.data_workers) : std::string())});
+    if (busy && (!o.stall_fraction || *o.stall_fraction < gpu_ahead_stall))
+        out.push_back({"gpu-bound", "info", {{"gpu_utilization", *mean_util}, {"stall_fraction", o.stall_fraction ? nlohmann::json(*o.stall_fraction) : nlohmann::json()}},
+                       "the GPU is busy and the data side is ahead: more data workers or prefetch will not speed this run up"});
+    if (busy && o.micro_batch && o.grad_accum)
+        for (std::size_t i = 0; i < o.gpus.size(); ++i) {
+            const auto& g = o.gpus[i];
+            if (!g.memory_total_mib || !g.memory_used_mib || *g.memory_total_mib <= 0) continue;
+            const double share = *g.memory_used_mib / *g.memory_total_mib;
+            if (share > gpu_memory_headroom) continue;
+            // Memory grows at most linearly with the micro-batch (weights and optimizer states do not
+            // grow at all): the factor keeps even that bound under 95%, and divides the accumulation,
+            // so the global batch stays what it is.
+            double k = 1;
+            while (*o.grad_accum / (2 * k) >= 1 && std::fmod(*o.grad_accum, 2 * k) == 0 && share * 2 * k <= gpu_memory_target) k *= 2;
+            if (k < 2) continue;
+            out.push_back({"gpu-memory-headroom", "action",
+                           {{"gpu", i}, {"memory_used_mib", *g.memory_used_mib}, {"memory_total_mib", *g.memory_total_mib}, {"utilization", *g.utilization},
+                            {"micro_batch", *o.micro_batch}, {"grad_accum", *o.grad_accum}},
+                           fmt::format("GPU {} uses {:.0f}% of its memory while busy: micro-batch {:g} -> {:g} and gradient accumulation {:g} -> {:g} keep "
+                                       "the global batch ({:g} sequences per GPU per step) with {:g}x fewer, larger steps",
+                                       i, 100 * share, *o.micro_batch, *o.micro_batch * k, *o.grad_accum, *o.grad_accum / k, *o.micro_batch * *o.grad_accum, k)});
+            break;  // one finding for the run: data-parallel GPUs are alike
+        }
+    if (o.ram_total_mib && o.ram_used_mib && *o.ram_total_mib > 0 && *o.ram_used_mib / *o.ram_total_mib >= host_memory_pressure) {
+        const double avail = *o.ram_total_mib - *o.ram_used_mib;
+        out.push_back({"host-memory-pressure", "action", {{"ram_used_mib", *o.ram_used_mib}, {"ram_total_mib", *o.ram_total_mib}},
+                       fmt::format("host RAM is {:.0f}% used ({:.0f} MiB free): cut data workers' copies and prefetch depth; feedline bounds "
+                                   "its own memory by a budget, by default a quarter of what is available ({:.0f} MiB now)",
+                                   100 * *o.ram_used_mib / *o.ram_total_mib, avail, avail / 4)});
+    }
+    if (o.swap_used_mib && *o.swap_used_mib >= swap_in_use_mib)
+        out.push_back({"swap-in-use", "action", {{"swap_used_mib", *o.swap_used_mib}, {"swap_total_mib", o.swap_total_mib ? nlohmann::json(*o.swap_total_mib) : nlohmann::json()}},
+                       fmt::format("{:.0f} MiB are swapped out: a training step that touches swapped pages waits for the disk; free memory "
+                                   "(fewer loader processes, a smaller prefetch) or turn swap off on training nodes",
+                                   *o.swap_used_mib)});
+    if (o.data_workers && *o.data_workers == 0)
+        out.push_back({"no-data-workers", "action", {{"data_workers", 0}},
+                       "batches are prepared on the training process's own thread, between steps: give the loader workers (DataLoader "
+                       "num_workers, or feedline, whose workers are threads) so the next batch is ready when a step ends"});
+    if (o.pinned_memory && !*o.pinned_memory)
+        out.push_back({"pageable-copies", "action", {{"pinned_memory", false}},
+                       "batches are copied to the GPU from pageable memory, which runs at a fraction of pinned bandwidth (0.11x on an H100, "
+                       "docs/benchmarks.md) and cannot overlap compute: pin_memory=True, or feedline's pinned ring"});
+    if (o.cores && !o.gpus.empty() && o.data_workers) {
+        const double need = double(o.gpus.size()) * (1 + *o.data_workers) + os_reserve_cores;
+        if (*o.cores < need)
+            out.push_back({"cores-short", "action", {{"cores", *o.cores}, {"gpus", o.gpus.size()}, {"data_workers", *o.data_workers}, {"cores_needed", need}},
+                           fmt::format("{:g} cores for {} training process(es) with {:g} data workers each and {:g} for the OS ({:g} needed): fewer "
+                                       "workers per process, or a machine with more cores",
+                                       *o.cores, o.gpus.size(), *o.data_workers, os_reserve_cores, need)});
+    }
+    if (o.rss_anon_mib && o.rss_file_mib && *o.rss_file_mib >= 1024 && *o.rss_file_mib >= *o.rss_anon_mib)
+        out.push_back({"mmap-counted-as-rss", "info", {{"rss_anon_mib", *o.rss_anon_mib}, {"rss_file_mib", *o.rss_file_mib}},
+                       fmt::format("{:.0f} MiB of the process's RSS are mapped file pages (the dataset in the page cache, shared and "
+                                   "reclaimable), against {:.0f} MiB of its own memory: not a leak, and not what the process costs",
+                                   *o.rss_file_mib, *o.rss_anon_mib)});
+    if (o.gpu_numa_node) {
+        std::set<double> away;
+        for (double n : o.worker_numa_nodes)
+            if (n != *o.gpu_numa_node) away.insert(n);
+        if (!away.empty())
+            out.push_back({"numa-remote", "action", {{"gpu_node", *o.gpu_numa_node}, {"worker_nodes", o.worker_numa_nodes}},
+                           fmt::format("data workers run on NUMA node(s) other than the GPU's ({:g}): their batches cross the inter-socket link "
+                                       "before PCIe; pin them to the GPU's node",
+                                       *o.gpu_numa_node)});
+    }
+    return out;
+}
+
+inline bool needs_action(const std::vector<finding>& f) {
+    return std::any_of(f.begin(), f.end(), [](const finding& x) { return x.severity == "action"; });
+}
+
+}  // namespace doctor

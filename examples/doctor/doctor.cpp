@@ -1,0 +1,221 @@
+// feedline-doctor: sizes a training job from its model and machine (plan), and says why a GPU waits
+// from what a run measured (diagnose). Exit status: 0 when nothing needs action (the job fits; no
+// finding asks for action), 1 when something does, 2 for bad input (the message names the field).
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <feedline/error.hpp>
+
+#include "diagnose.hpp"
+#include "plan.hpp"
+
+namespace {
+
+// "80GiB", "1.5e9", "512 MiB", "2TB": bytes. Binary units are 1024^n, decimal ones 1000^n.
+double parse_bytes(const std::string& text, const char* field) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        throw feedline::config_error(field, "'" + text + "' is not a size (e.g. 80GiB, 1.5e9)");
+    }
+    std::string unit = text.substr(used);
+    unit.erase(0, unit.find_first_not_of(' '));
+    static const std::vector<std::pair<std::string, double>> units = {
+        {"", 1},           {"B", 1},          {"KB", 1e3},       {"MB", 1e6},       {"GB", 1e9}, {"TB", 1e12}, {"KiB", 1024.0},
+        {"MiB", 1048576.0}, {"GiB", doctor::gib}, {"TiB", doctor::gib * 1024}};
+    for (const auto& [name, scale] : units)
+        if (unit == name) {
+            if (!(v >= 0) || !std::isfinite(v * scale)) throw feedline::config_error(field, "'" + text + "' must be a size >= 0");
+            return v * scale;
+        }
+    throw feedline::config_error(field, "'" + text + "': unknown unit '" + unit + "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+}
+
+std::string human(const doctor::figure& f) {
+    if (f.unit == "bytes") return fmt::format("{:.2f} GiB", f.value / doctor::gib);
+    if (f.unit == "bytes/s") return fmt::format("{:.1f} MB/s", f.value / 1e6);
+    if (f.unit == "tokens/s") return fmt::format("{:.3g} tokens/s", f.value);
+    return fmt::format("{:g} {}", f.value, f.unit);
+}
+
+nlohmann::json to_json(const std::vector<doctor::figure>& figures) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& f : figures) out[f.name] = {{"value", f.value}, {"unit", f.unit}, {"rule", f.rule}};
+    return out;
+}
+
+// --config FILE.json: an object whose keys are the flags' names ("zero-stage": 2, "offload-optimizer":
+// true); turned into arguments placed before the command line's, which therefore win.
+std::vector<std::string> config_arguments(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw feedline::config_error("config", path + ": cannot be opened");
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw feedline::config_error("config", path + ": not JSON: " + e.what());
+    }
+    if (!j.is_object()) throw feedline::config_error("config", path + ": expected a JSON object of flag names and values");
+    std::vector<std::string> args;
+    for (const auto& [key, value] : j.items()) {
+        if (key == "config") throw feedline::config_error("config", path + ": a config file cannot name another");
+        if (value.is_boolean()) {
+            if (value.get<bool>()) args.push_back("--" + key);
+        } else if (value.is_number() || value.is_string()) {
+            args.push_back("--" + key);
+            args.push_back(value.is_string() ? value.get<std::string>() : value.dump());
+        } else {
+            throw feedline::config_error(key, path + ": expected a number, a string or true/false");
+        }
+    }
+    return args;
+}
+
+int run_diagnose(const std::string& path, bool json) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw feedline::io_error(path, errno, "cannot open");
+    std::stringstream buf;
+    buf << f.rdbuf();
+    const std::string text = buf.str();
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw feedline::format_error(path, 0, "empty: expected a scenario or a log");
+    // One JSON object that is not a log line is a scenario; anything else is read as a log.
+    doctor::observations o;
+    nlohmann::json whole = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const bool scenario = whole.is_object() && !whole.contains("step") && !whole.contains("summary");
+    if (scenario) {
+        o = doctor::parse_scenario(whole, path);
+    } else if (whole.is_discarded() || whole.is_object()) {
+        std::istringstream lines(text);
+        o = doctor::parse_log(lines, path);
+    } else {
+        throw feedline::format_error(path, 0, "expected a JSON object (a scenario) or JSON lines (a log)");
+    }
+    const auto findings = doctor::diagnose(o);
+    if (json) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& x : findings) list.push_back({{"code", x.code}, {"severity", x.severity}, {"evidence", x.evidence}, {"action", x.action}});
+        std::printf("%s\n", nlohmann::json{{"findings", list}, {"needs_action", doctor::needs_action(findings)}, {"input", scenario ? "scenario" : "log"}}.dump().c_str());
+    } else if (findings.empty()) {
+        std::printf("feedline-doctor diagnose: no findings in %s\n", path.c_str());
+    } else {
+        for (const auto& x : findings) std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(), x.evidence.dump().c_str());
+    }
+    return doctor::needs_action(findings) ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"feedline-doctor: what a training job needs (plan), and why a GPU waits (diagnose)"};
+    app.require_subcommand(1);
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+
+    doctor::plan_input in;
+    std::string gpu_memory = "80GiB", gpu_reserve = "1GiB", dataset_bytes = "0", process_overhead = "4GiB", config;
+    bool json = false;
+    CLI::App* plan = app.add_subcommand("plan", "GPU memory, host memory, CPU cores and read bandwidth a data-parallel job needs");
+    plan->add_option("--config", config, "JSON object with these flags' names as keys (flags on the command line win)");
+    plan->add_option("--params", in.params, "model parameters (e.g. 7e9); or give the shape below");
+    plan->add_option("--layers", in.layers, "transformer layers");
+    plan->add_option("--hidden", in.hidden, "hidden size");
+    plan->add_option("--heads", in.heads, "attention heads");
+    plan->add_option("--vocab", in.vocab, "vocabulary size");
+    plan->add_option("--precision", in.precision, "bf16 | fp16 (mixed precision, fp32 master weights) | fp32")->capture_default_str();
+    plan->add_option("--optimizer", in.optimizer, "adamw | sgd (with momentum)")->capture_default_str();
+    plan->add_option("--gpus", in.gpus, "GPUs per node (one data-parallel rank each)")->capture_default_str();
+    plan->add_option("--nodes", in.nodes, "nodes")->capture_default_str();
+    plan->add_option("--zero-stage", in.zero_stage, "0: replicated; 1: optimizer states partitioned; 2: + gradients; 3: + parameters")->capture_default_str();
+    plan->add_flag("--offload-optimizer", in.offload_optimizer, "optimizer states in host memory (ZeRO-Offload)");
+    plan->add_option("--micro-batch", in.micro_batch, "sequences per GPU per forward pass")->capture_default_str();
+    plan->add_option("--seq-len", in.seq_len, "tokens per sequence")->capture_default_str();
+    plan->add_option("--grad-accum", in.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+    plan->add_flag("--activation-checkpointing", in.activation_checkpointing, "recompute each layer's activations in the backward pass");
+    plan->add_option("--gpu-memory", gpu_memory, "memory of one GPU (80GiB, 141GB, ...)")->capture_default_str();
+    plan->add_option("--gpu-reserve", gpu_reserve, "per GPU: CUDA context, workspaces, allocator slack")->capture_default_str();
+    plan->add_option("--tokens-per-s-per-gpu", in.tokens_per_s_per_gpu, "expected training rate of one GPU");
+    plan->add_option("--gpu-tflops", in.gpu_tflops, "or: the GPU's dense peak (bf16 TFLOP/s), with --mfu");
+    plan->add_option("--mfu", in.mfu, "model FLOPs utilisation expected of --gpu-tflops")->capture_default_str();
+    plan->add_option("--data", in.data, "shards (pre-tokenized) | text (tokenized on the fly)")->capture_default_str();
+    plan->add_option("--worker-tokens-per-s", in.worker_tokens_per_s, "tokens/s one data worker delivers (default: measured, see docs/sizing.md)");
+    plan->add_option("--dataset-bytes", dataset_bytes, "dataset size to keep in each node's page cache (0: not counted)")->capture_default_str();
+    plan->add_option("--process-overhead", process_overhead, "host memory of one training process besides its data")->capture_default_str();
+    plan->add_option("--os-cores", in.os_cores, "cores left to the OS per node")->capture_default_str();
+    plan->add_option("--prefetch", in.prefetch, "batches staged ahead per GPU (pinned)")->capture_default_str();
+    plan->add_flag("--json", json, "one JSON object: every figure (bytes, cores, bytes/s, tokens/s) with its rule");
+
+    std::string input;
+    CLI::App* diag = app.add_subcommand("diagnose", "findings with stable codes from a scenario file or a run's JSON-lines log");
+    diag->add_option("input", input, "a scenario (JSON object, docs/sizing.md) or a feedline-train --json log")->required();
+    diag->add_flag("--json", json, "one JSON object: {\"findings\": [{code, severity, evidence, action}], ...}");
+
+    try {
+        // A --config file's values go first, so the command line's override them.
+        std::vector<std::string> args(argv + 1, argv + argc);
+        for (std::size_t i = 0; i + 1 < args.size(); ++i)
+            if (args[i] == "--config") {
+                auto extra = config_arguments(args[i + 1]);
+                args.insert(args.begin() + static_cast<std::ptrdiff_t>(i), extra.begin(), extra.end());
+                break;
+            }
+        std::reverse(args.begin(), args.end());  // CLI11 parses a vector taken from its back
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        const int code = app.exit(e);
+        return code == 0 ? 0 : 2;
+    } catch (const feedline::error& e) {
+        std::fprintf(stderr, "feedline-doctor: %s\n", e.what());
+        return 2;
+    }
+
+    if (diag->parsed()) {
+        try {
+            return run_diagnose(input, json);
+        } catch (const feedline::error& e) {
+            std::fprintf(stderr, "feedline-doctor: %s\n", e.what());
+            return 2;
+        }
+    }
+
+    try {
+        in.gpu_memory = parse_bytes(gpu_memory, "gpu-memory");
+        in.gpu_reserve = parse_bytes(gpu_reserve, "gpu-reserve");
+        in.dataset_bytes = parse_bytes(dataset_bytes, "dataset-bytes");
+        in.process_overhead = parse_bytes(process_overhead, "process-overhead");
+        const doctor::plan_result r = doctor::make_plan(in);
+        if (json) {
+            nlohmann::json out = {{"params", r.params},           {"ranks", r.ranks},
+                                  {"fits", r.fits},               {"min_ranks", r.min_ranks},
+                                  {"per_gpu", to_json(r.per_gpu)}, {"per_node", to_json(r.per_node)}};
+            std::printf("%s\n", out.dump().c_str());
+        } else {
+            std::printf("feedline-doctor plan: %.3g parameters, %llu data-parallel rank(s) (%llu GPU(s) x %llu node(s)), ZeRO stage %u%s, %s, %s\n",
+                        r.params, static_cast<unsigned long long>(r.ranks), static_cast<unsigned long long>(in.gpus),
+                        static_cast<unsigned long long>(in.nodes), in.zero_stage, in.offload_optimizer ? " (optimizer offloaded)" : "",
+                        in.precision.c_str(), in.optimizer.c_str());
+            for (const auto& [title, list] : {std::pair{"per GPU", &r.per_gpu}, {"per node", &r.per_node}}) {
+                std::printf("%s:\n", title);
+                for (const auto& f : *list) std::printf("  %-22s %16s   %s\n", f.name.c_str(), human(f).c_str(), f.rule.c_str());
+            }
+            if (r.fits)
+                std::printf("fits: %.2f GiB of GPU memory to spare\n", r.get("gpu_memory_margin").value / doctor::gib);
+            else
+                std::printf("does not fit: %.2f GiB short per GPU; with these settings it needs at least %llu data-parallel ranks\n",
+                            -r.get("gpu_memory_margin").value / doctor::gib, static_cast<unsigned long long>(r.min_ranks));
+        }
+        return r.fits ? 0 : 1;
+    } catch (const feedline::error& e) {
+        std::fprintf(stderr, "feedline-doctor: %s\n", e.what());
+        return 2;
+    }
+}

@@ -1,0 +1,309 @@
+// feedline-doctor plan: the model-state formulas reproduce the ZeRO paper's worked example (per-GPU
+// memory of a 7.5 B model on 64 GPUs at each stage), hand-computed cases hold for each stage, precision and optimizer, activations follow the
+// documented formula, and bad input is a config_error naming the field. The tool itself: JSON output,
+// --config files, exit codes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "diagnose.hpp"
+#include "plan.hpp"
+#include "run_command.hpp"
+#include "test_support.hpp"
+
+namespace ft = feedline::test;
+using doctor::make_plan;
+using doctor::plan_input;
+
+namespace {
+
+double states_gb(const doctor::plan_result& r) {
+    return (r.get("parameters").value + r.get("gradients").value + r.get("optimizer_states").value) / 1e9;
+}
+
+// Only the model states: no reserve, an unlimited GPU.
+plan_input zero_case(double psi, std::uint64_t ranks, unsigned stage) {
+    plan_input in;
+    in.params = psi;
+    in.gpus = ranks;
+    in.zero_stage = stage;
+    in.gpu_reserve = 0;
+    in.gpu_memory = 1e18;
+    return in;
+}
+
+std::string field_of(const plan_input& in) {
+    try {
+        make_plan(in);
+    } catch (const feedline::config_error& e) {
+        return e.field();
+    }
+    return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("Doctor.Plan.ReproducesTheZeroPapersWorkedExample") {
+    // Rajbhandari et al. (SC'20), Figure 1: a 7.5 B parameter model (Ψ) on Nd = 64 data-parallel
+    // GPUs with mixed precision Adam (K = 12) needs 120 GB of model states per GPU as the baseline,
+    // 31.4 GB with P_os (stage 1), 16.6 GB with P_os+g (stage 2) and 1.9 GB with P_os+g+p (stage 3),
+    // as printed there (rounded to the digits shown).
+    const double printed[] = {120, 31.4, 16.6, 1.9};
+    const double shown[] = {1, 0.1, 0.1, 0.1};  // the last printed digit
+    for (unsigned stage = 0; stage <= 3; ++stage) {
+        CAPTURE(stage);
+        const auto r = make_plan(zero_case(7.5e9, 64, stage));
+        CHECK(std::abs(states_gb(r) - printed[stage]) <= 0.5 * shown[stage] + 1e-9);
+    }
+    // And the formulas behind them, for other sizes: 16 Ψ replicated; 4 Ψ + 12 Ψ / Nd; 2 Ψ + 14 Ψ / Nd; 16 Ψ / Nd.
+    for (const double psi : {1.3e9, 128e9, 1e12})
+        for (const std::uint64_t nd : {1, 4, 16, 1024}) {
+            CAPTURE(psi);
+            CAPTURE(nd);
+            const double expect[] = {16 * psi, 4 * psi + 12 * psi / double(nd), 2 * psi + 14 * psi / double(nd), 16 * psi / double(nd)};
+            for (unsigned stage = 0; stage <= 3; ++stage) CHECK(states_gb(make_plan(zero_case(psi, nd, stage))) * 1e9 == doctest::Approx(expect[stage]));
+        }
+}
+
+TEST_CASE("Doctor.Plan.HandComputedStatesForEachStagePrecisionAndOptimizer") {
+    // Ψ = 1e9 over 8 ranks.
+    plan_input in = zero_case(1e9, 8, 0);
+    in.precision = "fp32";
+    in.optimizer = "sgd";  // fp32 SGD with momentum: 4 + 4 + 4 bytes
+    auto r = make_plan(in);
+    CHECK(r.get("parameters").value == 4e9);
+    CHECK(r.get("gradients").value == 4e9);
+    CHECK(r.get("optimizer_states").value == 4e9);
+    in.zero_stage = 2;  // gradients and optimizer states / 8
+    r = make_plan(in);
+    CHECK(r.get("parameters").value == 4e9);
+    CHECK(r.get("gradients").value == 0.5e9);
+    CHECK(r.get("optimizer_states").value == 0.5e9);
+    in.precision = "bf16";
+    in.optimizer = "sgd";  // mixed precision SGD: master weights 4 + momentum 4
+    in.zero_stage = 1;
+    r = make_plan(in);
+    CHECK(r.get("parameters").value == 2e9);
+    CHECK(r.get("gradients").value == 2e9);
+    CHECK(r.get("optimizer_states").value == 1e9);
+    in.optimizer = "adamw";
+    in.zero_stage = 3;
+    in.offload_optimizer = true;  // states leave the GPU; host holds the node's 8 partitions
+    r = make_plan(in);
+    CHECK(r.get("parameters").value == 0.25e9);
+    CHECK(r.get("gradients").value == 0.25e9);
+    CHECK(r.get("optimizer_states").value == 0);
+    CHECK(r.get("host_offloaded_states").value == 12e9);
+}
+
+TEST_CASE("Doctor.Plan.ActivationsParametersAndTheFewestRanksThatFit") {
+    // GPT-2 small's shape: l = 12, h = 768, a = 12, V = 50257, s = 1024.
+    plan_input in;
+    in.layers = 12, in.hidden = 768, in.heads = 12, in.vocab = 50257, in.seq_len = 1024, in.micro_batch = 8;
+    in.gpu_reserve = 0;
+    auto r = make_plan(in);
+    const double s = 1024, b = 8, h = 768, a = 12, l = 12;
+    CHECK(r.params == doctest::Approx(12 * l * h * h + 13 * l * h + (50257 + s) * h));
+    CHECK(r.params == doctest::Approx(124.4e6).epsilon(0.01));  // GPT-2 small, tied embeddings counted once
+    CHECK(r.get("activations").value == doctest::Approx(l * s * b * h * (34 + 5 * a * s / h)));
+    in.activation_checkpointing = true;
+    r = make_plan(in);
+    CHECK(r.get("activations").value == doctest::Approx(l * 2 * s * b * h + s * b * h * (34 + 5 * a * s / h)));
+
+    // 7.5 B at stage 3 on 40 GiB GPUs: 16 Ψ / Nd must fit next to 10 GiB of reserve.
+    plan_input z = zero_case(7.5e9, 1, 3);
+    z.gpu_memory = 40 * doctor::gib;
+    z.gpu_reserve = 10 * doctor::gib;
+    r = make_plan(z);
+    CHECK_FALSE(r.fits);
+    const std::uint64_t need = r.min_ranks;
+    CHECK(16 * 7.5e9 / double(need) <= 30 * doctor::gib);
+    CHECK(16 * 7.5e9 / double(need - 1) > 30 * doctor::gib);
+    z.gpus = need;
+    CHECK(make_plan(z).fits);
+
+    // Data side: 1 M tokens/s per GPU, 8 GPUs, text tokenized on the fly at 2 M tokens/s per worker.
+    plan_input d = zero_case(1e9, 8, 1);
+    d.tokens_per_s_per_gpu = 1e6;
+    d.data = "text";
+    d.worker_tokens_per_s = 2e6;
+    r = make_plan(d);
+    CHECK(r.get("tokens_per_s").value == 8e6);
+    CHECK(r.get("data_workers").value == 4);
+    CHECK(r.get("cpu_cores").value == 8 + 4 + 2);
+    CHECK(r.get("read_bandwidth").value == doctest::Approx(8e6 * doctor::text_bytes_per_token));
+    // From a GPU's peak: 6 Ψ FLOPs per token.
+    d.tokens_per_s_per_gpu = 0;
+    d.gpu_tflops = 1000;
+    d.mfu = 0.5;
+    CHECK(make_plan(d).get("tokens_per_s").value == doctest::Approx(8 * 1000e12 * 0.5 / 6e9));
+}
+
+TEST_CASE("Doctor.Plan.BadInputNamesTheField") {
+    plan_input in = zero_case(1e9, 1, 0);
+    auto with = [&](auto change) {
+        plan_input x = in;
+        change(x);
+        return field_of(x);
+    };
+    CHECK(with([](plan_input& x) { x.params = -5; }) == "params");
+    CHECK(with([](plan_input& x) { x.params = NAN; }) == "params");
+    CHECK(with([](plan_input& x) { x.params = 0; }) == "params");
+    CHECK(with([](plan_input& x) { x.params = 0, x.layers = 2; }) == "hidden");
+    CHECK(with([](plan_input& x) { x.params = 0, x.layers = 2, x.hidden = 100, x.heads = 3, x.vocab = 10; }) == "heads");
+    CHECK(with([](plan_input& x) { x.precision = "int4"; }) == "precision");
+    CHECK(with([](plan_input& x) { x.optimizer = "lion"; }) == "optimizer");
+    CHECK(with([](plan_input& x) { x.zero_stage = 4; }) == "zero-stage");
+    CHECK(with([](plan_input& x) { x.gpus = 0; }) == "gpus");
+    CHECK(with([](plan_input& x) { x.mfu = 1.5; }) == "mfu");
+    CHECK(with([](plan_input& x) { x.gpu_memory = -1; }) == "gpu-memory");
+    // A model that fits on no number of GPUs: stage 0 replicates 16 Ψ on each.
+    CHECK(with([](plan_input& x) { x.params = 7.5e9, x.gpu_memory = 80 * doctor::gib, x.gpus = 1024; }) == "gpu-memory");
+}
+
+TEST_CASE("Doctor.Tool.JsonConfigAndExitCodes") {
+    ft::scratch_dir dir;
+    const std::string tool = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor plan";
+    auto fits = ft::run(tool + " --params 7.5e9 --gpus 8 --nodes 8 --zero-stage 1 --gpu-memory 80GiB --json", dir);
+    REQUIRE_MESSAGE(fits.code == 0, fits.err);
+    const auto j = nlohmann::json::parse(fits.out);
+    CHECK(j["ranks"] == 64);
+    CHECK(j["fits"] == true);
+    const double states = j["per_gpu"]["parameters"]["value"].get<double>() + j["per_gpu"]["gradients"]["value"].get<double>() +
+                          j["per_gpu"]["optimizer_states"]["value"].get<double>();
+    CHECK(states / 1e9 == doctest::Approx(31.4).epsilon(0.002));  // the paper's 7.5 B, DP 64, P_os
+    CHECK(j["per_gpu"]["optimizer_states"]["rule"].get<std::string>().find("ZeRO") != std::string::npos);
+
+    // The same from a config file; the command line overrides it.
+    {
+        std::ofstream(dir / "job.json") << R"({"params": 7.5e9, "gpus": 8, "nodes": 8, "zero-stage": 1, "gpu-memory": "80GiB"})";
+    }
+    auto from_file = ft::run(tool + " --config " + std::string(dir / "job.json") + " --json", dir);
+    REQUIRE_MESSAGE(from_file.code == 0, from_file.err);
+    CHECK(nlohmann::json::parse(from_file.out)["per_gpu"] == j["per_gpu"]);
+    auto short_of = ft::run(tool + " --config " + std::string(dir / "job.json") + " --gpu-memory 30GiB", dir);  // 29.2 + 1 GiB at 64 ranks
+    CHECK(short_of.code == 1);  // does not fit: action needed
+    CHECK(short_of.out.find("needs at least") != std::string::npos);
+
+    // Bad input: exit 2 with the field named.
+    auto bad = ft::run(tool + " --params -5", dir);
+    CHECK(bad.code == 2);
+    CHECK(bad.err.find("params") != std::string::npos);
+    auto unit = ft::run(tool + " --params 1e9 --gpu-memory 80GiQ", dir);
+    CHECK(unit.code == 2);
+    CHECK(unit.err.find("gpu-memory") != std::string::npos);
+    {
+        std::ofstream(dir / "bad.json") << R"({"params": 1e9, "warp-drive": 3})";
+    }
+    auto unknown = ft::run(tool + " --config " + std::string(dir / "bad.json"), dir);
+    CHECK(unknown.code == 2);
+    CHECK(unknown.err.find("warp-drive") != std::string::npos);
+    auto never = ft::run(tool + " --params 7.5e9 --gpus 1024 --gpu-memory 80GiB", dir);
+    CHECK(never.code == 2);
+    CHECK(never.err.find("gpu-memory") != std::string::npos);
+}
+
+namespace {
+
+std::set<std::string> codes_of(const std::string& scenario) {
+    std::set<std::string> out;
+    for (const auto& f : doctor::diagnose(doctor::parse_scenario(nlohmann::json::parse(scenario), "scenario.json"))) out.insert(f.code);
+    return out;
+}
+
+std::string scenario_error(const std::string& scenario) {
+    try {
+        doctor::parse_scenario(nlohmann::json::parse(scenario), "scenario.json");
+    } catch (const feedline::config_error& e) {
+        return e.field();
+    }
+    return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("Doctor.Diagnose.ScenariosGiveTheirFindings") {
+    // The issue's example: a busy GPU with half its memory free, host RAM at 94% and swap in use,
+    // micro-batch 16 x accumulation 8, no data workers, pageable copies.
+    const auto first = codes_of(R"({"gpus": [{"memory_total_mib": 20480, "memory_used_mib": 9587, "utilization": 1.0}],
+        "host": {"cores": 16, "ram_total_mib": 32768, "ram_used_mib": 30822, "swap_total_mib": 4096, "swap_used_mib": 2100},
+        "training": {"micro_batch": 16, "grad_accum": 8, "data_workers": 0, "pinned_memory": false, "stall_fraction": null, "tokens_per_s": null}})");
+    for (const char* c : {"gpu-memory-headroom", "host-memory-pressure", "swap-in-use", "no-data-workers", "pageable-copies"}) {
+        CAPTURE(c);
+        CHECK(first.count(c) == 1);
+    }
+    CHECK(first.count("data-bound") == 0);
+    const auto advice = doctor::diagnose(doctor::parse_scenario(nlohmann::json::parse(R"({"gpus": [{"memory_total_mib": 20480, "memory_used_mib": 9587,
+        "utilization": 1.0}], "training": {"micro_batch": 16, "grad_accum": 8}})"),
+                                                                "s"));
+    REQUIRE(advice.size() == 2);  // gpu-bound (stall unknown) and the headroom, with the numbers
+    CHECK(advice[1].code == "gpu-memory-headroom");
+    CHECK(advice[1].action.find("micro-batch 16 -> 32 and gradient accumulation 8 -> 4") != std::string::npos);
+
+    // A busy GPU, the data side ahead, nothing else wrong: gpu-bound only, which needs no action.
+    const auto busy = doctor::diagnose(doctor::parse_scenario(nlohmann::json::parse(R"({"gpus": [{"memory_total_mib": 81559, "memory_used_mib": 70000,
+        "utilization": 0.98}], "host": {"cores": 32, "ram_total_mib": 262144, "ram_used_mib": 40000, "swap_total_mib": 0, "swap_used_mib": 0},
+        "training": {"micro_batch": 8, "grad_accum": 1, "data_workers": 4, "pinned_memory": true, "stall_fraction": 0.004}})"),
+                                                              "s"));
+    REQUIRE(busy.size() == 1);
+    CHECK(busy[0].code == "gpu-bound");
+    CHECK_FALSE(doctor::needs_action(busy));
+
+    // Starved: the GPU idles while the trainer waits for data.
+    CHECK(codes_of(R"({"gpus": [{"utilization": 0.45}], "training": {"data_workers": 2, "pinned_memory": true, "stall_fraction": 0.41}})") ==
+          std::set<std::string>{"data-bound"});
+    // Cores: 8 GPUs x (1 + 6 workers) + 2 for the OS = 58 > 32.
+    CHECK(codes_of(R"({"gpus": [{}, {}, {}, {}, {}, {}, {}, {}], "host": {"cores": 32}, "training": {"data_workers": 6}})") ==
+          std::set<std::string>{"cores-short"});
+    CHECK(codes_of(R"({"process": {"rss_anon_mib": 900, "rss_file_mib": 30000}})") == std::set<std::string>{"mmap-counted-as-rss"});
+    CHECK(codes_of(R"({"numa": {"gpu_node": 0, "worker_nodes": [0, 1]}})") == std::set<std::string>{"numa-remote"});
+    CHECK(codes_of(R"({"numa": {"gpu_node": 1, "worker_nodes": [1, 1]}})").empty());
+    CHECK(codes_of("{}").empty());  // nothing known, nothing said
+}
+
+TEST_CASE("Doctor.Diagnose.BadScenariosNameTheField") {
+    CHECK(scenario_error(R"({"gpus": [{"utilization": 1.5}]})") == "gpus[0].utilization");
+    CHECK(scenario_error(R"({"gpus": [{"memory_total_mib": 100, "memory_used_mib": 200}]})") == "gpus[0].memory_used_mib");
+    CHECK(scenario_error(R"({"host": {"ram_used_mib": -4}})") == "host.ram_used_mib");
+    CHECK(scenario_error(R"({"host": {"cores": "many"}})") == "host.cores");
+    CHECK(scenario_error(R"({"training": {"pinned_memory": "yes"}})") == "training.pinned_memory");
+    CHECK(scenario_error(R"({"training": {"microbatch": 4}})") == "training.microbatch");
+    CHECK(scenario_error(R"({"gpu": []})") == "gpu");
+    CHECK(scenario_error(R"({"gpus": {}})") == "gpus");
+    CHECK(scenario_error(R"([1, 2])") == "scenario");
+}
+
+TEST_CASE("Doctor.Diagnose.ToolReadsScenariosAndLogsWithExitCodes") {
+    ft::scratch_dir dir;
+    const std::string tool = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor diagnose ";
+    {
+        std::ofstream(dir / "busy.json") << R"({"gpus": [{"memory_total_mib": 81559, "memory_used_mib": 70000, "utilization": 0.98}],
+            "training": {"data_workers": 4, "pinned_memory": true, "stall_fraction": 0.004}})";
+        std::ofstream(dir / "starved.json") << R"({"training": {"stall_fraction": 0.4, "data_workers": 1}})";
+        std::ofstream(dir / "empty.json") << "";
+        std::ofstream(dir / "broken.jsonl") << "{\"step\": 1, \"stall_fraction\": 0.1}\n{not json\n";
+        std::ofstream(dir / "unknown.json") << R"({"training": {"stal_fraction": 0.4}})";
+    }
+    auto busy = ft::run(tool + std::string(dir / "busy.json") + " --json", dir);
+    CHECK(busy.code == 0);
+    const auto j = nlohmann::json::parse(busy.out);
+    REQUIRE(j["findings"].size() == 1);
+    CHECK(j["findings"][0]["code"] == "gpu-bound");
+    CHECK(j["findings"][0]["evidence"]["gpu_utilization"].get<double>() == doctest::Approx(0.98));
+    auto starved = ft::run(tool + std::string(dir / "starved.json"), dir);
+    CHECK(starved.code == 1);
+    CHECK(starved.out.find("data-bound [action]") != std::string::npos);
+    for (const char* bad : {"empty.json", "broken.jsonl", "unknown.json", "missing.json"}) {
+        CAPTURE(bad);
+        auto r = ft::run(tool + std::string(dir / bad), dir);
+        CHECK(r.code == 2);
+        CHECK(r.err.find(bad) != std::string::npos);
+    }
+    CHECK(ft::run(tool + std::string(dir / "broken.jsonl"), dir).err.find("line 2") != std::string::npos);
+    CHECK(ft::run(tool + std::string(dir / "unknown.json"), dir).err.find("training.stal_fraction") != std::string::npos);
+}
