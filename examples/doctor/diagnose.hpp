@@ -71,8 +71,8 @@ inline std::optional<double> number(const nlohmann::json& o, const char* key, co
 
 inline void only(const nlohmann::json& o, std::initializer_list<const char*> keys, const std::string& where, const std::string& prefix) {
     if (!o.is_object()) bad(where, prefix.empty() ? "scenario" : prefix.substr(0, prefix.size() - 1), "must be a JSON object");
-    for (const auto& [k, v] : o.items()) {
-        (void)v;
+    for (auto it = o.begin(); it != o.end(); ++it) {
+        const std::string& k = it.key();  // not a structured binding: clang 14 cannot capture one
         if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; })) bad(where, prefix + k, "unknown field");
     }
 }
