@@ -162,7 +162,8 @@ inline observations parse_log(std::istream& in, const std::string& where) {
             throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not JSON: " + e.what());
         }
         if (!j.is_object()) throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not a JSON object");
-        if (j.value("summary", false)) {
+        const auto is_summary = j.find("summary");  // not value(): it throws nlohmann's own error for a non-boolean
+        if (is_summary != j.end() && is_summary->is_boolean() && is_summary->get<bool>()) {
             summary = j;
         } else if (j.contains("stall_fraction")) {
             const auto& s = j["stall_fraction"];
