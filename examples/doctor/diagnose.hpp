@@ -142,15 +142,68 @@ inline observations parse_scenario(const nlohmann::json& j, const std::string& w
     return o;
 }
 
-// A run's JSON-lines log (feedline-train --json): the summary line when there is one, else the mean
-// of the progress lines. Lines that do not start with '{' are text and skipped (the trainer's start
+namespace detail {
+
+constexpr double mib = 1024.0 * 1024.0;
+
+// A log line's number field, or nullopt when the line lacks it (or has null); anything but a number in
+// [0, max] is an error naming the line and the field.
+inline std::optional<double> log_number(const nlohmann::json& j, const char* key, double max, const std::string& where, const std::string& line) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= max))
+        throw feedline::format_error(where, 0, line + ": " + key + " must be a number in [0, " + fmt::format("{:g}", max) + "]");
+    return it->get<double>();
+}
+
+// What one log line says about the run beyond the stall: the telemetry feedline-train and the
+// pipeline's stats lines carry (host RAM and swap, RssAnon/RssFile, the GPU through NVML) and the
+// trainer's settings. Fields a line lacks leave what `o` has.
+inline void read_log_fields(const nlohmann::json& j, observations& o, const std::string& where, const std::string& line) {
+    // A trainer's summary nests its pipeline's stats: read first, so the trainer's own fields win.
+    if (auto p = j.find("pipeline"); p != j.end() && p->is_object()) read_log_fields(*p, o, where, line + " (pipeline)");
+    constexpr double any = std::numeric_limits<double>::max();
+    auto set = [](std::optional<double>& to, std::optional<double> v, double scale = 1) {
+        if (v) to = *v / scale;
+    };
+    gpu_observation g = o.gpus.empty() ? gpu_observation{} : o.gpus.front();
+    set(g.utilization, log_number(j, "gpu_utilization", 1, where, line));
+    set(g.memory_used_mib, log_number(j, "gpu_memory_used_bytes", any, where, line), mib);
+    set(g.memory_total_mib, log_number(j, "gpu_memory_total_bytes", any, where, line), mib);
+    if (g.utilization || g.memory_total_mib) o.gpus.assign(1, g);
+    const auto ram_total = log_number(j, "host_ram_total_bytes", any, where, line);
+    const auto ram_available = log_number(j, "host_ram_available_bytes", any, where, line);
+    if (ram_total && ram_available) {
+        if (*ram_available > *ram_total) throw feedline::format_error(where, 0, line + ": host_ram_available_bytes is more than host_ram_total_bytes");
+        o.ram_total_mib = *ram_total / mib;
+        o.ram_used_mib = (*ram_total - *ram_available) / mib;
+    }
+    set(o.swap_total_mib, log_number(j, "swap_total_bytes", any, where, line), mib);
+    set(o.swap_used_mib, log_number(j, "swap_used_bytes", any, where, line), mib);
+    set(o.rss_anon_mib, log_number(j, "rss_anon_bytes", any, where, line), mib);
+    set(o.rss_file_mib, log_number(j, "rss_file_bytes", any, where, line), mib);
+    set(o.micro_batch, log_number(j, "micro_batch", any, where, line));
+    set(o.grad_accum, log_number(j, "grad_accum", any, where, line));
+    set(o.cores, log_number(j, "cores", any, where, line));
+    set(o.data_workers, log_number(j, "data_workers", any, where, line));
+    if (!j.contains("data_workers")) set(o.data_workers, log_number(j, "workers", any, where, line));  // a pipeline stats line
+    if (auto d = j.find("device"); d != j.end() && d->is_string() && d->get<std::string>().rfind("pinned ring", 0) == 0) o.pinned_memory = true;
+}
+
+}  // namespace detail
+
+// A run's JSON-lines log: feedline-train --json (progress lines and a summary line) or a pipeline's
+// stats_jsonl (cumulative snapshots). The trainer's summary wins when there is one; else the last
+// pipeline stats line (its stall is cumulative); else the mean stall of the progress lines, with the
+// last line's telemetry. Lines that do not start with '{' are text and skipped (the trainer's start
 // line); one that does and is not a JSON object is an error naming the line.
 inline observations parse_log(std::istream& in, const std::string& where) {
     observations o;
     std::string line;
     std::size_t n = 0, progress = 0;
     double stall_sum = 0, tps_sum = 0;
-    std::optional<nlohmann::json> summary;
+    std::optional<nlohmann::json> summary, last_stats;
+    std::size_t summary_line = 0, stats_line = 0;
     while (std::getline(in, line)) {
         ++n;
         const auto first = line.find_first_not_of(" \t\r");
@@ -162,38 +215,30 @@ inline observations parse_log(std::istream& in, const std::string& where) {
             throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not JSON: " + e.what());
         }
         if (!j.is_object()) throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not a JSON object");
+        const std::string here = "line " + std::to_string(n);
         const auto is_summary = j.find("summary");  // not value(): it throws nlohmann's own error for a non-boolean
         if (is_summary != j.end() && is_summary->is_boolean() && is_summary->get<bool>()) {
-            summary = j;
+            summary = j, summary_line = n;
+        } else if (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")) {
+            detail::log_number(j, "stall_fraction", 1, where, here);
+            last_stats = j, stats_line = n;
         } else if (j.contains("stall_fraction")) {
-            const auto& s = j["stall_fraction"];
-            const auto& t = j.contains("tokens_per_s") ? j["tokens_per_s"] : nlohmann::json(0);
-            if (!s.is_number() || !t.is_number() || !(s.get<double>() >= 0 && s.get<double>() <= 1) || !(t.get<double>() >= 0) ||
-                !std::isfinite(t.get<double>()))
-                throw feedline::format_error(where, 0, "line " + std::to_string(n) + ": stall_fraction must be in [0, 1] and tokens_per_s >= 0");
-            stall_sum += s.get<double>();
-            tps_sum += t.get<double>();
+            const auto s = detail::log_number(j, "stall_fraction", 1, where, here);
+            const auto t = detail::log_number(j, "tokens_per_s", std::numeric_limits<double>::max(), where, here);
+            stall_sum += s.value_or(0);
+            tps_sum += t.value_or(0);
             ++progress;
+            detail::read_log_fields(j, o, where, here);
         }
     }
-    if (!summary && progress == 0) throw feedline::format_error(where, 0, "no progress or summary lines (is this a feedline-train --json log?)");
-    if (summary) {
-        // A field the summary lacks is unknown; one it has must make sense.
-        auto num = [&](const nlohmann::json& o, const char* k, double max) -> std::optional<double> {
-            if (!o.contains(k) || o[k].is_null()) return std::nullopt;
-            if (!o[k].is_number() || !(o[k].get<double>() >= 0 && o[k].get<double>() <= max))
-                throw feedline::format_error(where, 0, std::string("the summary line's ") + k + " must be a number in [0, " + fmt::format("{:g}", max) + "]");
-            return o[k].get<double>();
-        };
-        constexpr double any = std::numeric_limits<double>::max();
-        o.stall_fraction = num(*summary, "stall_fraction", 1);
-        o.tokens_per_s = num(*summary, "tokens_per_s", any);
-        if (summary->contains("pipeline") && (*summary)["pipeline"].is_object()) {
-            const auto& p = (*summary)["pipeline"];
-            o.data_workers = num(p, "workers", any);
-            if (p.contains("device") && p["device"].is_string() && p["device"].get<std::string>().rfind("pinned ring", 0) == 0)
-                o.pinned_memory = true;
-        }
+    if (!summary && !last_stats && progress == 0)
+        throw feedline::format_error(where, 0, "no progress, summary or stats lines (is this a feedline-train --json log or a stats_jsonl?)");
+    if (summary || last_stats) {
+        const nlohmann::json& s = summary ? *summary : *last_stats;
+        const std::string here = "line " + std::to_string(summary ? summary_line : stats_line);
+        o.stall_fraction = detail::log_number(s, "stall_fraction", 1, where, here);
+        o.tokens_per_s = detail::log_number(s, "tokens_per_s", std::numeric_limits<double>::max(), where, here);
+        detail::read_log_fields(s, o, where, here);
     } else {
         o.stall_fraction = stall_sum / double(progress);
         o.tokens_per_s = tps_sum / double(progress);

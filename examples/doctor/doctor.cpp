@@ -1,8 +1,10 @@
-// feedline-doctor: sizes a training job from its model and machine (plan), and says why a GPU waits
-// from what a run measured (diagnose). Exit status: 0 when nothing needs action (the job fits; no
-// finding asks for action), 1 when something does, 2 for bad input (the message names the field).
+// feedline-doctor: sizes a training job from its model and machine (plan), says whether this machine
+// is set up right and what it delivers on a dataset (check), and why a GPU waits from what a run
+// measured (diagnose). Exit status: 0 when nothing needs action (the job fits; no finding asks for
+// action), 1 when something does, 2 for bad input (the message names the field).
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -15,7 +17,9 @@
 
 #include <feedline/error.hpp>
 
+#include "check.hpp"
 #include "diagnose.hpp"
+#include "measure.hpp"
 #include "plan.hpp"
 
 namespace {
@@ -82,6 +86,16 @@ std::vector<std::string> config_arguments(const std::string& path) {
     return args;
 }
 
+void print_findings(const std::vector<doctor::finding>& findings) {
+    for (const auto& x : findings) std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(), x.evidence.dump().c_str());
+}
+
+nlohmann::json findings_json(const std::vector<doctor::finding>& findings) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& x : findings) list.push_back({{"code", x.code}, {"severity", x.severity}, {"evidence", x.evidence}, {"action", x.action}});
+    return list;
+}
+
 int run_diagnose(const std::string& path, bool json) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw feedline::io_error(path, errno, "cannot open");
@@ -102,14 +116,68 @@ int run_diagnose(const std::string& path, bool json) {
         throw feedline::format_error(path, 0, "expected a JSON object (a scenario) or JSON lines (a log)");
     }
     const auto findings = doctor::diagnose(o);
-    if (json) {
-        nlohmann::json list = nlohmann::json::array();
-        for (const auto& x : findings) list.push_back({{"code", x.code}, {"severity", x.severity}, {"evidence", x.evidence}, {"action", x.action}});
-        std::printf("%s\n", nlohmann::json{{"findings", list}, {"needs_action", doctor::needs_action(findings)}, {"input", scenario ? "scenario" : "log"}}.dump().c_str());
-    } else if (findings.empty()) {
+    if (json)
+        std::printf("%s\n", nlohmann::json{{"findings", findings_json(findings)}, {"needs_action", doctor::needs_action(findings)}, {"input", scenario ? "scenario" : "log"}}.dump().c_str());
+    else if (findings.empty())
         std::printf("feedline-doctor diagnose: no findings in %s\n", path.c_str());
+    else
+        print_findings(findings);
+    return doctor::needs_action(findings) ? 1 : 0;
+}
+
+std::string rate(double bytes_per_s) { return fmt::format("{:.2f} GB/s", bytes_per_s / 1e9); }
+
+int run_check(const std::string& root, const doctor::check_job& job, const doctor::measure_options& m, bool measure_h2d, bool json) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(root, ec)) throw feedline::config_error("root", root + ": not a directory");
+    const doctor::machine machine = doctor::read_machine(root);
+    const auto findings = doctor::check(machine, job);
+    nlohmann::json out{{"machine", doctor::describe(machine)}, {"findings", findings_json(findings)}, {"needs_action", doctor::needs_action(findings)}};
+    if (!m.data.empty()) {
+        if (root != "/") throw feedline::config_error("data", "measures this machine: not with --root");
+        out["data"] = {{"dataset", m.data}, {"reads", doctor::measure_reads(m)}, {"pipeline", doctor::measure_pipeline(m)}};
+    }
+    if (measure_h2d) out["h2d"] = doctor::measure_h2d();
+    if (json) {
+        std::printf("%s\n", out.dump().c_str());
     } else {
-        for (const auto& x : findings) std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(), x.evidence.dump().c_str());
+        const auto& d = out["machine"];
+        std::printf("feedline-doctor check: %s usable cores (%s allowed%s), %s thread(s) per core, %zu NUMA node(s), %.1f GiB RAM (%.1f available), "
+                    "swap %.1f GiB used of %.1f, io_uring: %s\n  GPUs: %zu (%s)\n",
+                    fmt::format("{:g}", d["usable_cores"].get<double>()).c_str(), d["allowed_cpus"].get<std::string>().c_str(),
+                    d["cgroup_cpu_quota"].is_null() ? "" : fmt::format(", cgroup quota {:g}", d["cgroup_cpu_quota"].get<double>()).c_str(),
+                    d["threads_per_core"].is_null() ? "?" : d["threads_per_core"].dump().c_str(), d["numa_nodes"].size(),
+                    d["ram_total_bytes"].is_null() ? 0.0 : d["ram_total_bytes"].get<double>() / doctor::gib,
+                    d["ram_available_bytes"].is_null() ? 0.0 : d["ram_available_bytes"].get<double>() / doctor::gib,
+                    d["swap_used_bytes"].is_null() ? 0.0 : d["swap_used_bytes"].get<double>() / doctor::gib,
+                    d["swap_total_bytes"].is_null() ? 0.0 : d["swap_total_bytes"].get<double>() / doctor::gib, d["io_uring"].get<std::string>().c_str(),
+                    d["gpus"].size(), d["gpu_source"].get<std::string>().c_str());
+        if (out.contains("data")) {
+            std::printf("  reads of %s (%s per pass, 1 MiB requests):\n", m.data.c_str(), fmt::format("{:.0f} MiB", out["data"]["reads"]["bytes_per_pass"].get<double>() / 1048576).c_str());
+            for (const char* b : {"mmap", "pread", "io_uring"}) {
+                const auto& r = out["data"]["reads"][b];
+                if (r.contains("unavailable"))
+                    std::printf("    %-8s unavailable: %s\n", b, r["unavailable"].get<std::string>().c_str());
+                else
+                    std::printf("    %-8s cold %s, warm %s\n", b, rate(r["cold_bytes_per_s"]).c_str(), rate(r["warm_bytes_per_s"]).c_str());
+            }
+            std::printf("  pipeline (batch %llu x %llu tokens, host memory):\n", static_cast<unsigned long long>(m.batch_size), static_cast<unsigned long long>(m.seq_len));
+            for (const auto& row : out["data"]["pipeline"])
+                std::printf("    %u worker(s): %.3g tokens/s%s\n", row["workers"].get<unsigned>(), row["tokens_per_s"].get<double>(),
+                            row.contains("tokenize_tokens_per_s_per_worker")
+                                ? fmt::format(" (one worker tokenizes {:.3g} tokens/s)", row["tokenize_tokens_per_s_per_worker"].get<double>()).c_str()
+                                : "");
+        }
+        if (out.contains("h2d")) {
+            const auto& h = out["h2d"];
+            if (h.contains("unavailable"))
+                std::printf("  host-to-device: %s\n", h["unavailable"].get<std::string>().c_str());
+            else
+                std::printf("  host-to-device: pinned %s, pageable %s (%.2fx)\n", rate(h["pinned_bytes_per_s"]).c_str(), rate(h["pageable_bytes_per_s"]).c_str(),
+                            h["pageable_vs_pinned"].get<double>());
+        }
+        if (findings.empty()) std::printf("no findings\n");
+        print_findings(findings);
     }
     return doctor::needs_action(findings) ? 1 : 0;
 }
@@ -117,7 +185,7 @@ int run_diagnose(const std::string& path, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"feedline-doctor: what a training job needs (plan), and why a GPU waits (diagnose)"};
+    CLI::App app{"feedline-doctor: what a training job needs (plan), whether this machine is set up for it (check), and why a GPU waits (diagnose)"};
     app.require_subcommand(1);
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
@@ -159,6 +227,23 @@ int main(int argc, char** argv) {
     diag->add_option("input", input, "a scenario (JSON object, docs/sizing.md) or a feedline-train --json log")->required();
     diag->add_flag("--json", json, "one JSON object: {\"findings\": [{code, severity, evidence, action}], ...}");
 
+    std::string root = "/";
+    doctor::check_job job;
+    doctor::measure_options measure;
+    bool h2d = false;
+    CLI::App* chk = app.add_subcommand("check", "this machine's cores, NUMA, GPUs, memory, swap and I/O, with findings; --data measures it on a dataset");
+    chk->add_option("--root", root, "read /sys and /proc under this directory instead (a copied or fixture tree)")->capture_default_str();
+    chk->add_option("--gpus", job.gpus, "GPUs the job uses (0: all found)")->capture_default_str();
+    chk->add_option("--workers", job.workers_per_gpu, "data workers per GPU (0: what feedline would pick)")->capture_default_str();
+    chk->add_option("--data", measure.data, "measure reads per backend and the pipeline's tokens/s with 1..N workers on this dataset");
+    chk->add_option("--tokenizer", measure.tokenizer, "sentencepiece model, for text data");
+    chk->add_option("--seconds", measure.seconds, "time per worker count")->capture_default_str()->check(CLI::PositiveNumber);
+    chk->add_option("--max-workers", measure.max_workers, "most workers to measure (0: the usable cores)")->capture_default_str();
+    chk->add_option("--batch-size", measure.batch_size, "sequences per batch")->capture_default_str()->check(CLI::PositiveNumber);
+    chk->add_option("--seq-len", measure.seq_len, "tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+    chk->add_flag("--h2d", h2d, "with a GPU: host-to-device copy rates from pinned and pageable memory");
+    chk->add_flag("--json", json, "one JSON object: {\"machine\": {...}, \"findings\": [...], \"data\": {...}}");
+
     try {
         // A --config file's values go first, so the command line's override them.
         std::vector<std::string> args(argv + 1, argv + argc);
@@ -178,6 +263,14 @@ int main(int argc, char** argv) {
         return 2;
     }
 
+    if (chk->parsed()) {
+        try {
+            return run_check(root, job, measure, h2d, json);
+        } catch (const feedline::error& e) {
+            std::fprintf(stderr, "feedline-doctor: %s\n", e.what());
+            return 2;
+        }
+    }
     if (diag->parsed()) {
         try {
             return run_diagnose(input, json);

@@ -24,11 +24,13 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "checkpoint.hpp"
+#include "diagnose.hpp"
 #include "communicator.hpp"
 #include "cpu_backend.hpp"
 #include "model.hpp"
@@ -54,6 +56,27 @@ struct options {
 };
 
 double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+// What feedline-doctor diagnose reads besides the stall: host RAM and swap, this process's own and
+// file-backed memory, and the GPU's utilization and memory over the interval (NVML; absent without it).
+void add_telemetry(nlohmann::json& j, const std::optional<feedline::gpu_interval>& gpu) {
+    const auto h = feedline::read_host_memory();
+    const auto p = feedline::read_process_memory();
+    auto put = [&](const char* key, const auto& v) {
+        if (v) j[key] = *v;
+    };
+    put("host_ram_total_bytes", h.total);
+    put("host_ram_available_bytes", h.available);
+    put("swap_total_bytes", h.swap_total);
+    put("swap_used_bytes", h.swap_used());
+    put("rss_anon_bytes", p.rss_anon);
+    put("rss_file_bytes", p.rss_file);
+    if (gpu) {
+        j["gpu_utilization"] = gpu->utilization;
+        j["gpu_memory_used_bytes"] = gpu->memory_used;
+        j["gpu_memory_total_bytes"] = gpu->memory_total;
+    }
+}
 
 std::uint32_t vocabulary_from(const options& o) {
     if (o.model.vocab) return o.model.vocab;
@@ -149,6 +172,23 @@ int run(options o, trainer::communicator& comm) {
     }
 #endif
     if (!model) model = std::make_unique<trainer::cpu_backend>(o.model, o.optimizer, initial, &comm);
+    // The GPU's utilization and memory, sampled every 100 ms on a side thread (NVML), for the log.
+    std::unique_ptr<feedline::gpu_sampler> gpu_monitor;
+    std::string gpu_monitor_note = "no GPU";
+    if (gpu >= 0) gpu_monitor = feedline::gpu_sampler::for_gpu(feedline::gpu_pci_bus_id(gpu), &gpu_monitor_note);
+    double gpu_busy_sum = 0, gpu_memory_peak = 0, gpu_memory_total = 0;
+    unsigned gpu_samples = 0;
+    auto take_gpu = [&]() -> std::optional<feedline::gpu_interval> {
+        if (!gpu_monitor) return std::nullopt;
+        auto g = gpu_monitor->take();
+        if (g && g->samples > 0) {
+            gpu_busy_sum += g->utilization * g->samples;
+            gpu_samples += g->samples;
+            gpu_memory_peak = std::max(gpu_memory_peak, static_cast<double>(g->memory_used));
+            gpu_memory_total = static_cast<double>(g->memory_total);
+        }
+        return g;
+    };
 
     const auto mode = o.mode == "packed" ? feedline::sample_mode::packed : feedline::sample_mode::windows;
     // One pipeline config for training and evaluation data: shards, text tokenized on the fly (with
@@ -264,16 +304,18 @@ int run(options o, trainer::communicator& comm) {
             last_loss = loss;
             train_seconds += seconds;
             total_wait += window_wait;
+            const auto gpu_now = take_gpu();
             if (o.json) {
-                say(nlohmann::json{{"step", step},
-                                   {"loss", loss},
-                                   {"lr", lr},
-                                   {"tokens", tokens},
-                                   {"tokens_per_s", tps},
-                                   {"stall_fraction", stall},
-                                   {"rss_bytes", feedline::resident_bytes()},
-                                   {"gpu_bytes", model->device_bytes()}}
-                        .dump());
+                nlohmann::json j{{"step", step},
+                                 {"loss", loss},
+                                 {"lr", lr},
+                                 {"tokens", tokens},
+                                 {"tokens_per_s", tps},
+                                 {"stall_fraction", stall},
+                                 {"rss_bytes", feedline::resident_bytes()},
+                                 {"gpu_bytes", model->device_bytes()}};
+                add_telemetry(j, gpu_now);
+                say(j.dump());
             } else {
                 say(fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>9.0f} tok/s | data stall {:5.2f}% | rss {} MiB | gpu {} MiB", step, o.max_steps,
                                 loss, lr, tps, 100 * stall, feedline::resident_bytes() >> 20, model->device_bytes() >> 20));
@@ -310,21 +352,43 @@ int run(options o, trainer::communicator& comm) {
     const double entropy = unigram_entropy(counts);
     const double tps = train_seconds > 0 ? static_cast<double>(tokens - tokens_at_start) / train_seconds : 0;
     const double stall = train_seconds > 0 ? total_wait / train_seconds : 0;
+    // The summary line, and the finding feedline-doctor diagnose draws from it (the same rules).
+    nlohmann::json j{{"summary", true},          {"steps", step},           {"tokens", tokens},        {"seconds", train_seconds},
+                     {"tokens_per_s", tps},       {"stall_fraction", stall}, {"unigram_entropy", entropy}, {"device", model->describe()},
+                     {"micro_batch", o.batch_size}, {"grad_accum", o.grad_accum}, {"data_workers", data.stats().workers},
+                     {"cores", feedline::read_topology().usable_cores()}, {"gpu_telemetry", gpu_monitor ? "nvml" : gpu_monitor_note},
+                     {"pipeline", nlohmann::json::parse(data.stats().to_json())}};
+    if (first_loss) j["first_loss"] = *first_loss;
+    if (last_loss) j["final_loss"] = *last_loss;
+    if (last_eval) j["eval_loss"] = *last_eval;
+    take_gpu();
+    add_telemetry(j, std::nullopt);
+    if (gpu_samples > 0) {  // over the whole run: mean utilization, and the highest interval's memory (what headroom must hold)
+        j["gpu_utilization"] = gpu_busy_sum / gpu_samples;
+        j["gpu_memory_used_bytes"] = gpu_memory_peak;
+        j["gpu_memory_total_bytes"] = gpu_memory_total;
+    }
+    std::vector<doctor::finding> findings;
+    try {
+        std::istringstream line(j.dump());
+        findings = doctor::diagnose(doctor::parse_log(line, "this run's summary"));
+    } catch (const feedline::error& e) {
+        say(std::string("note: no diagnosis: ") + e.what());
+    }
+    nlohmann::json codes = nlohmann::json::array();
+    for (const auto& f : findings) codes.push_back(f.code);
+    j["findings"] = codes;
     if (o.json) {
-        nlohmann::json j{{"summary", true},          {"steps", step},           {"tokens", tokens},        {"seconds", train_seconds},
-                         {"tokens_per_s", tps},       {"stall_fraction", stall}, {"unigram_entropy", entropy}, {"device", model->describe()},
-                         {"pipeline", nlohmann::json::parse(data.stats().to_json())}};
-        if (first_loss) j["first_loss"] = *first_loss;
-        if (last_loss) j["final_loss"] = *last_loss;
-        if (last_eval) j["eval_loss"] = *last_eval;
         say(j.dump());
     } else if (first_loss && last_loss) {
+        std::string verdict = findings.empty() ? std::string("no finding: the data path kept up") : std::string();
+        for (const auto& f : findings) verdict += (verdict.empty() ? "" : "; ") + f.code + ": " + f.action;
         say(fmt::format("\nSummary: {} steps on {} in {:.1f} s. The training loss fell from {:.3f} to {:.3f} nats per token ({:.0f}% lower){}; the "
                         "unigram entropy of the tokens trained on is {:.3f}, so the model learned {:.3f} nats of context beyond token frequencies. "
-                        "Throughput {:.0f} tokens/s; the trainer waited for data {:.2f}% of the time ({}).",
+                        "Throughput {:.0f} tokens/s; the trainer waited for data {:.2f}% of the time.\nfeedline-doctor: {}",
                         step, model->describe(), train_seconds, *first_loss, *last_loss, 100 * (1 - *last_loss / *first_loss),
                         last_eval ? fmt::format(", held-out loss {:.3f}", *last_eval) : std::string(), entropy, entropy - *last_loss, tps,
-                        100 * stall, stall < 0.01 ? "the data path kept up" : "data-bound: see docs/tuning.md"));
+                        100 * stall, verdict));
     }
     return 0;
 }

@@ -95,7 +95,7 @@ TEST_CASE("feedline-train: trains straight from JSONL tokenized on the fly, and 
 namespace {
 
 // feedline-train --json on `dataset` with one data worker, then feedline-doctor diagnose on its log:
-// the finding codes, and the device the run trained on.
+// the finding codes (which the trainer's own summary must name too), and the device it trained on.
 std::pair<std::set<std::string>, std::string> diagnose_run(const ft::trainer_corpus& data, const std::string& name, const std::string& dataset,
                                                            const std::string& model_flags) {
     const std::string log = data.dir / (name + ".log");
@@ -111,7 +111,17 @@ std::pair<std::set<std::string>, std::string> diagnose_run(const ft::trainer_cor
     for (const auto& f : found["findings"]) codes.insert(f["code"].get<std::string>());
     std::ifstream in(log);
     const std::string out(std::istreambuf_iterator<char>(in), {});
-    return {codes, ft::summary_line(out)["device"].get<std::string>()};
+    const auto summary = ft::summary_line(out);
+    // The trainer names the same findings in its summary, and its lines carry the host telemetry.
+    std::set<std::string> own;
+    for (const auto& f : summary["findings"]) own.insert(f.get<std::string>());
+    CHECK(own == codes);
+    CHECK(summary["host_ram_total_bytes"].get<double>() > 0);
+    CHECK(summary["rss_anon_bytes"].get<double>() > 0);
+    CHECK(summary["micro_batch"].get<double>() > 0);
+    for (const auto& line : ft::progress_lines(out)) CHECK(line.contains("host_ram_available_bytes"));
+    if (summary["device"].get<std::string>().rfind("cuda", 0) != 0) CHECK_FALSE(summary.contains("gpu_utilization"));  // absent, not zero
+    return {codes, summary["device"].get<std::string>()};
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // feedline-doctor plan: the model-state formulas reproduce the ZeRO paper's worked example (per-GPU
 // memory of a 7.5 B model on 64 GPUs at each stage), hand-computed cases hold for each stage, precision and optimizer, activations follow the
 // documented formula, and bad input is a config_error naming the field. The tool itself: JSON output,
-// --config files, exit codes.
+// --config files, exit codes. check: the fixture machines (a 2-socket 8-GPU server, a small VM, a
+// cgroup-limited container) give their findings, and the live machine is measured on real shards.
+// diagnose reads the telemetry of trainer logs and pipeline stats lines.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
+#include <sstream>
+
+#include <feedline/pipeline.hpp>
+
+#include "check.hpp"
 #include "diagnose.hpp"
 #include "plan.hpp"
 #include "run_command.hpp"
@@ -306,4 +314,165 @@ TEST_CASE("Doctor.Diagnose.ToolReadsScenariosAndLogsWithExitCodes") {
     }
     CHECK(ft::run(tool + std::string(dir / "broken.jsonl"), dir).err.find("line 2") != std::string::npos);
     CHECK(ft::run(tool + std::string(dir / "unknown.json"), dir).err.find("training.stal_fraction") != std::string::npos);
+}
+
+namespace {
+
+std::string fixture_root(const char* name) { return std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/" + name; }
+
+std::set<std::string> codes(const std::vector<doctor::finding>& findings) {
+    std::set<std::string> out;
+    for (const auto& f : findings) out.insert(f.code);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("Doctor.Check.FixtureMachinesGiveTheirFindings") {
+    // A 2-socket server with 8 GPUs, one of whose links trained at x8: that link, and the NUMA layout.
+    const auto server = doctor::read_machine(fixture_root("two_socket_8gpu"));
+    CHECK(server.gpus.size() == 8);
+    const auto s = doctor::check(server);
+    CHECK(codes(s) == std::set<std::string>{"numa-nodes", "pcie-link-narrow"});
+    for (const auto& f : s)
+        if (f.code == "pcie-link-narrow") CHECK(f.evidence["gpu"] == "0000:ab:00.0");
+    // A 2-vCPU VM (one core's two threads) with swap in use: short of cores, swap, no GPU.
+    CHECK(codes(doctor::check(doctor::read_machine(fixture_root("vm_1node")))) ==
+          std::set<std::string>{"cores-short", "smt-siblings", "no-gpu", "swap-in-use", "swappiness-high", "memlock-low"});
+    // A container: 1.5 CPUs of quota on 8 CPUs of affinity, 4 GiB of a 64 GiB host, io_uring off by sysctl.
+    const auto box = doctor::read_machine(fixture_root("container_cgroup"));
+    CHECK(box.io_uring_unavailable.has_value());
+    CHECK(codes(doctor::check(box)) == std::set<std::string>{"cgroup-cpu-quota", "cores-short", "smt-siblings", "pcie-link-slow", "cgroup-memory-limit",
+                                                             "memlock-low", "thp-always", "io-uring-unavailable"});
+}
+
+TEST_CASE("Doctor.Check.TheJobsSizeAndWhatNvmlReportsChangeTheFindings") {
+    auto server = doctor::read_machine(fixture_root("two_socket_8gpu"));
+    // 8 GPUs x (8 workers + 1) + 1 = 73 cores of 64.
+    CHECK(codes(doctor::check(server, {.gpus = 8, .workers_per_gpu = 8})).count("cores-short") == 1);
+    CHECK(codes(doctor::check(server, {.gpus = 8, .workers_per_gpu = 6})).count("cores-short") == 0);
+    // Another process holds 30% of a GPU before the job.
+    server.gpus[2].nvml = feedline::gpu_reading{.name = "H100", .pci_bus_id = server.gpus[2].where.pci_bus_id, .memory_total = 80ull << 30,
+                                                .memory_used = 24ull << 30, .utilization = 0};
+    server.gpus[3].nvml = feedline::gpu_reading{.memory_total = 80ull << 30, .memory_used = 1ull << 30};
+    std::vector<doctor::finding> held;
+    for (const auto& f : doctor::check(server))
+        if (f.code == "gpu-memory-in-use") held.push_back(f);
+    REQUIRE(held.size() == 1);
+    CHECK(held[0].evidence["gpu"] == server.gpus[2].where.pci_bus_id);
+    CHECK(held[0].evidence["memory_used_mib"] == 24 * 1024);
+    // The affinity mask leaves out the CPUs of the second socket's GPUs.
+    server.topo.allowed_cpus = server.topo.nodes[0].cpus;
+    std::set<std::string> remote;
+    for (const auto& f : doctor::check(server))
+        if (f.code == "gpu-cpus-outside-affinity") remote.insert(f.evidence["gpu"].get<std::string>());
+    CHECK(remote == std::set<std::string>{"0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"});
+}
+
+TEST_CASE("Doctor.Check.ToolOnFixturesTheLiveMachineAndAMeasuredDataset") {
+    ft::scratch_dir dir;
+    const std::string tool = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor check ";
+    auto server = ft::run(tool + "--json --root " + fixture_root("two_socket_8gpu"), dir);
+    CHECK(server.code == 1);  // the x8 link needs action
+    const auto j = nlohmann::json::parse(server.out);
+    CHECK(j["machine"]["usable_cores"].get<double>() == 64);
+    CHECK(j["machine"]["numa_nodes"].size() == 2);
+    CHECK(j["machine"]["gpus"].size() == 8);
+    CHECK(j["machine"]["swap_total_bytes"].get<double>() == 0);
+    CHECK(ft::run(tool + "--root " + std::string(dir / "nope"), dir).code == 2);
+    CHECK(ft::run(tool + "--root " + fixture_root("vm_1node") + " --data x", dir).code == 2);
+
+    // The live machine, measured on real shards: every backend reads, the pipeline delivers with 1 worker.
+    std::mt19937 rng(5);
+    for (int k = 0; k < 2; ++k) {
+        feedline::megatron_writer w(dir / ("part_" + std::to_string(k)), feedline::token_dtype::int32);
+        for (int d = 0; d < 400; ++d) {
+            std::vector<std::uint32_t> t(500 + rng() % 1000);
+            for (auto& x : t) x = rng() % 50000;
+            w.add_document(t);
+        }
+        w.finish();
+    }
+    auto live = ft::run(tool + "--json --seconds 0.3 --max-workers 2 --seq-len 256 --data '1 " + std::string(dir / "part_0") + " 1 " +
+                            std::string(dir / "part_1") + "'",
+                        dir);
+    REQUIRE_MESSAGE(live.code != 2, live.err);
+    const auto m = nlohmann::json::parse(live.out);
+    CHECK(m["machine"]["usable_cores"].get<double>() > 0);
+    CHECK(m["data"]["reads"]["files"] == 2);
+    for (const char* b : {"pread", "mmap"}) {
+        CAPTURE(b);
+        CHECK(m["data"]["reads"][b]["warm_bytes_per_s"].get<double>() > 0);
+        CHECK(m["data"]["reads"][b]["cold_bytes_per_s"].get<double>() > 0);
+    }
+    const auto& rows = m["data"]["pipeline"];
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[0]["workers"] == 1);
+    CHECK(rows[1]["workers"] == 2);
+    for (const auto& r : rows) CHECK(r["batches"].get<double>() > 0);
+}
+
+TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
+    // Trainer progress lines with NVML and memory telemetry: a busy GPU at 40% memory, accumulation 8.
+    std::istringstream trainer(
+        "feedline-train: a start line in text\n"
+        R"({"step": 10, "stall_fraction": 0.001, "tokens_per_s": 5e5, "micro_batch": 4, "grad_accum": 8, "data_workers": 2, "gpu_utilization": 0.97,)"
+        R"( "gpu_memory_used_bytes": 34359738368, "gpu_memory_total_bytes": 85899345920, "host_ram_total_bytes": 1e11, "host_ram_available_bytes": 5e9,)"
+        R"( "swap_total_bytes": 0, "swap_used_bytes": 0, "rss_anon_bytes": 1e9, "rss_file_bytes": 4e9})"
+        "\n");
+    const auto t = doctor::parse_log(trainer, "train.log");
+    REQUIRE(t.gpus.size() == 1);
+    CHECK(*t.gpus[0].utilization == doctest::Approx(0.97));
+    CHECK(*t.ram_used_mib == doctest::Approx(95e9 / 1048576));
+    CHECK(codes(doctor::diagnose(t)) == std::set<std::string>{"gpu-bound", "gpu-memory-headroom", "host-memory-pressure", "mmap-counted-as-rss"});
+
+    // A pipeline's stats_jsonl: the last line counts (its stall is cumulative); workers are the data workers.
+    std::istringstream stats(R"({"unix_time": 1.0, "batches": 10, "stall_fraction": 0.9, "tokens_per_s": 1, "workers": 1})"
+                             "\n"
+                             R"({"unix_time": 2.0, "batches": 20, "stall_fraction": 0.3, "tokens_per_s": 1, "workers": 0, "rss_anon_bytes": 1, "rss_file_bytes": 2})"
+                             "\n");
+    const auto p = doctor::parse_log(stats, "stats.jsonl");
+    CHECK(*p.stall_fraction == doctest::Approx(0.3));
+    CHECK(*p.data_workers == 0);
+    CHECK(codes(doctor::diagnose(p)) == std::set<std::string>{"data-bound", "no-data-workers"});
+
+    // Bad telemetry names the line and the field.
+    std::istringstream bad("{\"step\": 1, \"stall_fraction\": 0.1, \"gpu_utilization\": 3}\n");
+    try {
+        doctor::parse_log(bad, "x.log");
+        FAIL("accepted a utilization of 3");
+    } catch (const feedline::format_error& e) {
+        CHECK(std::string(e.what()).find("line 1: gpu_utilization") != std::string::npos);
+    }
+    std::istringstream inverted(R"({"summary": true, "stall_fraction": 0, "host_ram_total_bytes": 1, "host_ram_available_bytes": 2})");
+    CHECK_THROWS_AS(doctor::parse_log(inverted, "x.log"), feedline::format_error);
+}
+
+TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
+    ft::scratch_dir dir;
+    feedline::megatron_writer w(dir / "d", feedline::token_dtype::int32);
+    for (int d = 0; d < 200; ++d) w.add_document(std::vector<std::uint32_t>(300, static_cast<std::uint32_t>(d)));
+    w.finish();
+    feedline::pipeline_config c{.batch_size = 4, .seq_len = 64, .workers = 1, .device = feedline::parse_device("cpu"), .max_steps = 30};
+    c.stats_every = 10;
+    c.stats_jsonl = dir / "stats.jsonl";
+    {
+        feedline::pipeline p(std::string(dir / "d"), c);
+        for (auto& b : p) (void)b;
+    }
+    std::ifstream in(c.stats_jsonl);
+    std::string last;
+    for (std::string line; std::getline(in, line);) last = line;
+    const auto j = nlohmann::json::parse(last);
+    CHECK(j["host_ram_total_bytes"].get<double>() > 0);
+    CHECK(j["rss_anon_bytes"].get<double>() > 0);
+    CHECK(j.contains("rss_file_bytes"));
+    CHECK_FALSE(j.contains("gpu_utilization"));  // host memory, no GPU: absent, not zero
+    CHECK_FALSE(j.contains("gpu_telemetry"));
+    std::ifstream again(c.stats_jsonl);
+    const auto o = doctor::parse_log(again, c.stats_jsonl);
+    CHECK(*o.data_workers == 1);
+    CHECK(o.ram_total_mib.has_value());
+    CHECK(o.rss_anon_mib.has_value());
+    CHECK(o.gpus.empty());
 }

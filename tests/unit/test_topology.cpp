@@ -4,11 +4,15 @@
 // were placed; producer threads leave the trainer's CPU when the process has one to spare.
 #include <doctest/doctest.h>
 
+#include <feedline/device/nvml.hpp>
+#include <feedline/exec/host_memory.hpp>
 #include <feedline/exec/numa_memory.hpp>
 #include <feedline/exec/topology.hpp>
 #include <feedline/exec/trainer_cpu.hpp>
+#include <feedline/storage/mmap_reader.hpp>
 #include <feedline/pipeline/pipeline.hpp>
 
+#include <atomic>
 #include <thread>
 
 #include "test_support.hpp"
@@ -193,4 +197,121 @@ TEST_CASE("TrainerCpu.Placement.ProducersLeaveTheNotedCpuOnlyWithOneToSpare") {
     CHECK(after.first == expected);
     CHECK(after.second == trainer);
     CHECK(t.describe().rfind("off the trainer's CPU (now " + std::to_string(trainer) + ")", 0) == 0);
+}
+
+TEST_CASE("Topology.Fixture.SmtAndPcieLinks") {
+    CHECK(fixture("two_socket_8gpu").threads_per_core == 1);
+    CHECK(fixture("vm_1node").threads_per_core == 2);
+    const auto t = fixture("two_socket_8gpu");
+    REQUIRE(t.gpus.size() == 8);
+    for (const auto& g : t.gpus) {
+        CAPTURE(g.pci_bus_id);
+        CHECK(g.max_link_width == 16);
+        CHECK(g.link_width == (g.pci_bus_id == "0000:ab:00.0" ? 8 : 16));
+        CHECK(g.link_speed == "32.0 GT/s PCIe");
+    }
+    const auto c = fixture("container_cgroup");
+    REQUIRE(c.gpus.size() == 1);
+    CHECK(c.gpus[0].link_speed == "2.5 GT/s PCIe");
+    CHECK(c.gpus[0].max_link_speed == "16.0 GT/s PCIe");
+}
+
+TEST_CASE("HostMemory.Fixtures.RamSwapSwappinessAndHugepages") {
+    const auto root = [](const char* name) { return topology_source{std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/" + name}; };
+    const auto vm = read_host_memory(root("vm_1node"));
+    CHECK(vm.total == 25165824ull * 1024);
+    CHECK(vm.available == 12582912ull * 1024);
+    CHECK(vm.used() == (25165824ull - 12582912ull) * 1024);
+    CHECK(vm.swap_used() == 1048576ull * 1024);
+    CHECK(vm.swappiness == 60);
+    CHECK(vm.transparent_hugepages == "madvise");
+    const auto box = read_host_memory(root("container_cgroup"));
+    CHECK(box.swap_used() == 0u);
+    CHECK(box.transparent_hugepages == "always");
+    // A tree without the files: every field absent, none zero.
+    ft::scratch_dir empty;
+    const auto none = read_host_memory({empty.path().string()});
+    CHECK_FALSE(none.total.has_value());
+    CHECK_FALSE(none.used().has_value());
+    CHECK_FALSE(none.swappiness.has_value());
+    CHECK(none.transparent_hugepages.empty());
+    CHECK_FALSE(read_process_memory({empty.path().string()}).rss_anon.has_value());
+}
+
+TEST_CASE("HostMemory.Live.ProcessMemorySplitsAnonymousFromFilePages") {
+    const auto h = read_host_memory();
+    REQUIRE(h.total.has_value());
+    REQUIRE(h.available.has_value());
+    CHECK(*h.available <= *h.total);
+    // 64 MiB of our own touched memory shows in RssAnon; a 64 MiB file mapped and read shows in RssFile.
+    const auto before = read_process_memory();
+    REQUIRE(before.rss_anon.has_value());
+    REQUIRE(before.rss_file.has_value());
+    std::vector<char> own(64 << 20, 1);
+    ft::scratch_dir dir;
+    ft::write_bytes(dir / "f", own.data(), own.size());
+    file f(dir / "f");
+    file_mapping m(f, access_pattern::sequential);
+    const auto bytes = m.bytes();
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < bytes.size(); i += 4096) sum += static_cast<unsigned char>(bytes[i]);
+    CHECK(sum == bytes.size() / 4096);
+    const auto after = read_process_memory();
+    CHECK(*after.rss_anon >= *before.rss_anon + (60ull << 20));
+    CHECK(*after.rss_file >= *before.rss_file + (60ull << 20));
+}
+
+TEST_CASE("GpuSampler.MeansEachIntervalOnItsOwnThread") {
+    // A reader standing in for NVML (which this machine may lack): utilization 0.2 then 0.6, alternating.
+    std::atomic<int> calls{0};
+    gpu_sampler s(
+        [&]() -> std::optional<gpu_reading> {
+            const int n = calls++;
+            gpu_reading r;
+            r.utilization = n % 2 ? 0.6 : 0.2;
+            r.memory_used = n % 2 ? 300 : 100;
+            r.memory_total = 1000;
+            return r;
+        },
+        std::chrono::milliseconds(1));
+    while (s.samples_taken() < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto a = s.take();
+    REQUIRE(a.has_value());
+    CHECK(a->samples >= 20);
+    CHECK(a->utilization == doctest::Approx(0.4).epsilon(0.1));
+    CHECK(a->memory_used >= 150);
+    CHECK(a->memory_used <= 250);
+    CHECK(a->memory_total == 1000);
+    CHECK(ft::has_thread_named("feedline-gpumon"));
+}
+
+TEST_CASE("GpuSampler.NoReadingIsAbsentAndAThrowingReaderIsAFailedSample") {
+    std::atomic<int> calls{0};
+    {
+        gpu_sampler s([&]() -> std::optional<gpu_reading> { ++calls; return std::nullopt; }, std::chrono::milliseconds(1));
+        while (calls < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        CHECK_FALSE(s.take().has_value());
+    }
+    calls = 0;
+    gpu_sampler t([&]() -> std::optional<gpu_reading> {
+        if (++calls < 3) throw std::runtime_error("driver hiccup");
+        return gpu_reading{.memory_total = 8, .utilization = 1.0};
+    }, std::chrono::milliseconds(1));
+    while (t.samples_taken() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto g = t.take();
+    REQUIRE(g.has_value());
+    CHECK(g->utilization == 1.0);
+    // Nothing sampled since: the latest reading again, marked as no new samples.
+    const auto again = t.take();
+    REQUIRE(again.has_value());
+    CHECK(again->memory_total == 8);
+}
+
+TEST_CASE("Nvml.WithoutTheDriverSaysWhyAndSamplesNothing") {
+    if (nvml::get().available()) ft::skip("NVML is present here");
+    CHECK(nvml::get().count() == 0);
+    CHECK(nvml::get().reason().find("NVML") != std::string::npos);
+    std::string why;
+    CHECK(gpu_sampler::for_gpu("0000:01:00.0", &why) == nullptr);
+    CHECK(why == nvml::get().reason());
 }

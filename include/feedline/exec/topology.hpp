@@ -76,6 +76,10 @@ struct gpu_info {
     std::string pci_bus_id;  // as in sysfs and cudaDeviceGetPCIBusId: "0000:1a:00.0"
     int numa_node = -1;      // -1: the firmware does not say (single-node machines)
     std::vector<int> local_cpus;
+    // The PCIe link as sysfs reports it ("16.0 GT/s PCIe", lanes); empty / 0 where it does not. An idle
+    // GPU lowers its link speed to save power, so only a load shows the speed it trains at.
+    std::string link_speed, max_link_speed;
+    int link_width = 0, max_link_width = 0;
 };
 
 struct topology {
@@ -88,6 +92,7 @@ struct topology {
     std::optional<std::uint64_t> memlock_limit;  // bytes; nullopt: unlimited
     std::vector<gpu_info> gpus;
     std::string numa_source;                    // "libnuma" or "sysfs"
+    unsigned threads_per_core = 0;              // SMT siblings of the first online CPU; 0: unknown
 
     // Cores this process can really use: the affinity mask, capped by the cgroup quota.
     double usable_cores() const {
@@ -212,6 +217,13 @@ inline topology read_topology(const topology_source& src = {}) {
         std::sort(t.nodes.begin(), t.nodes.end(), [](auto& a, auto& b) { return a.id < b.id; });
     }
 
+    // SMT: how many hardware threads share the first online CPU's core (a data worker and the trainer
+    // on two siblings share one core's execution units).
+    if (!t.online_cpus.empty())
+        if (auto s = detail::read_first_line(under(src.root, "/sys/devices/system/cpu/cpu" + std::to_string(t.online_cpus.front()) +
+                                                                 "/topology/thread_siblings_list")))
+            t.threads_per_core = static_cast<unsigned>(parse_cpu_list(*s).size());
+
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(under(src.root, "/sys/kernel/mm/hugepages"), ec)) {
         std::string name = e.path().filename().string();  // hugepages-2048kB
@@ -243,6 +255,10 @@ inline topology read_topology(const topology_source& src = {}) {
         g.pci_bus_id = e.path().filename().string();
         if (auto s = detail::read_first_line(e.path() / "numa_node")) g.numa_node = std::atoi(s->c_str());
         if (auto s = detail::read_first_line(e.path() / "local_cpulist")) g.local_cpus = parse_cpu_list(*s);
+        if (auto s = detail::read_first_line(e.path() / "current_link_speed")) g.link_speed = *s;
+        if (auto s = detail::read_first_line(e.path() / "max_link_speed")) g.max_link_speed = *s;
+        if (auto s = detail::read_first_line(e.path() / "current_link_width")) g.link_width = std::atoi(s->c_str());
+        if (auto s = detail::read_first_line(e.path() / "max_link_width")) g.max_link_width = std::atoi(s->c_str());
         t.gpus.push_back(std::move(g));
     }
     std::sort(t.gpus.begin(), t.gpus.end(), [](auto& a, auto& b) { return a.pci_bus_id < b.pci_bus_id; });

@@ -10,9 +10,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 #include <feedline/error.hpp>
+#include <feedline/exec/host_memory.hpp>
 
 namespace feedline {
 
@@ -33,6 +36,15 @@ struct pipeline_stats {
     std::string worker_placement;   // whether the threads filling the ring are kept off the trainer's CPU, and why
     int trainer_cpu = -1;           // the busy trainer's CPU they are kept off (-1: none noted, or placement off)
     std::string stats_log_error;    // why the stats_jsonl log stopped (empty while it is written)
+    // Telemetry for feedline-doctor diagnose; absent (not zero, and not in the JSON) where the machine
+    // does not say. The machine's RAM and swap, this process's RSS split into its own (anonymous)
+    // memory and mapped file pages, and the GPU through NVML (the mean of ~100 ms samples since the
+    // previous stats line; only with a stats_jsonl log on a GPU).
+    std::optional<std::uint64_t> host_ram_total_bytes, host_ram_available_bytes, swap_total_bytes, swap_used_bytes;
+    std::optional<std::uint64_t> rss_anon_bytes, rss_file_bytes;
+    std::optional<double> gpu_utilization;
+    std::optional<std::uint64_t> gpu_memory_used_bytes, gpu_memory_total_bytes;
+    std::string gpu_telemetry;  // "nvml" when the GPU is sampled, else why not; empty without a GPU log
 
     std::string to_json() const {
         auto esc = [](const std::string& s) {
@@ -55,8 +67,28 @@ struct pipeline_stats {
                       static_cast<unsigned long long>(consumer_sleeps), ready_batches, slots, prefetch_depth, workers, workers_active,
                       static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
                       static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes), trainer_cpu);
+        std::string telemetry;
+        auto put = [&](const char* key, const auto& v) {
+            if (!v) return;
+            char num[64];
+            if constexpr (std::is_floating_point_v<std::decay_t<decltype(*v)>>)
+                std::snprintf(num, sizeof num, "%.4f", *v);
+            else
+                std::snprintf(num, sizeof num, "%llu", static_cast<unsigned long long>(*v));
+            telemetry += std::string(", \"") + key + "\": " + num;
+        };
+        put("host_ram_total_bytes", host_ram_total_bytes);
+        put("host_ram_available_bytes", host_ram_available_bytes);
+        put("swap_total_bytes", swap_total_bytes);
+        put("swap_used_bytes", swap_used_bytes);
+        put("rss_anon_bytes", rss_anon_bytes);
+        put("rss_file_bytes", rss_file_bytes);
+        put("gpu_utilization", gpu_utilization);
+        put("gpu_memory_used_bytes", gpu_memory_used_bytes);
+        put("gpu_memory_total_bytes", gpu_memory_total_bytes);
+        if (!gpu_telemetry.empty()) telemetry += ", \"gpu_telemetry\": \"" + esc(gpu_telemetry) + "\"";
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\", \"worker_placement\": \"" +
-               esc(worker_placement) + "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"}";
+               esc(worker_placement) + "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"" + telemetry + "}";
     }
 };
 
@@ -87,6 +119,19 @@ private:
 };
 
 }  // namespace detail
+
+// Fills the host and process memory fields of `s` from procfs (one read of each file).
+inline void fill_memory_telemetry(pipeline_stats& s) {
+    const host_memory h = read_host_memory();
+    s.host_ram_total_bytes = h.total;
+    s.host_ram_available_bytes = h.available;
+    s.swap_total_bytes = h.swap_total;
+    s.swap_used_bytes = h.swap_used();
+    const process_memory p = read_process_memory();
+    s.rss_bytes = p.rss.value_or(0);
+    s.rss_anon_bytes = p.rss_anon;
+    s.rss_file_bytes = p.rss_file;
+}
 
 // Resident set size of this process (VmRSS), 0 when unreadable.
 inline std::uint64_t resident_bytes() {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <feedline/device/make_ring.hpp>
+#include <feedline/device/nvml.hpp>
 #include <feedline/exec/trainer_cpu.hpp>
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/defaults.hpp>
@@ -59,6 +60,12 @@ public:
         slot_states_.assign(m.slots, state_);
         ring_->set_depth(m.depth);
         if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
+        // The GPU's utilization and memory for the log's lines (doctor diagnose reads them): sampled
+        // on a side thread, only where there is a log and batches go to a GPU.
+        if (log_ && ring_->pinned()) {
+            gpu_sampler_ = gpu_sampler::for_gpu(gpu_pci_bus_id(c.device.index), &gpu_telemetry_);
+            if (gpu_sampler_) gpu_telemetry_ = "nvml";
+        }
         tuner_ = autotuner({.tune_workers = tune_workers, .tune_depth = c.prefetch == 0 && m.depth < m.slots, .max_workers = m.workers, .max_depth = m.slots},
                            start_time_);
     }
@@ -139,7 +146,13 @@ public:
         s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
         s.slots = m.slots;
         s.workers = m.workers;
-        s.rss_bytes = resident_bytes();
+        fill_memory_telemetry(s);
+        if (gpu_interval_) {
+            s.gpu_utilization = gpu_interval_->utilization;
+            s.gpu_memory_used_bytes = gpu_interval_->memory_used;
+            s.gpu_memory_total_bytes = gpu_interval_->memory_total;
+        }
+        s.gpu_telemetry = gpu_telemetry_;
         s.pinned_bytes = ring_ && ring_->pinned() ? m.slots * m.slot_bytes : 0;
         s.memory_budget = m.budget;
         s.planned_bytes = m.total();
@@ -164,6 +177,8 @@ private:
     template <class Snapshot>
     void log(Snapshot&& snapshot) {
         if (!log_) return;
+        if (gpu_sampler_)
+            if (auto g = gpu_sampler_->take()) gpu_interval_ = g;
         try {
             log_->write(snapshot());
         } catch (const std::exception& e) {
@@ -185,6 +200,9 @@ private:
     double busy_s_ = 0, waiting_s_ = 0;  // moving averages of the trainer's time outside and inside next()
     std::unique_ptr<stats_jsonl_log> log_;
     std::string log_error_;
+    std::unique_ptr<gpu_sampler> gpu_sampler_;
+    std::optional<gpu_interval> gpu_interval_;  // the mean over the interval before the last log line
+    std::string gpu_telemetry_;                  // "nvml", or why the GPU is not sampled
     bool final_logged_ = false;
 };
 

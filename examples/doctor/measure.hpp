@@ -1,0 +1,167 @@
+// doctor/measure.hpp: feedline-doctor check --data: what this machine delivers on this data, measured
+// instead of assumed. Read throughput per storage backend (warm: the files in the page cache; cold:
+// after POSIX_FADV_DONTNEED dropped their pages, which works without root for clean pages), the
+// pipeline's tokens/s with 1, 2, 4, ... workers (for text, also what one worker tokenizes per second),
+// and with a GPU, host-to-device copies from pinned and from pageable memory. Each figure is a rate
+// over a fixed amount of work or time; docs/sizing.md says how plan uses them.
+#pragma once
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <feedline/detail/paths.hpp>
+#include <feedline/pipeline.hpp>
+#include <feedline/storage/reader.hpp>
+
+namespace doctor {
+
+struct measure_options {
+    std::string data, tokenizer;
+    std::uint64_t read_bytes = 256ull << 20;  // per backend and pass, at most
+    double seconds = 1.0;                     // per worker count
+    unsigned max_workers = 0;                 // 0: the usable cores
+    std::uint64_t batch_size = 8, seq_len = 512;
+};
+
+// The files a DATASET names (shards' .bin, a directory's files, a glob, a file), for the read test.
+inline std::vector<std::string> files_of(const std::string& dataset) {
+    std::vector<std::string> out;
+    for (const auto& w : feedline::parse_data_spec(dataset)) {
+        const std::string& s = w.spec;
+        if (feedline::detail::path_exists(s + ".bin")) out.push_back(s + ".bin");
+        else if (feedline::detail::has_glob_chars(s)) for (auto& f : feedline::detail::glob_paths(s)) out.push_back(f);
+        else if (feedline::detail::is_directory(s)) for (auto& f : feedline::detail::regular_files_in(s)) out.push_back(f);
+        else out.push_back(s);
+    }
+    return out;
+}
+
+namespace detail {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Reads the first `limit` bytes of the files, in 1 MiB requests, 8 per call: bytes/s.
+inline double read_rate(feedline::any_reader& reader, const std::vector<std::unique_ptr<feedline::file>>& files, std::uint64_t limit) {
+    constexpr std::uint64_t chunk = 1 << 20, per_call = 8;
+    std::vector<std::byte> buffer(chunk * per_call);
+    std::vector<feedline::read_request> batch;
+    std::uint64_t done = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& f : files) {
+        for (std::uint64_t off = 0; off < f->size() && done < limit;) {
+            batch.clear();
+            while (batch.size() < per_call && off < f->size() && done < limit) {
+                const std::uint64_t n = std::min({chunk, f->size() - off, limit - done});
+                batch.push_back({f.get(), off, n, buffer.data() + batch.size() * chunk});
+                off += n, done += n;
+            }
+            reader.read(batch);
+        }
+    }
+    const double s = seconds_since(t0);
+    return s > 0 ? static_cast<double>(done) / s : 0;
+}
+
+inline void drop_cached_pages(const std::vector<std::unique_ptr<feedline::file>>& files) {
+    for (const auto& f : files) (void)::posix_fadvise(f->fd(), 0, 0, POSIX_FADV_DONTNEED);
+}
+
+}  // namespace detail
+
+inline nlohmann::json measure_reads(const measure_options& o) {
+    // Opened afresh for each backend: a file keeps its mapping once mmap read it, and mapped pages
+    // cannot be dropped, so the next backend's cold pass would read the cache.
+    auto open_all = [&] {
+        std::vector<std::unique_ptr<feedline::file>> files;
+        for (const auto& path : files_of(o.data)) files.push_back(std::make_unique<feedline::file>(path));
+        return files;
+    };
+    std::uint64_t total = 0;
+    std::size_t count = 0;
+    for (const auto& f : open_all()) total += f->size(), ++count;
+    const std::uint64_t limit = std::min(total, o.read_bytes);
+    nlohmann::json out = {{"files", count}, {"bytes_per_pass", limit}, {"request_bytes", 1 << 20}};
+    for (auto backend : {feedline::io_backend::pread, feedline::io_backend::io_uring, feedline::io_backend::mmap}) {
+        const std::string name(feedline::to_string(backend));
+        try {
+            const auto files = open_all();
+            auto reader = feedline::make_reader({.backend = backend, .pattern = feedline::access_pattern::sequential});
+            detail::drop_cached_pages(files);
+            const double cold = detail::read_rate(reader, files, limit);
+            const double warm = detail::read_rate(reader, files, limit);  // the pass before left the pages cached
+            out[name] = {{"cold_bytes_per_s", cold}, {"warm_bytes_per_s", warm}};
+        } catch (const feedline::error& e) {
+            out[name] = {{"unavailable", e.what()}};
+        }
+    }
+    return out;
+}
+
+// The pipeline's delivered tokens/s, on host memory, with 1, 2, 4, ... workers up to `max_workers`.
+inline nlohmann::json measure_pipeline(const measure_options& o) {
+    const unsigned most = o.max_workers ? o.max_workers : std::max(1u, static_cast<unsigned>(feedline::read_topology().usable_cores()));
+    const bool text = feedline::kinds_of(feedline::parse_data_spec(o.data)).text;
+    nlohmann::json rows = nlohmann::json::array();
+    for (unsigned w = 1; w <= most; w = w < most && w * 2 > most ? most : w * 2) {
+        feedline::pipeline_config c{.batch_size = o.batch_size, .seq_len = o.seq_len, .workers = w, .device = feedline::parse_device("cpu")};
+        if (text) c.text.tokenizer = o.tokenizer;
+        feedline::pipeline p(o.data, c);
+        for (int i = 0; i < 2; ++i)  // start-up (plans, the first fills) is not the steady rate
+            if (!p.next()) break;
+        const auto before = p.stats();
+        const auto t0 = std::chrono::steady_clock::now();
+        std::uint64_t batches = 0;
+        while (detail::seconds_since(t0) < o.seconds && p.next()) ++batches;
+        const double s = detail::seconds_since(t0);
+        const auto after = p.stats();
+        nlohmann::json row{{"workers", w}, {"batches", batches}, {"tokens_per_s", s > 0 ? double(batches * o.batch_size * o.seq_len) / s : 0},
+                           {"stall_fraction", s > 0 ? std::min(1.0, (after.stall_s - before.stall_s) / s) : 0}};
+        if (text && after.tokenize_s > before.tokenize_s)  // tokens one worker tokenizes per second of its time
+            row["tokenize_tokens_per_s_per_worker"] = double(batches * o.batch_size * o.seq_len) / (after.tokenize_s - before.tokenize_s);
+        rows.push_back(row);
+        if (w == most) break;
+    }
+    return rows;
+}
+
+// Host-to-device copy rates from pinned and pageable memory (64 MiB, 10 copies each), or why not.
+inline nlohmann::json measure_h2d() {
+#if FEEDLINE_HAS_CUDA
+    if (!feedline::gpu_probe()) return {{"unavailable", feedline::gpu_probe().reason}};
+    try {
+        constexpr std::size_t bytes = 64ull << 20;
+        constexpr int copies = 10;
+        void *device = nullptr, *pinned = nullptr;
+        FEEDLINE_CUDA_CHECK(cudaMalloc(&device, bytes));
+        FEEDLINE_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
+        std::vector<std::byte> pageable(bytes, std::byte{1});
+        std::memset(pinned, 1, bytes);
+        auto rate = [&](const void* src) {
+            FEEDLINE_CUDA_CHECK(cudaMemcpy(device, src, bytes, cudaMemcpyHostToDevice));  // warm-up
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < copies; ++i) FEEDLINE_CUDA_CHECK(cudaMemcpy(device, src, bytes, cudaMemcpyHostToDevice));
+            return double(bytes) * copies / detail::seconds_since(t0);
+        };
+        const double p = rate(pinned), q = rate(pageable.data());
+        cudaFreeHost(pinned);
+        cudaFree(device);
+        return {{"pinned_bytes_per_s", p}, {"pageable_bytes_per_s", q}, {"pageable_vs_pinned", q / p}};
+    } catch (const feedline::error& e) {
+        return {{"unavailable", e.what()}};
+    }
+#else
+    return {{"unavailable", "feedline was built without the CUDA Toolkit"}};
+#endif
+}
+
+}  // namespace doctor

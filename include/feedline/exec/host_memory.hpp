@@ -1,0 +1,91 @@
+// feedline/exec/host_memory.hpp: how much memory the machine and this process use, read from procfs
+// under the same root as the topology readers (so test fixtures describe machines we do not have).
+// The machine: RAM total and available, swap total and free, vm.swappiness, transparent hugepages.
+// The process: RSS split into anonymous memory (its own), file pages (mapped files: for feedline the
+// dataset, shared with the page cache and reclaimable) and shared memory. Feeds the pipeline's stats
+// lines, the trainer's log and feedline-doctor. A value the kernel does not give stays empty: absent,
+// never zero.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include <feedline/exec/topology.hpp>
+
+namespace feedline {
+
+struct host_memory {
+    std::optional<std::uint64_t> total, available, swap_total, swap_free;  // bytes
+    std::optional<int> swappiness;                                         // vm.swappiness
+    std::string transparent_hugepages;  // the selected mode: "always", "madvise", "never"; empty: unknown
+
+    // "Used" as free(1) and the scenario schema mean it: what is not available.
+    std::optional<std::uint64_t> used() const {
+        if (!total || !available) return std::nullopt;
+        return *total > *available ? *total - *available : 0;
+    }
+    std::optional<std::uint64_t> swap_used() const {
+        if (!swap_total || !swap_free) return std::nullopt;
+        return *swap_total > *swap_free ? *swap_total - *swap_free : 0;
+    }
+};
+
+struct process_memory {
+    std::optional<std::uint64_t> rss, rss_anon, rss_file, rss_shmem;  // bytes
+};
+
+namespace detail {
+
+// "Key:   12345 kB" lines (meminfo, status): the value of `key` in bytes, or nullopt.
+inline std::optional<std::uint64_t> kib_field(const std::string& line, const char* key) {
+    const std::string k = key;
+    if (line.size() <= k.size() || line.compare(0, k.size(), k) != 0 || line[k.size()] != ':') return std::nullopt;
+    char* end = nullptr;
+    const char* start = line.c_str() + k.size() + 1;
+    const unsigned long long v = std::strtoull(start, &end, 10);
+    if (end == start) return std::nullopt;
+    return static_cast<std::uint64_t>(v) * 1024;
+}
+
+}  // namespace detail
+
+inline host_memory read_host_memory(const topology_source& src = {}) {
+    host_memory m;
+    std::ifstream in(detail::under(src.root, "/proc/meminfo"));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (auto v = detail::kib_field(line, "MemTotal")) m.total = v;
+        else if (auto v = detail::kib_field(line, "MemAvailable")) m.available = v;
+        else if (auto v = detail::kib_field(line, "SwapTotal")) m.swap_total = v;
+        else if (auto v = detail::kib_field(line, "SwapFree")) m.swap_free = v;
+    }
+    if (auto s = detail::read_first_line(detail::under(src.root, "/proc/sys/vm/swappiness"))) {
+        char* end = nullptr;
+        const long v = std::strtol(s->c_str(), &end, 10);
+        if (end != s->c_str()) m.swappiness = static_cast<int>(v);
+    }
+    // "always [madvise] never": the bracketed word is the mode in force.
+    if (auto s = detail::read_first_line(detail::under(src.root, "/sys/kernel/mm/transparent_hugepage/enabled"))) {
+        const auto open = s->find('['), close = s->find(']');
+        if (open != std::string::npos && close != std::string::npos && close > open) m.transparent_hugepages = s->substr(open + 1, close - open - 1);
+    }
+    return m;
+}
+
+inline process_memory read_process_memory(const topology_source& src = {}) {
+    process_memory p;
+    std::ifstream in(detail::under(src.root, "/proc/self/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (auto v = detail::kib_field(line, "VmRSS")) p.rss = v;
+        else if (auto v = detail::kib_field(line, "RssAnon")) p.rss_anon = v;
+        else if (auto v = detail::kib_field(line, "RssFile")) p.rss_file = v;
+        else if (auto v = detail::kib_field(line, "RssShmem")) p.rss_shmem = v;
+    }
+    return p;
+}
+
+}  // namespace feedline
