@@ -153,7 +153,9 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
                     d["swap_total_bytes"].is_null() ? 0.0 : d["swap_total_bytes"].get<double>() / doctor::gib, d["io_uring"].get<std::string>().c_str(),
                     d["gpus"].size(), d["gpu_source"].get<std::string>().c_str());
         if (out.contains("data")) {
-            std::printf("  reads of %s (%s per pass, 1 MiB requests):\n", m.data.c_str(), fmt::format("{:.0f} MiB", out["data"]["reads"]["bytes_per_pass"].get<double>() / 1048576).c_str());
+            const auto& reads = out["data"]["reads"];
+            std::printf("  reads of %s (%s per pass of %s, 1 MiB requests):\n", m.data.c_str(), fmt::format("{:.0f} MiB", reads["bytes_per_pass"].get<double>() / 1048576).c_str(),
+                        fmt::format("{:.0f} MiB", reads["dataset_bytes"].get<double>() / 1048576).c_str());
             for (const char* b : {"mmap", "pread", "io_uring"}) {
                 const auto& r = out["data"]["reads"][b];
                 if (r.contains("unavailable"))
@@ -237,6 +239,8 @@ int main(int argc, char** argv) {
     chk->add_option("--workers", job.workers_per_gpu, "data workers per GPU (0: what feedline would pick)")->capture_default_str();
     chk->add_option("--data", measure.data, "measure reads per backend and the pipeline's tokens/s with 1..N workers on this dataset");
     chk->add_option("--tokenizer", measure.tokenizer, "sentencepiece model, for text data");
+    std::uint64_t read_mib = 0;
+    chk->add_option("--read-mib", read_mib, "MiB read per backend and pass (0: 4 GiB or half the available memory, if less)")->capture_default_str();
     chk->add_option("--seconds", measure.seconds, "time per worker count")->capture_default_str()->check(CLI::PositiveNumber);
     chk->add_option("--max-workers", measure.max_workers, "most workers to measure (0: the usable cores)")->capture_default_str();
     chk->add_option("--batch-size", measure.batch_size, "sequences per batch")->capture_default_str()->check(CLI::PositiveNumber);
@@ -264,6 +268,7 @@ int main(int argc, char** argv) {
     }
 
     if (chk->parsed()) {
+        measure.read_bytes = read_mib << 20;
         try {
             return run_check(root, job, measure, h2d, json);
         } catch (const feedline::error& e) {

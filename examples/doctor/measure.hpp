@@ -25,7 +25,10 @@ namespace doctor {
 
 struct measure_options {
     std::string data, tokenizer;
-    std::uint64_t read_bytes = 256ull << 20;  // per backend and pass, at most
+    // Per backend and pass, at most; 0: 4 GiB or half the available memory, whichever is less. The warm
+    // pass leaves what it read in the page cache, so a dataset within the limit is measured warm by the
+    // pipeline runs that follow (one beyond it partly cold, as training would read it).
+    std::uint64_t read_bytes = 0;
     double seconds = 1.0;                     // per worker count
     unsigned max_workers = 0;                 // 0: the usable cores
     std::uint64_t batch_size = 8, seq_len = 512;
@@ -89,8 +92,9 @@ inline nlohmann::json measure_reads(const measure_options& o) {
     std::uint64_t total = 0;
     std::size_t count = 0;
     for (const auto& f : open_all()) total += f->size(), ++count;
-    const std::uint64_t limit = std::min(total, o.read_bytes);
-    nlohmann::json out = {{"files", count}, {"bytes_per_pass", limit}, {"request_bytes", 1 << 20}};
+    const std::uint64_t cap = o.read_bytes ? o.read_bytes : std::min<std::uint64_t>(4ull << 30, feedline::detail::memory_available_bytes() / 2);
+    const std::uint64_t limit = std::min(total, cap);
+    nlohmann::json out = {{"files", count}, {"dataset_bytes", total}, {"bytes_per_pass", limit}, {"whole_dataset", limit == total}, {"request_bytes", 1 << 20}};
     for (auto backend : {feedline::io_backend::pread, feedline::io_backend::io_uring, feedline::io_backend::mmap}) {
         const std::string name(feedline::to_string(backend));
         try {
