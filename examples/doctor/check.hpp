@@ -208,6 +208,10 @@ inline nlohmann::json describe(const machine& m) {
             j["memory_total_bytes"] = g.nvml->memory_total;
             j["memory_used_bytes"] = g.nvml->memory_used;
             j["utilization"] = g.nvml->utilization;
+            if (g.nvml->pcie_gen) j["pcie_gen"] = *g.nvml->pcie_gen;
+            if (g.nvml->pcie_width) j["pcie_width"] = *g.nvml->pcie_width;
+            if (g.nvml->pcie_max_gen) j["pcie_max_gen"] = *g.nvml->pcie_max_gen;
+            if (g.nvml->pcie_max_width) j["pcie_max_width"] = *g.nvml->pcie_max_width;
         }
         gpus.push_back(j);
     }

@@ -136,6 +136,11 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
     if (!m.data.empty()) {
         if (root != "/") throw feedline::config_error("data", "measures this machine: not with --root");
         out["data"] = {{"dataset", m.data}, {"reads", doctor::measure_reads(m)}, {"pipeline", doctor::measure_pipeline(m)}};
+        // With a GPU: the same pipeline into GPU memory through the pinned ring, at the most workers.
+        if (feedline::gpu_probe()) {
+            const unsigned most = m.max_workers ? m.max_workers : std::max(1u, static_cast<unsigned>(machine.topo.usable_cores()));
+            out["data"]["pipeline_gpu"] = doctor::measure_pipeline_once(m, most, "auto");
+        }
     }
     if (measure_h2d) out["h2d"] = doctor::measure_h2d();
     if (json) {
@@ -152,6 +157,17 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
                     d["swap_used_bytes"].is_null() ? 0.0 : d["swap_used_bytes"].get<double>() / doctor::gib,
                     d["swap_total_bytes"].is_null() ? 0.0 : d["swap_total_bytes"].get<double>() / doctor::gib, d["io_uring"].get<std::string>().c_str(),
                     d["gpus"].size(), d["gpu_source"].get<std::string>().c_str());
+        for (const auto& g : d["gpus"]) {
+            std::string line = fmt::format("    {} on NUMA node {} (CPUs {})", g["pci_bus_id"].get<std::string>(), g["numa_node"].get<int>(),
+                                           g["local_cpus"].get<std::string>().empty() ? "?" : g["local_cpus"].get<std::string>());
+            if (!g["link_speed"].get<std::string>().empty())
+                line += fmt::format(", link {} x{} of {} x{}", g["link_speed"].get<std::string>(), g["link_width"].get<int>(),
+                                    g["max_link_speed"].get<std::string>(), g["max_link_width"].get<int>());
+            if (g.contains("name"))
+                line += fmt::format(", {} with {:.1f} of {:.1f} GiB in use", g["name"].get<std::string>(), g["memory_used_bytes"].get<double>() / doctor::gib,
+                                    g["memory_total_bytes"].get<double>() / doctor::gib);
+            std::printf("%s\n", line.c_str());
+        }
         if (out.contains("data")) {
             const auto& reads = out["data"]["reads"];
             std::printf("  reads of %s (%s per pass of %s, 1 MiB requests):\n", m.data.c_str(), fmt::format("{:.0f} MiB", reads["bytes_per_pass"].get<double>() / 1048576).c_str(),
@@ -169,6 +185,11 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
                             row.contains("tokenize_tokens_per_s_per_worker")
                                 ? fmt::format(" (one worker tokenizes {:.3g} tokens/s)", row["tokenize_tokens_per_s_per_worker"].get<double>()).c_str()
                                 : "");
+            if (out["data"].contains("pipeline_gpu")) {
+                const auto& g = out["data"]["pipeline_gpu"];
+                std::printf("    into the GPU, %u worker(s): %.3g tokens/s (%s)\n", g["workers"].get<unsigned>(), g["tokens_per_s"].get<double>(),
+                            g["device"].get<std::string>().c_str());
+            }
         }
         if (out.contains("h2d")) {
             const auto& h = out["h2d"];

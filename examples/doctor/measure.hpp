@@ -111,28 +111,35 @@ inline nlohmann::json measure_reads(const measure_options& o) {
     return out;
 }
 
-// The pipeline's delivered tokens/s, on host memory, with 1, 2, 4, ... workers up to `max_workers`.
+// The pipeline's delivered tokens/s with `workers` workers into `device` ("cpu": host memory; "auto":
+// the pinned ring and the GPU when there is one), over `seconds` after two start-up batches.
+inline nlohmann::json measure_pipeline_once(const measure_options& o, unsigned workers, const std::string& device) {
+    const bool text = feedline::kinds_of(feedline::parse_data_spec(o.data)).text;
+    feedline::pipeline_config c{.batch_size = o.batch_size, .seq_len = o.seq_len, .workers = workers, .device = feedline::parse_device(device)};
+    if (text) c.text.tokenizer = o.tokenizer;
+    feedline::pipeline p(o.data, c);
+    for (int i = 0; i < 2; ++i)  // start-up (plans, the first fills) is not the steady rate
+        if (!p.next()) break;
+    const auto before = p.stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t batches = 0;
+    while (detail::seconds_since(t0) < o.seconds && p.next()) ++batches;
+    const double s = detail::seconds_since(t0);
+    const auto after = p.stats();
+    const double tokens = double(batches * o.batch_size * o.seq_len);
+    nlohmann::json row{{"workers", workers}, {"batches", batches}, {"tokens_per_s", s > 0 ? tokens / s : 0},
+                       {"stall_fraction", s > 0 ? std::min(1.0, (after.stall_s - before.stall_s) / s) : 0}, {"device", after.device}};
+    if (text && after.tokenize_s > before.tokenize_s)  // tokens one worker tokenizes per second of its time
+        row["tokenize_tokens_per_s_per_worker"] = tokens / (after.tokenize_s - before.tokenize_s);
+    return row;
+}
+
+// The pipeline on host memory with 1, 2, 4, ... workers up to `max_workers` (and that number itself).
 inline nlohmann::json measure_pipeline(const measure_options& o) {
     const unsigned most = o.max_workers ? o.max_workers : std::max(1u, static_cast<unsigned>(feedline::read_topology().usable_cores()));
-    const bool text = feedline::kinds_of(feedline::parse_data_spec(o.data)).text;
     nlohmann::json rows = nlohmann::json::array();
-    for (unsigned w = 1; w <= most; w = w < most && w * 2 > most ? most : w * 2) {
-        feedline::pipeline_config c{.batch_size = o.batch_size, .seq_len = o.seq_len, .workers = w, .device = feedline::parse_device("cpu")};
-        if (text) c.text.tokenizer = o.tokenizer;
-        feedline::pipeline p(o.data, c);
-        for (int i = 0; i < 2; ++i)  // start-up (plans, the first fills) is not the steady rate
-            if (!p.next()) break;
-        const auto before = p.stats();
-        const auto t0 = std::chrono::steady_clock::now();
-        std::uint64_t batches = 0;
-        while (detail::seconds_since(t0) < o.seconds && p.next()) ++batches;
-        const double s = detail::seconds_since(t0);
-        const auto after = p.stats();
-        nlohmann::json row{{"workers", w}, {"batches", batches}, {"tokens_per_s", s > 0 ? double(batches * o.batch_size * o.seq_len) / s : 0},
-                           {"stall_fraction", s > 0 ? std::min(1.0, (after.stall_s - before.stall_s) / s) : 0}};
-        if (text && after.tokenize_s > before.tokenize_s)  // tokens one worker tokenizes per second of its time
-            row["tokenize_tokens_per_s_per_worker"] = double(batches * o.batch_size * o.seq_len) / (after.tokenize_s - before.tokenize_s);
-        rows.push_back(row);
+    for (unsigned w = 1;; w = w * 2 > most ? most : w * 2) {
+        rows.push_back(measure_pipeline_once(o, w, "cpu"));
         if (w == most) break;
     }
     return rows;

@@ -194,8 +194,8 @@ inline plan_result make_plan(const plan_input& in) {
         const auto x = states_on_gpu(ranks);
         return x[0] + x[1] + x[2] + act + in.gpu_reserve <= in.gpu_memory;
     };
-    const double unpartitioned = states_on_gpu(std::numeric_limits<double>::infinity())[0] + states_on_gpu(std::numeric_limits<double>::infinity())[1] +
-                                 states_on_gpu(std::numeric_limits<double>::infinity())[2];
+    const auto at_infinity = states_on_gpu(std::numeric_limits<double>::infinity());  // what no number of ranks divides
+    const double unpartitioned = at_infinity[0] + at_infinity[1] + at_infinity[2];
     if (unpartitioned + act + in.gpu_reserve > in.gpu_memory) {
         r.min_ranks = 0;
         std::string why = "--zero-stage " + std::to_string(z) + (in.offload_optimizer ? " with the optimizer offloaded" : "") + ": ";

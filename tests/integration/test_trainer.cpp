@@ -149,6 +149,24 @@ TEST_CASE("feedline-doctor diagnose: on a GPU, a trainer starved by on-the-fly t
     CHECK(shards.count("data-bound") == 0);
 }
 
+TEST_CASE("feedline-doctor check --data: JSONL tokenized on the fly gives the per-worker tokenization rate") {
+    if (!std::filesystem::exists(std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor")) ft::skip("feedline-doctor was not built");
+    ft::trainer_corpus data;
+    auto r = ft::run(data.bin + "/feedline-doctor check --json --seconds 0.3 --max-workers 1 --seq-len 64 --data " + (data.dir / "train.jsonl") +
+                         " --tokenizer " + data.model,
+                     data.dir);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    const auto j = nlohmann::json::parse(r.out);
+    REQUIRE(j["data"]["pipeline"].size() == 1);
+    const auto& row = j["data"]["pipeline"][0];
+    CHECK(row["batches"].get<double>() > 0);
+    CHECK(row["tokenize_tokens_per_s_per_worker"].get<double>() > 0);
+    // A tokenizer that is not there is bad input, named.
+    auto bad = ft::run(data.bin + "/feedline-doctor check --data " + (data.dir / "train.jsonl") + " --tokenizer " + (data.dir / "nope.model"), data.dir);
+    CHECK(bad.code == 2);
+    CHECK(bad.err.find("nope.model") != std::string::npos);
+}
+
 TEST_CASE("feedline-train: bad flags, data and checkpoints fail with a clear message") {
     ft::trainer_corpus data;
     SUBCASE("token ids beyond --vocab-size") {

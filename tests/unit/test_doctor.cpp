@@ -410,6 +410,8 @@ TEST_CASE("Doctor.Check.ToolOnFixturesTheLiveMachineAndAMeasuredDataset") {
     CHECK(rows[0]["workers"] == 1);
     CHECK(rows[1]["workers"] == 2);
     for (const auto& r : rows) CHECK(r["batches"].get<double>() > 0);
+    CHECK(m["data"]["reads"]["whole_dataset"] == true);
+    if (m["data"].contains("pipeline_gpu")) CHECK(m["data"]["pipeline_gpu"]["batches"].get<double>() > 0);  // only where a GPU is
 }
 
 TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
