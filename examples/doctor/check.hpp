@@ -141,10 +141,12 @@ inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
         const auto& w = g.where;
         if (w.link_width > 0 && w.max_link_width > 0 && w.link_width < w.max_link_width)
             out.push_back({"pcie-link-narrow", "action", {{"gpu", w.pci_bus_id}, {"link_width", w.link_width}, {"max_link_width", w.max_link_width}},
-                           fmt::format("GPU {} runs its PCIe link at x{} of x{}: host-to-device copies get {:.0f}% of the bandwidth; reseat the "
-                                       "card or check the riser and the BIOS lane settings",
+                           fmt::format("GPU {} runs its PCIe link at x{} of the x{} it supports: host-to-device copies get {:.0f}% of the bandwidth; "
+                                       "reseat the card, check the riser, the slot's wiring and the BIOS lane settings",
                                        w.pci_bus_id, w.link_width, w.max_link_width, 100.0 * w.link_width / w.max_link_width)});
-        if (!w.link_speed.empty() && !w.max_link_speed.empty() && std::strtod(w.link_speed.c_str(), nullptr) < std::strtod(w.max_link_speed.c_str(), nullptr))
+        // sysfs says "Unknown" for a link that is down: no speed to compare.
+        const double speed = std::strtod(w.link_speed.c_str(), nullptr), top = std::strtod(w.max_link_speed.c_str(), nullptr);
+        if (speed > 0 && top > 0 && speed < top)
             out.push_back({"pcie-link-slow", "info", {{"gpu", w.pci_bus_id}, {"link_speed", w.link_speed}, {"max_link_speed", w.max_link_speed}},
                            fmt::format("GPU {} link at {} of {}: normal for an idle GPU (it lowers the speed to save power); under load it "
                                        "should reach {}",
@@ -207,7 +209,7 @@ inline nlohmann::json describe(const machine& m) {
             j["name"] = g.nvml->name;
             j["memory_total_bytes"] = g.nvml->memory_total;
             j["memory_used_bytes"] = g.nvml->memory_used;
-            j["utilization"] = g.nvml->utilization;
+            if (g.nvml->utilization) j["utilization"] = *g.nvml->utilization;
             if (g.nvml->pcie_gen) j["pcie_gen"] = *g.nvml->pcie_gen;
             if (g.nvml->pcie_width) j["pcie_width"] = *g.nvml->pcie_width;
             if (g.nvml->pcie_max_gen) j["pcie_max_gen"] = *g.nvml->pcie_max_gen;

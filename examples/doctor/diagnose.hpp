@@ -187,7 +187,12 @@ inline void read_log_fields(const nlohmann::json& j, observations& o, const std:
     set(o.cores, log_number(j, "cores", any, where, line));
     set(o.data_workers, log_number(j, "data_workers", any, where, line));
     if (!j.contains("data_workers")) set(o.data_workers, log_number(j, "workers", any, where, line));  // a pipeline stats line
-    if (auto d = j.find("device"); d != j.end() && d->is_string() && d->get<std::string>().rfind("pinned ring", 0) == 0) o.pinned_memory = true;
+    // A GPU ring ("pinned ring on CUDA device ...") pins its slots unless pinning failed or was off,
+    // and then it holds no pinned bytes: pageable copies.
+    if (auto d = j.find("device"); d != j.end() && d->is_string() && d->get<std::string>().rfind("pinned ring", 0) == 0) {
+        const auto pinned = log_number(j, "pinned_bytes", any, where, line);
+        o.pinned_memory = !pinned || *pinned > 0;
+    }
 }
 
 }  // namespace detail

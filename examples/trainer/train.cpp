@@ -72,7 +72,7 @@ void add_telemetry(nlohmann::json& j, const std::optional<feedline::gpu_interval
     put("rss_anon_bytes", p.rss_anon);
     put("rss_file_bytes", p.rss_file);
     if (gpu) {
-        j["gpu_utilization"] = gpu->utilization;
+        if (gpu->utilization) j["gpu_utilization"] = *gpu->utilization;
         j["gpu_memory_used_bytes"] = gpu->memory_used;
         j["gpu_memory_total_bytes"] = gpu->memory_total;
     }
@@ -182,8 +182,7 @@ int run(options o, trainer::communicator& comm) {
         if (!gpu_monitor) return std::nullopt;
         auto g = gpu_monitor->take();
         if (g && g->samples > 0) {
-            gpu_busy_sum += g->utilization * g->samples;
-            gpu_samples += g->samples;
+            if (g->utilization) gpu_busy_sum += *g->utilization * g->samples, gpu_samples += g->samples;
             gpu_memory_peak = std::max(gpu_memory_peak, static_cast<double>(g->memory_used));
             gpu_memory_total = static_cast<double>(g->memory_total);
         }
@@ -363,8 +362,9 @@ int run(options o, trainer::communicator& comm) {
     if (last_eval) j["eval_loss"] = *last_eval;
     take_gpu();
     add_telemetry(j, std::nullopt);
-    if (gpu_samples > 0) {  // over the whole run: mean utilization, and the highest interval's memory (what headroom must hold)
-        j["gpu_utilization"] = gpu_busy_sum / gpu_samples;
+    // Over the whole run: the mean utilization, and the highest interval's memory (what headroom must hold).
+    if (gpu_samples > 0) j["gpu_utilization"] = gpu_busy_sum / gpu_samples;
+    if (gpu_memory_total > 0) {
         j["gpu_memory_used_bytes"] = gpu_memory_peak;
         j["gpu_memory_total_bytes"] = gpu_memory_total;
     }

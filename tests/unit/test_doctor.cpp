@@ -438,6 +438,13 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     CHECK(*p.data_workers == 0);
     CHECK(codes(doctor::diagnose(p)) == std::set<std::string>{"data-bound", "no-data-workers"});
 
+    // A GPU ring that could not pin (pinned_bytes 0) copies from pageable memory; one that pinned does not.
+    std::istringstream unpinned(
+        R"json({"summary": true, "stall_fraction": 0, "pipeline": {"device": "pinned ring on CUDA device 0: 4 slots x 1 MiB, pageable (x)", "pinned_bytes": 0}})json");
+    CHECK(codes(doctor::diagnose(doctor::parse_log(unpinned, "u.log"))) == std::set<std::string>{"pageable-copies"});
+    std::istringstream pinned(R"({"summary": true, "stall_fraction": 0, "pipeline": {"device": "pinned ring on CUDA device 0: 4 slots x 1 MiB, pinned", "pinned_bytes": 4194304}})");
+    CHECK(codes(doctor::diagnose(doctor::parse_log(pinned, "p.log"))).empty());
+
     // Bad telemetry names the line and the field.
     std::istringstream bad("{\"step\": 1, \"stall_fraction\": 0.1, \"gpu_utilization\": 3}\n");
     try {

@@ -29,7 +29,7 @@ namespace feedline {
 struct gpu_reading {
     std::string name, pci_bus_id;   // pci_bus_id as sysfs spells it: "0000:1a:00.0"
     std::uint64_t memory_total = 0, memory_used = 0;  // bytes, all processes together
-    double utilization = 0;         // share of the last sample period a kernel ran, 0..1
+    std::optional<double> utilization;  // share of the last sample period a kernel ran, 0..1; MIG and vGPUs may not say
     std::optional<unsigned> pcie_gen, pcie_width, pcie_max_gen, pcie_max_width;
 };
 
@@ -110,15 +110,14 @@ private:
         char name[96] = {};
         if (name_(d, name, sizeof name) == 0) g.name = name;
         detail::nvml_abi::memory m{};
-        detail::nvml_abi::utilization u{};
-        if (memory_(d, &m) != 0 || utilization_(d, &u) != 0) return std::nullopt;
+        if (memory_(d, &m) != 0) return std::nullopt;
         g.memory_total = m.total;
         g.memory_used = m.used;
-        g.utilization = std::min(100u, u.gpu) / 100.0;
+        if (detail::nvml_abi::utilization u{}; utilization_(d, &u) == 0) g.utilization = std::min(100u, u.gpu) / 100.0;
         detail::nvml_abi::pci_info p{};
         if (pci_(d, &p) == 0) {
             char id[32];
-            std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", p.domain & 0xffffu, p.bus & 0xffu, p.device & 0xffu);
+            std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", p.domain, p.bus & 0xffu, p.device & 0xffu);  // sysfs's spelling (5 digits for VMD domains too)
             g.pci_bus_id = id;
         }
         unsigned v = 0;
@@ -149,7 +148,7 @@ private:
 
 // The mean of a GPU's samples over one logging interval.
 struct gpu_interval {
-    double utilization = 0;                            // mean, 0..1
+    std::optional<double> utilization;                 // mean, 0..1; empty when no sample had it
     std::uint64_t memory_used = 0, memory_total = 0;   // mean used (bytes), total
     unsigned samples = 0;                              // 0: no sample fell in the interval; the latest one is repeated
 };
@@ -197,9 +196,10 @@ public:
             if (!latest_) return std::nullopt;
             return gpu_interval{latest_->utilization, latest_->memory_used, latest_->memory_total, 0};
         }
-        gpu_interval out{util_sum_ / n_, static_cast<std::uint64_t>(memory_sum_ / n_), latest_->memory_total, n_};
+        gpu_interval out{util_n_ ? std::optional<double>(util_sum_ / util_n_) : std::nullopt, static_cast<std::uint64_t>(memory_sum_ / n_),
+                         latest_->memory_total, n_};
         util_sum_ = memory_sum_ = 0;
-        n_ = 0;
+        n_ = util_n_ = 0;
         return out;
     }
     std::uint64_t samples_taken() const {
@@ -221,7 +221,7 @@ private:
             lock.lock();
             if (r) {
                 latest_ = r;
-                util_sum_ += r->utilization;
+                if (r->utilization) util_sum_ += *r->utilization, ++util_n_;
                 memory_sum_ += static_cast<double>(r->memory_used);
                 ++n_;
                 ++total_samples_;
@@ -237,7 +237,7 @@ private:
     bool stop_ = false;
     std::optional<gpu_reading> latest_;
     double util_sum_ = 0, memory_sum_ = 0;
-    unsigned n_ = 0;
+    unsigned n_ = 0, util_n_ = 0;  // samples in this interval; those that had a utilization
     std::uint64_t total_samples_ = 0;
     std::thread thread_;  // last: started once every member above exists
 };

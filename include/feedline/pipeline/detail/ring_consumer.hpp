@@ -62,7 +62,7 @@ public:
         if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
         // The GPU's utilization and memory for the log's lines (doctor diagnose reads them): sampled
         // on a side thread, only where there is a log and batches go to a GPU.
-        if (log_ && ring_->pinned()) {
+        if (log_ && ring_->on_device()) {
             gpu_sampler_ = gpu_sampler::for_gpu(gpu_pci_bus_id(c.device.index), &gpu_telemetry_);
             if (gpu_sampler_) gpu_telemetry_ = "nvml";
         }
@@ -148,7 +148,7 @@ public:
         s.workers = m.workers;
         fill_memory_telemetry(s);
         if (gpu_interval_) {
-            s.gpu_utilization = gpu_interval_->utilization;
+            s.gpu_utilization = gpu_interval_->utilization;  // may be empty (MIG): then absent
             s.gpu_memory_used_bytes = gpu_interval_->memory_used;
             s.gpu_memory_total_bytes = gpu_interval_->memory_total;
         }
