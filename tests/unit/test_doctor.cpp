@@ -485,3 +485,31 @@ TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
     CHECK(o.rss_anon_mib.has_value());
     CHECK(o.gpus.empty());
 }
+
+TEST_CASE("Doctor.Check.GpusThroughNvml") {
+    // NVML as the driver ships it (libnvidia-ml.so.1, opened at run time), here a stand-in describing two
+    // GPUs (tests/support/fake_nvml.cpp): one with 24 of 80 GiB held by another process, one (MIG-like)
+    // without a utilization reading.
+    ft::scratch_dir dir;
+    auto r = ft::run(std::string("LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR + "/feedline-doctor check --json", dir);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["machine"]["gpu_source"] == "nvml");
+    nlohmann::json fake = nlohmann::json::object();
+    for (const auto& g : j["machine"]["gpus"])
+        if (g.contains("name") && g["name"].get<std::string>().rfind("Fake", 0) == 0) fake[g["pci_bus_id"].get<std::string>()] = g;
+    REQUIRE(fake.size() == 2);
+    const auto& big = fake["0000:1a:00.0"];  // NVML's "00000000:1A:00.0", in sysfs's spelling
+    CHECK(big["memory_total_bytes"].get<double>() == 80.0 * (1ull << 30));
+    CHECK(big["utilization"].get<double>() == doctest::Approx(0.37));
+    CHECK(big["pcie_gen"] == 5);
+    CHECK(big["pcie_width"] == 16);
+    CHECK_FALSE(fake["0000:3b:00.0"].contains("utilization"));  // not reported: absent, not zero
+    std::set<std::string> held;
+    for (const auto& f : j["findings"]) {
+        CHECK(f["code"] != "no-gpu");
+        if (f["code"] == "gpu-memory-in-use") held.insert(f["evidence"]["gpu"].get<std::string>());
+    }
+    CHECK(held.count("0000:1a:00.0") == 1);
+    CHECK(held.count("0000:3b:00.0") == 0);  // 1 of 10 GiB: 10%, not more
+}
