@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <feedline/error.hpp>
 
 namespace doctor {
@@ -199,9 +201,9 @@ inline plan_result make_plan(const plan_input& in) {
     if (unpartitioned + act + in.gpu_reserve > in.gpu_memory) {
         r.min_ranks = 0;
         std::string why = "--zero-stage " + std::to_string(z) + (in.offload_optimizer ? " with the optimizer offloaded" : "") + ": ";
-        why += "what no number of GPUs divides (" + std::to_string(unpartitioned / gib) + " GiB of model states, " + std::to_string(act / gib) +
-               " GiB of activations, " + std::to_string(in.gpu_reserve / gib) + " GiB reserve) exceeds --gpu-memory " +
-               std::to_string(in.gpu_memory / gib) + " GiB";
+        why += fmt::format("what no number of GPUs divides ({:.2f} GiB of model states, {:.2f} GiB of activations, {:.2f} GiB reserve) exceeds "
+                           "--gpu-memory {:.2f} GiB",
+                           unpartitioned / gib, act / gib, in.gpu_reserve / gib, in.gpu_memory / gib);
         throw feedline::config_error("gpu-memory", why + "; raise the ZeRO stage, offload, checkpoint activations or lower --micro-batch");
     }
     std::uint64_t lo = 1, hi = 1;
@@ -240,7 +242,7 @@ inline plan_result make_plan(const plan_input& in) {
     const double batch_bytes = double(in.micro_batch) * double(in.seq_len) * 4 * 2;  // int32 inputs + targets
     const double pinned = batch_bytes * double(in.prefetch) * double(in.gpus);
     r.per_node.push_back({"tokens_per_s", node_rate, "tokens/s", rate > 0 ? rate_rule + " x GPUs per node" : "not computed: give --tokens-per-s-per-gpu or --gpu-tflops"});
-    r.per_node.push_back({"data_workers", workers_per_node, "cores", rate > 0 ? "tokens/s per node / " + std::to_string(per_worker) + " tokens/s per worker (" + worker_rule + ")" : "not computed: no training rate"});
+    r.per_node.push_back({"data_workers", workers_per_node, "cores", rate > 0 ? "tokens/s per node / " + fmt::format("{:.3g}", per_worker) + " tokens/s per worker (" + worker_rule + ")" : "not computed: no training rate"});
     r.per_node.push_back({"cpu_cores", double(in.gpus) + workers_per_node + double(in.os_cores), "cores",
                           "one training process per GPU + data workers + " + std::to_string(in.os_cores) + " for the OS"});
     r.per_node.push_back({"host_offloaded_states", offloaded, "bytes", in.offload_optimizer ? "optimizer states of the node's ranks (" + part + ")" : "no offload"});
