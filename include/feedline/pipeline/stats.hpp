@@ -134,12 +134,6 @@ inline void fill_memory_telemetry(pipeline_stats& s) {
 }
 
 // Resident set size of this process (VmRSS), 0 when unreadable.
-inline std::uint64_t resident_bytes() {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-    return 0;
-}
+inline std::uint64_t resident_bytes() { return read_process_memory().rss.value_or(0); }
 
 }  // namespace feedline
