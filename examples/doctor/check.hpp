@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,6 +32,9 @@ namespace doctor {
 struct gpu_status {
     feedline::gpu_info where;
     std::optional<feedline::gpu_reading> nvml;
+    // Whether this process can use it. /sys/bus/pci is not namespaced: a container given 1 of 8 GPUs
+    // sees all 8 there, but NVML (which opens /dev/nvidiaN) reports only its own.
+    bool visible = true;
 };
 
 struct machine {
@@ -38,6 +43,7 @@ struct machine {
     std::optional<std::string> io_uring_unavailable;  // why not; nullopt: usable
     std::vector<gpu_status> gpus;
     int cuda_devices = -1;         // cudaGetDeviceCount's answer (live only; -1: not asked)
+    int cuda_visible_devices = -1; // entries of CUDA_VISIBLE_DEVICES (live only; -1: not set)
     std::string gpu_source;        // "nvml", "cuda", "sysfs", and why not the better ones
 };
 
@@ -59,16 +65,30 @@ inline machine read_machine(const std::string& root = "/") {
         m.gpu_source = "sysfs (a fixture: no NVML)";
         return m;
     }
+    // CUDA_VISIBLE_DEVICES: CUDA uses the entries up to the first invalid one ("-1", "" hide the rest).
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+        m.cuda_visible_devices = 0;
+        for (std::string_view s = v;;) {
+            const auto comma = s.find(',');
+            const auto entry = s.substr(0, comma);
+            if (entry.empty() || entry[0] == '-') break;
+            ++m.cuda_visible_devices;
+            if (comma == std::string_view::npos) break;
+            s.remove_prefix(comma + 1);
+        }
+    }
     const auto& nv = feedline::nvml::get();
     if (nv.available()) {
         m.gpu_source = "nvml";
         for (unsigned i = 0; i < nv.count(); ++i) {
             auto r = nv.read(i);
             if (!r) continue;
-            auto it = std::find_if(m.gpus.begin(), m.gpus.end(), [&](const gpu_status& s) { return s.where.pci_bus_id == r->pci_bus_id; });
+            auto it = std::find_if(m.gpus.begin(), m.gpus.end(),
+                                   [&](const gpu_status& s) { return !r->pci_bus_id.empty() && s.where.pci_bus_id == r->pci_bus_id; });
             if (it == m.gpus.end()) it = m.gpus.insert(m.gpus.end(), gpu_status{{.pci_bus_id = r->pci_bus_id}, std::nullopt});
             it->nvml = r;
         }
+        for (auto& g : m.gpus) g.visible = g.nvml.has_value();
     } else {
         const auto probe = feedline::gpu_probe();
         m.cuda_devices = probe.devices;
@@ -90,7 +110,13 @@ inline constexpr int swappiness_high = 10;
 inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
     std::vector<finding> out;
     const auto& t = m.topo;
-    const unsigned gpus = job.gpus ? job.gpus : static_cast<unsigned>(std::max<std::size_t>(m.gpus.size(), m.cuda_devices > 0 ? m.cuda_devices : 0));
+    // The GPUs this process can use: NVML's (or sysfs's), fewer when CUDA_VISIBLE_DEVICES hides some.
+    std::vector<const gpu_status*> mine;
+    for (const auto& g : m.gpus)
+        if (g.visible) mine.push_back(&g);
+    std::size_t visible = std::max<std::size_t>(mine.size(), m.cuda_devices > 0 ? m.cuda_devices : 0);
+    if (m.cuda_visible_devices >= 0) visible = std::min<std::size_t>(visible, m.cuda_visible_devices);
+    const unsigned gpus = job.gpus ? job.gpus : static_cast<unsigned>(visible);
 
     // Cores: what the affinity mask and the cgroup quota leave, against ranks + workers + the OS.
     const double usable = t.usable_cores();
@@ -119,12 +145,13 @@ inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
     // NUMA: GPUs and the CPUs near them.
     if (t.nodes.size() > 1) {
         nlohmann::json per = nlohmann::json::object();
-        for (const auto& g : m.gpus) per[g.where.pci_bus_id] = g.where.numa_node;
+        for (const auto* g : mine) per[g->where.pci_bus_id] = g->where.numa_node;
         out.push_back({"numa-nodes", "info", {{"nodes", t.nodes.size()}, {"gpu_nodes", per}},
                        fmt::format("{} NUMA nodes: each GPU's data workers and pinned staging belong on its node (feedline places them when it "
                                    "can read the GPU's node; check worker_placement in its stats)",
                                    t.nodes.size())});
-        for (const auto& g : m.gpus) {
+        for (const auto* gp : mine) {
+            const auto& g = *gp;
             if (g.where.local_cpus.empty()) continue;
             const bool any_allowed = std::any_of(g.where.local_cpus.begin(), g.where.local_cpus.end(),
                                                  [&](int c) { return std::binary_search(t.allowed_cpus.begin(), t.allowed_cpus.end(), c); });
@@ -137,7 +164,8 @@ inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
     }
 
     // PCIe: a link trained narrower than the slot is a fault (a reseat, a riser); a slower speed at idle is power saving.
-    for (const auto& g : m.gpus) {
+    for (const auto* gp : mine) {
+        const auto& g = *gp;
         const auto& w = g.where;
         if (w.link_width > 0 && w.max_link_width > 0 && w.link_width < w.max_link_width)
             out.push_back({"pcie-link-narrow", "action", {{"gpu", w.pci_bus_id}, {"link_width", w.link_width}, {"max_link_width", w.max_link_width}},
@@ -151,15 +179,16 @@ inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
                            fmt::format("GPU {} link at {} of {}: normal for an idle GPU (it lowers the speed to save power); under load it "
                                        "should reach {}",
                                        w.pci_bus_id, w.link_speed, w.max_link_speed, w.max_link_speed)});
-        if (g.nvml && g.nvml->memory_total > 0 &&
-            static_cast<double>(g.nvml->memory_used) > gpu_memory_in_use * static_cast<double>(g.nvml->memory_total))
+        // Not on MIG: there the figures are the whole GPU's, and other instances' memory is not this job's loss.
+        if (g.nvml && !g.nvml->mig && g.nvml->memory_total && g.nvml->memory_used && *g.nvml->memory_total > 0 &&
+            static_cast<double>(*g.nvml->memory_used) > gpu_memory_in_use * static_cast<double>(*g.nvml->memory_total))
             out.push_back({"gpu-memory-in-use", "action",
-                           {{"gpu", w.pci_bus_id}, {"memory_used_mib", g.nvml->memory_used >> 20}, {"memory_total_mib", g.nvml->memory_total >> 20}},
+                           {{"gpu", w.pci_bus_id}, {"memory_used_mib", *g.nvml->memory_used >> 20}, {"memory_total_mib", *g.nvml->memory_total >> 20}},
                            fmt::format("GPU {} already has {} MiB of {} MiB in use before the job: another process holds it (nvidia-smi "
                                        "lists it); the job's plan loses that much",
-                                       w.pci_bus_id, g.nvml->memory_used >> 20, g.nvml->memory_total >> 20)});
+                                       w.pci_bus_id, *g.nvml->memory_used >> 20, *g.nvml->memory_total >> 20)});
     }
-    if (m.gpus.empty() && m.cuda_devices <= 0)
+    if (mine.empty() && m.cuda_devices <= 0)
         out.push_back({"no-gpu", "info", {{"source", m.gpu_source}},
                        "no NVIDIA GPU found (" + m.gpu_source + "): feedline delivers batches to host memory, and the sample trainer trains on the CPU"});
 
@@ -204,11 +233,12 @@ inline nlohmann::json describe(const machine& m) {
     for (const auto& g : m.gpus) {
         nlohmann::json j{{"pci_bus_id", g.where.pci_bus_id}, {"numa_node", g.where.numa_node}, {"local_cpus", feedline::format_cpu_list(g.where.local_cpus)},
                          {"link_speed", g.where.link_speed}, {"link_width", g.where.link_width}, {"max_link_speed", g.where.max_link_speed},
-                         {"max_link_width", g.where.max_link_width}};
+                         {"max_link_width", g.where.max_link_width}, {"visible", g.visible}};
         if (g.nvml) {
             j["name"] = g.nvml->name;
-            j["memory_total_bytes"] = g.nvml->memory_total;
-            j["memory_used_bytes"] = g.nvml->memory_used;
+            j["mig"] = g.nvml->mig;
+            if (g.nvml->memory_total) j["memory_total_bytes"] = *g.nvml->memory_total;
+            if (g.nvml->memory_used) j["memory_used_bytes"] = *g.nvml->memory_used;
             if (g.nvml->utilization) j["utilization"] = *g.nvml->utilization;
             if (g.nvml->pcie_gen) j["pcie_gen"] = *g.nvml->pcie_gen;
             if (g.nvml->pcie_width) j["pcie_width"] = *g.nvml->pcie_width;
@@ -235,6 +265,7 @@ inline nlohmann::json describe(const machine& m) {
             {"transparent_hugepages", m.memory.transparent_hugepages},
             {"io_uring", m.io_uring_unavailable ? *m.io_uring_unavailable : std::string("available")},
             {"gpus", gpus},
+            {"cuda_visible_devices", m.cuda_visible_devices >= 0 ? nlohmann::json(m.cuda_visible_devices) : nlohmann::json()},
             {"gpu_source", m.gpu_source}};
 }
 

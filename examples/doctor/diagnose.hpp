@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <feedline/error.hpp>
+#include <feedline/exec/topology.hpp>
 
 namespace doctor {
 
@@ -50,7 +51,6 @@ inline constexpr double gpu_memory_headroom = 0.60;   // used / total at or belo
 inline constexpr double gpu_memory_target = 0.95;     // the most a raised micro-batch may use (an upper bound)
 inline constexpr double host_memory_pressure = 0.90;  // RAM used / total
 inline constexpr double swap_in_use_mib = 64;         // swap used beyond noise
-inline constexpr double os_reserve_cores = 2;
 
 namespace detail {
 
@@ -311,12 +311,12 @@ inline std::vector<finding> diagnose(const observations& o) {
                        "batches are copied to the GPU from pageable memory, which runs at a fraction of pinned bandwidth (0.11x on an H100, "
                        "docs/benchmarks.md) and cannot overlap compute: pin_memory=True, or feedline's pinned ring"});
     if (o.cores && !o.gpus.empty() && o.data_workers) {
-        const double need = double(o.gpus.size()) * (1 + *o.data_workers) + os_reserve_cores;
+        const double need = double(o.gpus.size()) * (1 + *o.data_workers) + feedline::os_reserve_cores;
         if (*o.cores < need)
             out.push_back({"cores-short", "action", {{"cores", *o.cores}, {"gpus", o.gpus.size()}, {"data_workers", *o.data_workers}, {"cores_needed", need}},
-                           fmt::format("{:g} cores for {} training process(es) with {:g} data workers each and {:g} for the OS ({:g} needed): fewer "
+                           fmt::format("{:g} cores for {} training process(es) with {:g} data workers each and {} for the OS ({:g} needed): fewer "
                                        "workers per process, or a machine with more cores",
-                                       *o.cores, o.gpus.size(), *o.data_workers, os_reserve_cores, need)});
+                                       *o.cores, o.gpus.size(), *o.data_workers, feedline::os_reserve_cores, need)});
     }
     if (o.rss_anon_mib && o.rss_file_mib && *o.rss_file_mib >= 1024 && *o.rss_file_mib >= *o.rss_anon_mib)
         out.push_back({"mmap-counted-as-rss", "info", {{"rss_anon_mib", *o.rss_anon_mib}, {"rss_file_mib", *o.rss_file_mib}},

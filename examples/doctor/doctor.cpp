@@ -163,9 +163,12 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
             if (!g["link_speed"].get<std::string>().empty())
                 line += fmt::format(", link {} x{} of {} x{}", g["link_speed"].get<std::string>(), g["link_width"].get<int>(),
                                     g["max_link_speed"].get<std::string>(), g["max_link_width"].get<int>());
-            if (g.contains("name"))
-                line += fmt::format(", {} with {:.1f} of {:.1f} GiB in use", g["name"].get<std::string>(), g["memory_used_bytes"].get<double>() / doctor::gib,
+            if (g.contains("name")) line += ", " + g["name"].get<std::string>();
+            if (g.contains("memory_used_bytes") && g.contains("memory_total_bytes"))
+                line += fmt::format(" with {:.1f} of {:.1f} GiB in use", g["memory_used_bytes"].get<double>() / doctor::gib,
                                     g["memory_total_bytes"].get<double>() / doctor::gib);
+            if (g.value("mig", false)) line += " (MIG on: the whole GPU's figures)";
+            if (!g["visible"].get<bool>()) line += " (not visible to this process: another job's, or hidden from this container)";
             std::printf("%s\n", line.c_str());
         }
         if (out.contains("data")) {

@@ -92,7 +92,7 @@ inline nlohmann::json measure_reads(const measure_options& o) {
     std::uint64_t total = 0;
     std::size_t count = 0;
     for (const auto& f : open_all()) total += f->size(), ++count;
-    const std::uint64_t cap = o.read_bytes ? o.read_bytes : std::min<std::uint64_t>(4ull << 30, feedline::detail::memory_available_bytes() / 2);
+    const std::uint64_t cap = o.read_bytes ? o.read_bytes : std::min<std::uint64_t>(4ull << 30, feedline::read_host_memory().available.value_or(0) / 2);
     const std::uint64_t limit = std::min(total, cap);
     nlohmann::json out = {{"files", count}, {"dataset_bytes", total}, {"bytes_per_pass", limit}, {"whole_dataset", limit == total}, {"request_bytes", 1 << 20}};
     for (auto backend : {feedline::io_backend::pread, feedline::io_backend::io_uring, feedline::io_backend::mmap}) {
@@ -148,24 +148,28 @@ inline nlohmann::json measure_pipeline(const measure_options& o) {
 // Host-to-device copy rates from pinned and pageable memory (64 MiB, 10 copies each), or why not.
 inline nlohmann::json measure_h2d() {
 #if FEEDLINE_HAS_CUDA
-    if (!feedline::gpu_probe()) return {{"unavailable", feedline::gpu_probe().reason}};
+    if (const auto gpu = feedline::gpu_probe(); !gpu) return {{"unavailable", gpu.reason}};
     try {
         constexpr std::size_t bytes = 64ull << 20;
         constexpr int copies = 10;
-        void *device = nullptr, *pinned = nullptr;
-        FEEDLINE_CUDA_CHECK(cudaMalloc(&device, bytes));
-        FEEDLINE_CUDA_CHECK(cudaMallocHost(&pinned, bytes));
+        void *device_raw = nullptr, *pinned_raw = nullptr;
+        FEEDLINE_CUDA_CHECK(cudaMalloc(&device_raw, bytes));
+        const std::unique_ptr<void, cudaError_t (*)(void*)> device(device_raw, cudaFree);  // freed on every way out
+        FEEDLINE_CUDA_CHECK(cudaMallocHost(&pinned_raw, bytes));
+        const std::unique_ptr<void, cudaError_t (*)(void*)> pinned(pinned_raw, cudaFreeHost);
         std::vector<std::byte> pageable(bytes, std::byte{1});
-        std::memset(pinned, 1, bytes);
+        std::memset(pinned.get(), 1, bytes);
         auto rate = [&](const void* src) {
-            FEEDLINE_CUDA_CHECK(cudaMemcpy(device, src, bytes, cudaMemcpyHostToDevice));  // warm-up
+            FEEDLINE_CUDA_CHECK(cudaMemcpy(device.get(), src, bytes, cudaMemcpyHostToDevice));  // warm-up
+            FEEDLINE_CUDA_CHECK(cudaDeviceSynchronize());
             const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < copies; ++i) FEEDLINE_CUDA_CHECK(cudaMemcpy(device, src, bytes, cudaMemcpyHostToDevice));
+            for (int i = 0; i < copies; ++i) FEEDLINE_CUDA_CHECK(cudaMemcpy(device.get(), src, bytes, cudaMemcpyHostToDevice));
+            // A pageable cudaMemcpy may return once its last chunk is in the driver's staging buffer,
+            // before the DMA lands (CUDA's API synchronization behaviour): wait for it, or pageable gains.
+            FEEDLINE_CUDA_CHECK(cudaDeviceSynchronize());
             return double(bytes) * copies / detail::seconds_since(t0);
         };
-        const double p = rate(pinned), q = rate(pageable.data());
-        cudaFreeHost(pinned);
-        cudaFree(device);
+        const double p = rate(pinned.get()), q = rate(pageable.data());
         return {{"pinned_bytes_per_s", p}, {"pageable_bytes_per_s", q}, {"pageable_vs_pinned", q / p}};
     } catch (const feedline::error& e) {
         return {{"unavailable", e.what()}};

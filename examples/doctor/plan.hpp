@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include <feedline/error.hpp>
+#include <feedline/exec/topology.hpp>
 
 namespace doctor {
 
@@ -53,7 +54,7 @@ struct plan_input {
     double worker_tokens_per_s = 0;   // 0: the measured figure for `data` (docs/sizing.md)
     double dataset_bytes = 0;         // page cache wanted for the dataset on each node (0: not counted)
     double process_overhead = 4 * gib;  // host memory of one training process besides the above
-    std::uint64_t os_cores = 2;
+    std::uint64_t os_cores = feedline::os_reserve_cores;
     std::uint64_t prefetch = 8;  // batches staged per rank (feedline's ring)
 };
 

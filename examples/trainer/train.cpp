@@ -72,9 +72,9 @@ void add_telemetry(nlohmann::json& j, const std::optional<feedline::gpu_interval
     put("rss_anon_bytes", p.rss_anon);
     put("rss_file_bytes", p.rss_file);
     if (gpu) {
-        if (gpu->utilization) j["gpu_utilization"] = *gpu->utilization;
-        j["gpu_memory_used_bytes"] = gpu->memory_used;
-        j["gpu_memory_total_bytes"] = gpu->memory_total;
+        put("gpu_utilization", gpu->utilization);
+        put("gpu_memory_used_bytes", gpu->memory_used);
+        put("gpu_memory_total_bytes", gpu->memory_total);
     }
 }
 
@@ -182,9 +182,11 @@ int run(options o, trainer::communicator& comm) {
         if (!gpu_monitor) return std::nullopt;
         auto g = gpu_monitor->take();
         if (g && g->samples > 0) {
-            if (g->utilization) gpu_busy_sum += *g->utilization * g->samples, gpu_samples += g->samples;
-            gpu_memory_peak = std::max(gpu_memory_peak, static_cast<double>(g->memory_used));
-            gpu_memory_total = static_cast<double>(g->memory_total);
+            if (g->utilization) gpu_busy_sum += *g->utilization * g->utilization_samples, gpu_samples += g->utilization_samples;
+            if (g->memory_used && g->memory_total) {
+                gpu_memory_peak = std::max(gpu_memory_peak, static_cast<double>(*g->memory_used));
+                gpu_memory_total = static_cast<double>(*g->memory_total);
+            }
         }
         return g;
     };

@@ -100,7 +100,9 @@ class Pipeline:
     weighted blend of them. Names and defaults are those of the C++ pipeline_config.
 
     data: a path, glob, directory, Megatron's "0.7 a 0.3 b" string, or [(weight, spec), ...].
-    device: "auto" (the GPU when there is one), "cpu", "cuda" or "cuda:N".
+    device: "auto" (the GPU when there is one), "cpu", "cuda" or "cuda:N"; "auto" and "cuda" take
+        the current CUDA device of the thread that builds the pipeline (cudaSetDevice's, which
+        torch.cuda.set_device calls).
     workers / prefetch: 0 = from the machine, autotuned while running.
     rank / world_size: -1 = from torchrun's or Open MPI's environment.
     max_steps: end the iteration after this many steps (None: run on through epochs).

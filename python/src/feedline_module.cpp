@@ -141,7 +141,7 @@ public:
         for (const auto& [w, spec] : data) blend.push_back({w, spec});
         nb::gil_scoped_release unlocked;  // opening may count a corpus's tokens on every core
         engine_ = std::make_unique<feedline::pipeline>(blend, config);
-        device_index_ = config.device.index;
+        device_index_ = std::max(0, engine_->config().device.index);  // "auto"/"cuda": the current device, resolved
         // A wait for late data must not make Ctrl-C wait with it: every 100 ms of waiting, Python's
         // signal handlers run (on the main thread; elsewhere this is a no-op), and a handler that
         // raises (KeyboardInterrupt) ends the wait with that exception. The pipeline runs on.

@@ -422,6 +422,16 @@ TEST_CASE("Pipeline.Errors.AnAbsentCudaDeviceFailsAtEveryNextUntilDestroyed") {
     CHECK_THROWS_AS(p.next(), config_error);  // tried again, not a dangling ring
     CHECK(p.stats().batches == 0);
     CHECK(p.state().step == 0);
+    CHECK(p.config().device.index == 1000);  // a numbered device stays as named
+
+    // "auto" names no device: the pipeline takes the building thread's current one (0 without a GPU).
+    cfg.device = parse_device("auto");
+    pipeline a(data, cfg);
+    int current = 0;
+#if FEEDLINE_HAS_CUDA
+    if (gpu_probe()) REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+#endif
+    CHECK(a.config().device.index == current);
 }
 
 TEST_CASE("Pipeline.Config.FailsAtConstructionWithTheNumbers") {

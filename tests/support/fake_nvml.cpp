@@ -2,7 +2,8 @@
 // feedline-doctor check with LD_LIBRARY_PATH pointing here, the way fixture trees stand in for /sys.
 // It exports the entry points feedline/device/nvml.hpp opens, with NVML's C signatures and struct
 // layouts (nvml.h, stable C ABI). GPU 0: 80 GiB with 24 GiB held by "another process", 37% busy, link
-// gen 5 x16. GPU 1: a MIG-like device that reports memory but not utilization (NVML_ERROR_NOT_SUPPORTED).
+// gen 5 x16. GPU 1: a GPU in MIG mode seen by an unprivileged process, as nvml.h describes it: no
+// utilization (NVML_ERROR_NOT_SUPPORTED) and no memory (NVML_ERROR_NO_PERMISSION).
 #include <cstring>
 #include <strings.h>
 
@@ -14,20 +15,19 @@ struct fake_device {
     unsigned domain, bus, device;
     unsigned long long total, used;
     int utilization;  // -1: not supported
+    bool mig;         // MIG on: memory needs privileges this process lacks
 };
 
 fake_device devices[2] = {
-    {"Fake GPU 80GB", "00000000:1A:00.0", 0, 0x1a, 0, 80ull << 30, 24ull << 30, 37},
-    {"Fake MIG 1g.10gb", "00000000:3B:00.0", 0, 0x3b, 0, 10ull << 30, 1ull << 30, -1},
+    {"Fake GPU 80GB", "00000000:1A:00.0", 0, 0x1a, 0, 80ull << 30, 24ull << 30, 37, false},
+    {"Fake MIG A100", "00000000:3B:00.0", 0, 0x3b, 0, 40ull << 30, 20ull << 30, -1, true},
 };
 bool initialized = false;
 
-// "0000:1a:00.0" (sysfs, CUDA) and "00000000:1A:00.0" (NVML) name the same device, as NVML accepts both.
-bool same_bus_id(const char* a, const char* b) {
-    const char* ca = std::strchr(a, ':');
-    const char* cb = std::strchr(b, ':');
-    return ca && cb && strcasecmp(ca, cb) == 0;
-}
+// Only NVML's own spelling: nvml.h promises no more ("corresponds to nvmlPciInfo_t::busId"), so a
+// lookup in sysfs's "0000:1a:00.0" fails here and feedline's fallback (every GPU's numbers) is what
+// finds the device.
+bool same_bus_id(const char* a, const char* b) { return strcasecmp(a, b) == 0; }
 
 }  // namespace
 
@@ -70,7 +70,12 @@ int nvmlDeviceGetName(nvmlDevice_t d, char* out, unsigned n) {
     return 0;
 }
 int nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t* m) {
+    if (d->mig) return 4;  // NVML_ERROR_NO_PERMISSION
     *m = {d->total, d->total - d->used, d->used};
+    return 0;
+}
+int nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned* current, unsigned* pending) {
+    *current = *pending = d->mig ? 1 : 0;  // NVML_DEVICE_MIG_ENABLE
     return 0;
 }
 int nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t* u) {

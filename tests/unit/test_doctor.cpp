@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include <random>
+#include <regex>
+#include <thread>
 #include <sstream>
 
 #include <feedline/pipeline.hpp>
@@ -143,7 +145,7 @@ TEST_CASE("Doctor.Plan.ActivationsParametersAndTheFewestRanksThatFit") {
     r = make_plan(d);
     CHECK(r.get("tokens_per_s").value == 8e6);
     CHECK(r.get("data_workers").value == 4);
-    CHECK(r.get("cpu_cores").value == 8 + 4 + 2);
+    CHECK(r.get("cpu_cores").value == 8 + 4 + 1);
     CHECK(r.get("read_bandwidth").value == doctest::Approx(8e6 * doctor::text_bytes_per_token));
     // From a GPU's peak: 6 Ψ FLOPs per token.
     d.tokens_per_s_per_gpu = 0;
@@ -265,7 +267,7 @@ TEST_CASE("Doctor.Diagnose.ScenariosGiveTheirFindings") {
     // Starved: the GPU idles while the trainer waits for data.
     CHECK(codes_of(R"({"gpus": [{"utilization": 0.45}], "training": {"data_workers": 2, "pinned_memory": true, "stall_fraction": 0.41}})") ==
           std::set<std::string>{"data-bound"});
-    // Cores: 8 GPUs x (1 + 6 workers) + 2 for the OS = 58 > 32.
+    // Cores: 8 GPUs x (1 + 6 workers) + 1 for the OS = 57 > 32.
     CHECK(codes_of(R"({"gpus": [{}, {}, {}, {}, {}, {}, {}, {}], "host": {"cores": 32}, "training": {"data_workers": 6}})") ==
           std::set<std::string>{"cores-short"});
     CHECK(codes_of(R"({"process": {"rss_anon_mib": 900, "rss_file_mib": 30000}})") == std::set<std::string>{"mmap-counted-as-rss"});
@@ -488,8 +490,9 @@ TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
 
 TEST_CASE("Doctor.Check.GpusThroughNvml") {
     // NVML as the driver ships it (libnvidia-ml.so.1, opened at run time), here a stand-in describing two
-    // GPUs (tests/support/fake_nvml.cpp): one with 24 of 80 GiB held by another process, one (MIG-like)
-    // without a utilization reading.
+    // GPUs (tests/support/fake_nvml.cpp): one with 24 of 80 GiB held by another process, one in MIG mode
+    // that gives this process neither utilization nor memory. It finds GPUs by bus id only in NVML's
+    // own spelling, so the tool's sysfs spelling goes through the fallback.
     ft::scratch_dir dir;
     auto r = ft::run(std::string("LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR + "/feedline-doctor check --json", dir);
     REQUIRE_MESSAGE(r.code != 2, r.err);
@@ -504,12 +507,85 @@ TEST_CASE("Doctor.Check.GpusThroughNvml") {
     CHECK(big["utilization"].get<double>() == doctest::Approx(0.37));
     CHECK(big["pcie_gen"] == 5);
     CHECK(big["pcie_width"] == 16);
-    CHECK_FALSE(fake["0000:3b:00.0"].contains("utilization"));  // not reported: absent, not zero
+    const auto& mig = fake["0000:3b:00.0"];
+    CHECK_FALSE(mig.contains("utilization"));  // not reported: absent, not zero
+    CHECK_FALSE(mig.contains("memory_total_bytes"));
+    CHECK(mig["mig"] == true);
+    CHECK(big["mig"] == false);
+    CHECK(mig["visible"] == true);
     std::set<std::string> held;
     for (const auto& f : j["findings"]) {
         CHECK(f["code"] != "no-gpu");
         if (f["code"] == "gpu-memory-in-use") held.insert(f["evidence"]["gpu"].get<std::string>());
     }
     CHECK(held.count("0000:1a:00.0") == 1);
-    CHECK(held.count("0000:3b:00.0") == 0);  // 1 of 10 GiB: 10%, not more
+    CHECK(held.count("0000:3b:00.0") == 0);  // no memory figure, and on MIG the whole GPU's would not be this job's
+
+    // CUDA_VISIBLE_DEVICES hides one of the two: the job size is one GPU (the evidence of cores-short
+    // says so when it fires; the description always does).
+    auto one = ft::run(std::string("CUDA_VISIBLE_DEVICES=0 LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR +
+                           "/feedline-doctor check --json",
+                       dir);
+    REQUIRE_MESSAGE(one.code != 2, one.err);
+    const auto jo = nlohmann::json::parse(one.out);
+    CHECK(jo["machine"]["cuda_visible_devices"] == 1);
+    for (const auto& f : jo["findings"])
+        if (f["code"] == "cores-short") CHECK(f["evidence"]["gpus"] == 1);
+}
+
+// The library's NVML reader and sampler on the stand-in. NVML is opened once per process, through the
+// library path the process started with, so this case runs only in a child started with the stand-in
+// on LD_LIBRARY_PATH (the next case); skipped, it is not listed, and a plain run leaves it out.
+TEST_CASE("Doctor.Nvml.ReaderOnStandIn" * doctest::skip()) {
+    const auto& nv = feedline::nvml::get();
+    REQUIRE_MESSAGE(nv.available(), nv.reason());
+    REQUIRE(nv.count() == 2);
+    // sysfs's spelling, which the stand-in's lookup refuses: found by comparing each GPU's numbers.
+    const auto big = nv.read("0000:1a:00.0");
+    REQUIRE(big);
+    CHECK(big->name == "Fake GPU 80GB");
+    CHECK(big->memory_total == 80ull << 30);
+    CHECK(big->memory_used == 24ull << 30);
+    CHECK(big->utilization == doctest::Approx(0.37));
+    CHECK(big->pcie_width == 16u);
+    CHECK_FALSE(big->mig);
+    CHECK(nv.read("00000000:1A:00.0"));  // NVML's own spelling, directly
+    CHECK_FALSE(nv.read("0000:99:00.0"));
+    CHECK_FALSE(nv.read(""));
+
+    // MIG, unprivileged: the reading keeps what NVML gives (name, bus id, MIG) and leaves the rest empty.
+    const auto mig = nv.read("0000:3b:00.0");
+    REQUIRE(mig);
+    CHECK(mig->mig);
+    CHECK_FALSE(mig->memory_used);
+    CHECK_FALSE(mig->memory_total);
+    CHECK_FALSE(mig->utilization);
+    std::string why;
+    CHECK_FALSE(feedline::gpu_sampler::for_gpu("0000:3b:00.0", &why));  // nothing to sample
+    CHECK(why.find("neither") != std::string::npos);
+    CHECK_FALSE(feedline::gpu_sampler::for_gpu("0000:99:00.0", &why));
+
+    // The sampler through the real reader: every 5 ms, means of the stand-in's constant figures.
+    auto s = feedline::gpu_sampler::for_gpu("0000:1a:00.0", &why, std::chrono::milliseconds(5));
+    REQUIRE_MESSAGE(s, why);
+    while (s->samples_taken() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const auto g = s->take();
+    REQUIRE(g);
+    CHECK(g->samples >= 3);
+    CHECK(g->utilization_samples == g->samples);
+    CHECK(g->utilization == doctest::Approx(0.37));
+    CHECK(g->memory_used == 24ull << 30);
+    CHECK(g->memory_total == 80ull << 30);
+}
+
+TEST_CASE("Doctor.Nvml.LibraryOnStandIn") {
+    ft::scratch_dir dir;
+    const auto r = ft::run(std::string("LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR +
+                               "/test_doctor --no-skip --test-case=Doctor.Nvml.ReaderOnStandIn",
+                           dir);
+    const std::string output = r.out + r.err;
+    INFO(output);
+    CHECK(r.code == 0);
+    // It ran, and asserted: "assertions: N | N passed" with N > 0.
+    CHECK(std::regex_search(r.out, std::regex(R"(assertions:\s*([1-9][0-9]*)\s*\|\s*\1 passed)")));
 }

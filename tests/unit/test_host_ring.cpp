@@ -356,6 +356,18 @@ TEST_CASE("MakeRing.Choice.CpuAutoAndCudaFollowTheMachine") {
     }
     CHECK(parse_device("cuda:3").index == 3);
     CHECK(parse_device("2").kind == device_kind::cuda);
+    // Without a number: the current device, resolved when the ring (or the pipeline) is made; a
+    // numbered one stays as named.
+    CHECK(parse_device("cuda").index < 0);
+    CHECK(to_string(parse_device("cuda")) == "cuda");
+    CHECK(to_string(parse_device("cuda:1")) == "cuda:1");
+    CHECK(resolve_device(parse_device("cuda:3")).index == 3);
+    int current = 0;
+#if FEEDLINE_HAS_CUDA
+    if (gpu) REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+#endif
+    CHECK(resolve_device(parse_device("auto")).index == current);
+    CHECK(resolve_device(parse_device("cuda")).index == current);
     CHECK_THROWS_AS(parse_device("tpu"), config_error);
     CHECK_THROWS_AS(parse_device("cuda:x"), config_error);
     // The whole protocol through whatever auto chose.

@@ -281,9 +281,11 @@ TEST_CASE("GpuSampler.MeansEachIntervalOnItsOwnThread") {
     CHECK(a->samples >= 20);
     REQUIRE(a->utilization.has_value());
     CHECK(*a->utilization == doctest::Approx(0.4).epsilon(0.1));
-    CHECK(a->memory_used >= 150);
-    CHECK(a->memory_used <= 250);
-    CHECK(a->memory_total == 1000);
+    CHECK(a->utilization_samples == a->samples);
+    REQUIRE(a->memory_used.has_value());
+    CHECK(*a->memory_used >= 150);
+    CHECK(*a->memory_used <= 250);
+    CHECK(a->memory_total == 1000u);
     CHECK(ft::has_thread_named("feedline-gpumon"));
 }
 
@@ -317,7 +319,32 @@ TEST_CASE("GpuSampler.AGpuWithoutUtilizationStillGivesItsMemory") {
     const auto g = s.take();
     REQUIRE(g.has_value());
     CHECK_FALSE(g->utilization.has_value());
-    CHECK(g->memory_used == 40);
+    CHECK(g->memory_used == 40u);
+}
+
+TEST_CASE("GpuSampler.EachFigureIsTheMeanOfTheSamplesThatHadIt") {
+    // Odd samples carry only utilization (0.9), even ones only memory (500 of 1000): neither mean is
+    // diluted by the samples without it, and the utilization's weight is its own count.
+    std::atomic<int> calls{0};
+    gpu_sampler s(
+        [&]() -> std::optional<gpu_reading> {
+            gpu_reading r;
+            if (calls++ % 2)
+                r.utilization = 0.9;
+            else
+                r.memory_used = 500, r.memory_total = 1000;
+            return r;
+        },
+        std::chrono::milliseconds(1));
+    while (s.samples_taken() < 10) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto g = s.take();
+    REQUIRE(g.has_value());
+    CHECK(g->utilization == doctest::Approx(0.9));
+    CHECK(g->memory_used == 500u);
+    CHECK(g->memory_total == 1000u);
+    CHECK(g->utilization_samples >= g->samples / 2 - 1);
+    CHECK(g->utilization_samples <= g->samples / 2 + 1);
+    CHECK(g->utilization_samples < g->samples);
 }
 
 TEST_CASE("Nvml.WithoutTheDriverSaysWhyAndSamplesNothing") {

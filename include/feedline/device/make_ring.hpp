@@ -23,9 +23,9 @@ enum class device_kind { automatic, cpu, cuda };
 // parse_device reads the strings of command lines and JSON ("auto", "cpu", "cuda:1").
 struct device_choice {
     device_kind kind = device_kind::automatic;
-    int index = 0;  // CUDA device (cuda, or automatic when a GPU is found)
+    int index = -1;  // CUDA device (cuda, or automatic when a GPU is found); -1: the current one (resolve_device)
     device_choice() = default;
-    device_choice(device_kind k, int i = 0) : kind(k), index(i) {}  // NOLINT(google-explicit-constructor): see above
+    device_choice(device_kind k, int i = -1) : kind(k), index(i) {}  // NOLINT(google-explicit-constructor): see above
     friend bool operator==(const device_choice&, const device_choice&) = default;
 };
 
@@ -33,12 +33,13 @@ inline std::string to_string(const device_choice& d) {
     switch (d.kind) {
         case device_kind::automatic: return "auto";
         case device_kind::cpu: return "cpu";
-        case device_kind::cuda: return "cuda:" + std::to_string(d.index);
+        case device_kind::cuda: return d.index < 0 ? "cuda" : "cuda:" + std::to_string(d.index);
     }
     return "?";
 }
 
-// "auto", "cpu", "cuda", "cuda:N" or "N" (a CUDA device index). Throws config_error otherwise.
+// "auto", "cpu", "cuda", "cuda:N" or "N" (a CUDA device index). Throws config_error otherwise. "auto"
+// and "cuda" name no device: resolve_device picks the current one.
 inline device_choice parse_device(const std::string& text) {
     auto index_of = [&](const std::string& digits) {
         char* end = nullptr;
@@ -47,9 +48,9 @@ inline device_choice parse_device(const std::string& text) {
             throw config_error("device", "'" + text + "' is not auto, cpu, cuda, cuda:N or a device index");
         return static_cast<int>(v);
     };
-    if (text == "auto") return {device_kind::automatic, 0};
-    if (text == "cpu") return {device_kind::cpu, 0};
-    if (text == "cuda" || text == "gpu") return {device_kind::cuda, 0};
+    if (text == "auto") return {device_kind::automatic};
+    if (text == "cpu") return {device_kind::cpu};
+    if (text == "cuda" || text == "gpu") return {device_kind::cuda};
     if (text.rfind("cuda:", 0) == 0) return {device_kind::cuda, index_of(text.substr(5))};
     return {device_kind::cuda, index_of(text)};
 }
@@ -63,12 +64,28 @@ inline int gpu_numa_node(const topology& t, const std::string& pci_bus_id) {
     return -1;
 }
 
+// A device without a number ("auto", "cuda") is the calling thread's current CUDA device, as torch's
+// "cuda" is: a rank that ran cudaSetDevice(local_rank) before building its pipeline gets its batches
+// on its own GPU, not all ranks on GPU 0. 0 where there is no GPU; a numbered device stays as named.
+inline device_choice resolve_device(device_choice d) {
+    if (d.kind == device_kind::cpu || d.index >= 0) return d;
+    d.index = 0;
+#if FEEDLINE_HAS_CUDA
+    if (int current = 0; gpu_probe() && cudaGetDevice(&current) == cudaSuccess)
+        d.index = current;
+    else
+        (void)cudaGetLastError();
+#endif
+    return d;
+}
+
 struct ring_selection {
     std::unique_ptr<staging_ring> ring;
     std::string reason;  // one line: which ring and why
 };
 
 inline ring_selection make_ring(ring_options options, device_choice device = {}) {
+    device = resolve_device(device);
     if (device.kind == device_kind::cpu) return {std::make_unique<host_ring>(options), "host ring: device cpu was requested"};
     gpu_availability gpu = gpu_probe();
     if (gpu && device.index >= gpu.devices) {

@@ -25,12 +25,16 @@
 
 namespace feedline {
 
-// One reading of one GPU. The PCIe fields are empty where NVML does not report them (virtual GPUs).
+// One reading of one GPU. A field NVML does not give stays empty: the PCIe link on virtual GPUs,
+// utilization on MIG, memory on a MIG GPU for an unprivileged process (nvml.h: aggregate memory "only
+// if the caller has appropriate privileges").
 struct gpu_reading {
     std::string name, pci_bus_id;   // pci_bus_id as sysfs spells it: "0000:1a:00.0"
-    std::uint64_t memory_total = 0, memory_used = 0;  // bytes, all processes together
+    std::optional<std::uint64_t> memory_total, memory_used;  // bytes, all processes together
     std::optional<double> utilization;  // share of the last sample period a kernel ran, 0..1; MIG and vGPUs may not say
     std::optional<unsigned> pcie_gen, pcie_width, pcie_max_gen, pcie_max_width;
+    // MIG is on: the figures are the whole GPU's, of which a job sees one instance.
+    bool mig = false;
 };
 
 namespace detail::nvml_abi {
@@ -60,17 +64,37 @@ public:
         unsigned n = 0;
         return available() && count_(&n) == 0 ? n : 0;
     }
+    using handle = detail::nvml_abi::device;
+
     std::optional<gpu_reading> read(unsigned index) const {
-        detail::nvml_abi::device d = nullptr;
+        handle d = nullptr;
         if (!available() || by_index_(index, &d) != 0) return std::nullopt;
         return read_device(d);
     }
     // The GPU at a PCI bus id (cudaDeviceGetPCIBusId's or sysfs's spelling): CUDA's device numbers
     // and NVML's differ (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER), the bus id does not.
     std::optional<gpu_reading> read(const std::string& pci_bus_id) const {
-        detail::nvml_abi::device d = nullptr;
-        if (!available() || by_pci_(pci_bus_id.c_str(), &d) != 0) return std::nullopt;
-        return read_device(d);
+        const auto d = find(pci_bus_id);
+        return d ? read_device(*d) : std::nullopt;
+    }
+    // NVML's handle of the GPU at `pci_bus_id`. nvml.h documents the id it takes only as "the
+    // nvmlPciInfo_t::busId" (8 upper-case domain digits), so when the lookup refuses sysfs's spelling,
+    // every GPU's numeric domain:bus:device is compared instead.
+    std::optional<handle> find(const std::string& pci_bus_id) const {
+        if (!available() || pci_bus_id.empty()) return std::nullopt;
+        if (handle d = nullptr; by_pci_(pci_bus_id.c_str(), &d) == 0) return d;
+        for (unsigned i = 0, n = count(); i < n; ++i)
+            if (handle d = nullptr; by_index_(i, &d) == 0 && bus_id(d) == pci_bus_id) return d;
+        return std::nullopt;
+    }
+    // What changes from one moment to the next (memory, utilization), for a sampler: two calls,
+    // where read() makes eight. nullopt when NVML gives neither.
+    std::optional<gpu_reading> read_usage(handle d) const {
+        gpu_reading g;
+        if (detail::nvml_abi::memory m{}; memory_(d, &m) == 0) g.memory_total = m.total, g.memory_used = m.used;
+        if (detail::nvml_abi::utilization u{}; utilization_(d, &u) == 0) g.utilization = std::min(100u, u.gpu) / 100.0;
+        if (!g.memory_used && !g.utilization) return std::nullopt;
+        return g;
     }
 
 private:
@@ -98,6 +122,7 @@ private:
         link_width_ = reinterpret_cast<decltype(link_width_)>(::dlsym(lib_, "nvmlDeviceGetCurrPcieLinkWidth"));
         max_gen_ = reinterpret_cast<decltype(max_gen_)>(::dlsym(lib_, "nvmlDeviceGetMaxPcieLinkGeneration"));
         max_width_ = reinterpret_cast<decltype(max_width_)>(::dlsym(lib_, "nvmlDeviceGetMaxPcieLinkWidth"));
+        mig_mode_ = reinterpret_cast<decltype(mig_mode_)>(::dlsym(lib_, "nvmlDeviceGetMigMode"));
         if (const int r = init(); r != 0) {
             reason_ = "no NVML: nvmlInit_v2 returned " + std::to_string(r) + (r == 9 ? " (the NVIDIA driver is not loaded)" : "");
             return;
@@ -105,22 +130,23 @@ private:
         init_ = init;
     }
 
-    std::optional<gpu_reading> read_device(detail::nvml_abi::device d) const {
-        gpu_reading g;
-        char name[96] = {};
-        if (name_(d, name, sizeof name) == 0) g.name = name;
-        detail::nvml_abi::memory m{};
-        if (memory_(d, &m) != 0) return std::nullopt;
-        g.memory_total = m.total;
-        g.memory_used = m.used;
-        if (detail::nvml_abi::utilization u{}; utilization_(d, &u) == 0) g.utilization = std::min(100u, u.gpu) / 100.0;
+    // "0000:1a:00.0", sysfs's spelling (5 digits for VMD domains too), or empty when NVML does not say.
+    std::string bus_id(handle d) const {
         detail::nvml_abi::pci_info p{};
-        if (pci_(d, &p) == 0) {
-            char id[32];
-            std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", p.domain, p.bus & 0xffu, p.device & 0xffu);  // sysfs's spelling (5 digits for VMD domains too)
-            g.pci_bus_id = id;
-        }
-        unsigned v = 0;
+        if (pci_(d, &p) != 0) return {};
+        char id[32];
+        std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", p.domain, p.bus & 0xffu, p.device & 0xffu);
+        return id;
+    }
+
+    std::optional<gpu_reading> read_device(handle d) const {
+        gpu_reading g = read_usage(d).value_or(gpu_reading{});
+        char name[96] = {};  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+        if (name_(d, name, sizeof name) == 0) g.name = name;
+        g.pci_bus_id = bus_id(d);
+        if (g.name.empty() && g.pci_bus_id.empty() && !g.memory_used && !g.utilization) return std::nullopt;  // NVML knows nothing of it
+        unsigned v = 0, pending = 0;
+        if (mig_mode_ && mig_mode_(d, &v, &pending) == 0) g.mig = v == 1;  // NVML_DEVICE_MIG_ENABLE
         if (link_gen_ && link_gen_(d, &v) == 0) g.pcie_gen = v;
         if (link_width_ && link_width_(d, &v) == 0) g.pcie_width = v;
         if (max_gen_ && max_gen_(d, &v) == 0) g.pcie_max_gen = v;
@@ -144,13 +170,15 @@ private:
     res (*link_width_)(dev, unsigned*) = nullptr;
     res (*max_gen_)(dev, unsigned*) = nullptr;
     res (*max_width_)(dev, unsigned*) = nullptr;
+    res (*mig_mode_)(dev, unsigned*, unsigned*) = nullptr;  // current, pending
 };
 
 // The mean of a GPU's samples over one logging interval.
 struct gpu_interval {
-    std::optional<double> utilization;                 // mean, 0..1; empty when no sample had it
-    std::uint64_t memory_used = 0, memory_total = 0;   // mean used (bytes), total
-    unsigned samples = 0;                              // 0: no sample fell in the interval; the latest one is repeated
+    std::optional<double> utilization;                  // mean, 0..1; empty when no sample had it
+    std::optional<std::uint64_t> memory_used, memory_total;  // mean used (bytes), total; empty when no sample had them
+    unsigned samples = 0;                               // 0: no sample fell in the interval; the latest one is repeated
+    unsigned utilization_samples = 0;                   // of them, those with a utilization (the weight of its mean)
 };
 
 // Samples a GPU every `period` on its own thread, so the trainer never waits on the driver; take()
@@ -185,8 +213,9 @@ public:
         };
         if (!lib.available()) return fail(lib.reason());
         if (pci_bus_id.empty()) return fail("no GPU to sample (no PCI bus id)");
-        if (!lib.read(pci_bus_id)) return fail("NVML does not report the GPU at " + pci_bus_id);
-        return std::make_unique<gpu_sampler>([&lib, pci_bus_id] { return lib.read(pci_bus_id); }, period);
+        const auto d = lib.find(pci_bus_id);
+        if (!d || !lib.read_usage(*d)) return fail("NVML reports neither memory nor utilization for the GPU at " + pci_bus_id);
+        return std::make_unique<gpu_sampler>([&lib, h = *d] { return lib.read_usage(h); }, period);
     }
 
     // The mean since the previous take(), or nullopt while no sample has succeeded yet.
@@ -194,12 +223,13 @@ public:
         std::lock_guard lock(mutex_);
         if (n_ == 0) {
             if (!latest_) return std::nullopt;
-            return gpu_interval{latest_->utilization, latest_->memory_used, latest_->memory_total, 0};
+            return gpu_interval{latest_->utilization, latest_->memory_used, latest_->memory_total, 0, 0};
         }
-        gpu_interval out{util_n_ ? std::optional<double>(util_sum_ / util_n_) : std::nullopt, static_cast<std::uint64_t>(memory_sum_ / n_),
-                         latest_->memory_total, n_};
+        gpu_interval out{util_n_ ? std::optional<double>(util_sum_ / util_n_) : std::nullopt,
+                         memory_n_ ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(memory_sum_ / memory_n_)) : std::nullopt,
+                         memory_n_ ? latest_memory_total_ : std::nullopt, n_, util_n_};
         util_sum_ = memory_sum_ = 0;
-        n_ = util_n_ = 0;
+        n_ = util_n_ = memory_n_ = 0;
         return out;
     }
     std::uint64_t samples_taken() const {
@@ -222,7 +252,7 @@ private:
             if (r) {
                 latest_ = r;
                 if (r->utilization) util_sum_ += *r->utilization, ++util_n_;
-                memory_sum_ += static_cast<double>(r->memory_used);
+                if (r->memory_used) memory_sum_ += static_cast<double>(*r->memory_used), ++memory_n_, latest_memory_total_ = r->memory_total;
                 ++n_;
                 ++total_samples_;
             }
@@ -237,7 +267,8 @@ private:
     bool stop_ = false;
     std::optional<gpu_reading> latest_;
     double util_sum_ = 0, memory_sum_ = 0;
-    unsigned n_ = 0, util_n_ = 0;  // samples in this interval; those that had a utilization
+    std::optional<std::uint64_t> latest_memory_total_;
+    unsigned n_ = 0, util_n_ = 0, memory_n_ = 0;  // samples in this interval; those that had a utilization, memory
     std::uint64_t total_samples_ = 0;
     std::thread thread_;  // last: started once every member above exists
 };

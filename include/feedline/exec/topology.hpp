@@ -275,10 +275,14 @@ struct worker_plan {
     std::string explanation;       // one line for logs
 };
 
+// Cores left to the OS, interrupts and the launcher by every sizing rule (recommend_workers, and
+// feedline-doctor's plan, check and diagnose, so that none of them flags what another picked).
+inline constexpr unsigned os_reserve_cores = 1;
+
 // Workers per GPU from the cores this process can really use. Each consumer (training thread) needs a
 // core, the OS needs `os_reserve`, the rest are split evenly; at least one worker per GPU even when
 // that oversubscribes the machine, and then short_of_cores says so.
-inline worker_plan recommend_workers(const topology& t, unsigned gpus, unsigned os_reserve = 1) {
+inline worker_plan recommend_workers(const topology& t, unsigned gpus, unsigned os_reserve = os_reserve_cores) {
     worker_plan p;
     p.gpus = gpus;
     p.os_reserve = os_reserve;

@@ -32,6 +32,7 @@
 
 #include <feedline/detail/futex.hpp>
 #include <feedline/detail/thread_name.hpp>
+#include <feedline/exec/host_memory.hpp>
 #include <feedline/exec/topology.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
@@ -113,6 +114,7 @@ public:
     pipeline(std::vector<weighted_source> sources, pipeline_config config) : sources_(std::move(sources)), config_(std::move(config)) {
         check_shape(config_, sources_.size());
         check_sources();
+        config_.device = resolve_device(config_.device);  // "auto": this thread's current GPU, once
         layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
         const launch_info env = launch_from_environment();
         const int world = config_.world_size >= 0 ? config_.world_size : env.world_size;
@@ -148,7 +150,7 @@ public:
         const worker_choice workers = choose_workers(config_, topo, env);
         autotune_ = workers.autotune;
         workers_reason_ = workers.reason;
-        const std::uint64_t available = detail::memory_available_bytes();
+        const std::uint64_t available = read_host_memory().available.value_or(0);
         const std::uint64_t process = topo.cgroup_memory_max ? (available ? std::min(available, *topo.cgroup_memory_max) : *topo.cgroup_memory_max) : available;
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : process / defaults::budget_divisor;
         std::uint64_t worker_bytes = 0, index_bytes = sampler_bytes * (own_planners_ ? workers.workers + 1 : 1);

@@ -4,7 +4,6 @@
 // Fed by the pipeline configuration; feeds datasets and workers.
 #pragma once
 
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <span>
@@ -12,6 +11,7 @@
 #include <string_view>
 #include <variant>
 
+#include <feedline/exec/host_memory.hpp>
 #include <feedline/storage/mmap_reader.hpp>
 #include <feedline/storage/pread_reader.hpp>
 #include <feedline/storage/read_request.hpp>
@@ -52,22 +52,6 @@ struct reader_options {
     // memcpy out of the mapping beats any read syscall ~2x for 2 KiB windows (docs/benchmarks.md).
     std::uint64_t dataset_bytes = 0;
 };
-
-namespace detail {
-
-// MemAvailable from /proc/meminfo in bytes (0 when unreadable). Never throws.
-inline std::uint64_t memory_available_bytes() noexcept {
-    std::FILE* f = std::fopen("/proc/meminfo", "r");
-    if (f == nullptr) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (std::fgets(line, sizeof(line), f) != nullptr)
-        if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    std::fclose(f);
-    return static_cast<std::uint64_t>(kib) * 1024;
-}
-
-}  // namespace detail
 
 // Why io_uring is not usable here, or nullopt when it is. Never throws.
 inline std::optional<std::string> io_uring_unavailable_reason() {
@@ -136,7 +120,7 @@ inline any_reader make_reader(const reader_options& options = {}) {
         case io_backend::io_uring:
         case io_backend::automatic: {
             if (options.backend == io_backend::automatic && !options.direct && options.dataset_bytes > 0) {
-                std::uint64_t available = detail::memory_available_bytes();
+                const std::uint64_t available = read_host_memory().available.value_or(0);
                 if (options.dataset_bytes <= available / 2)
                     return any_reader(std::make_unique<V>(std::in_place_type<mmap_reader>, options.pattern), io_backend::mmap,
                                       "mmap: the dataset (" + std::to_string(options.dataset_bytes >> 20) +
