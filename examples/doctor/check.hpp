@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -79,7 +80,6 @@ inline machine read_machine(const std::string& root = "/") {
     }
     const auto& nv = feedline::nvml::get();
     if (nv.available()) {
-        m.gpu_source = "nvml";
         for (unsigned i = 0; i < nv.count(); ++i) {
             auto r = nv.read(i);
             if (!r) continue;
@@ -88,12 +88,30 @@ inline machine read_machine(const std::string& root = "/") {
             if (it == m.gpus.end()) it = m.gpus.insert(m.gpus.end(), gpu_status{{.pci_bus_id = r->pci_bus_id}, std::nullopt});
             it->nvml = r;
         }
-        for (auto& g : m.gpus) g.visible = g.nvml.has_value();
-    } else {
-        const auto probe = feedline::gpu_probe();
-        m.cuda_devices = probe.devices;
-        m.gpu_source = probe ? "cuda (" + nv.reason() + ")" : probe.reason + "; " + nv.reason();
     }
+    // Which of them this process can use: sysfs lists every GPU of the machine (/sys/bus/pci is not
+    // namespaced). CUDA's own list where CUDA answers (after CUDA_VISIBLE_DEVICES and the container's
+    // device nodes), else NVML's (the container's device nodes), else all of them.
+    const auto probe = feedline::gpu_probe();
+    m.cuda_devices = probe.devices;
+    if (probe) {
+        std::vector<std::array<unsigned, 3>> cuda_ids;
+        for (int i = 0; i < probe.devices; ++i)
+            if (auto id = feedline::detail::parse_pci_bus_id(feedline::gpu_pci_bus_id(i))) cuda_ids.push_back(*id);
+        if (cuda_ids.size() == static_cast<std::size_t>(probe.devices))  // else CUDA could not name them all: count only
+            for (auto& g : m.gpus) {
+                const auto id = feedline::detail::parse_pci_bus_id(g.where.pci_bus_id);
+                g.visible = id && std::find(cuda_ids.begin(), cuda_ids.end(), *id) != cuda_ids.end();
+            }
+    } else if (probe.none_visible) {
+        for (auto& g : m.gpus) g.visible = false;
+    } else if (nv.available()) {
+        for (auto& g : m.gpus) g.visible = g.nvml.has_value();
+    }
+    if (nv.available())
+        m.gpu_source = probe ? "nvml; cuda" : "nvml (" + probe.reason + ")";
+    else
+        m.gpu_source = probe ? "cuda (" + nv.reason() + ")" : probe.reason + "; " + nv.reason();
     return m;
 }
 
@@ -110,12 +128,16 @@ inline constexpr int swappiness_high = 10;
 inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
     std::vector<finding> out;
     const auto& t = m.topo;
-    // The GPUs this process can use: NVML's (or sysfs's), fewer when CUDA_VISIBLE_DEVICES hides some.
+    // The GPUs this process can use (read_machine marks them): as many as CUDA counts where it
+    // answered, else those marked, no more than CUDA_VISIBLE_DEVICES names.
     std::vector<const gpu_status*> mine;
     for (const auto& g : m.gpus)
         if (g.visible) mine.push_back(&g);
-    std::size_t visible = std::max<std::size_t>(mine.size(), m.cuda_devices > 0 ? m.cuda_devices : 0);
-    if (m.cuda_visible_devices >= 0) visible = std::min<std::size_t>(visible, m.cuda_visible_devices);
+    std::size_t visible = mine.size();
+    if (m.cuda_devices > 0)
+        visible = static_cast<std::size_t>(m.cuda_devices);
+    else if (m.cuda_visible_devices >= 0)
+        visible = std::min<std::size_t>(visible, static_cast<std::size_t>(m.cuda_visible_devices));
     const unsigned gpus = job.gpus ? job.gpus : static_cast<unsigned>(visible);
 
     // Cores: what the affinity mask and the cgroup quota leave, against ranks + workers + the OS.
@@ -189,8 +211,12 @@ inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
                                        w.pci_bus_id, *g.nvml->memory_used >> 20, *g.nvml->memory_total >> 20)});
     }
     if (mine.empty() && m.cuda_devices <= 0)
-        out.push_back({"no-gpu", "info", {{"source", m.gpu_source}},
-                       "no NVIDIA GPU found (" + m.gpu_source + "): feedline delivers batches to host memory, and the sample trainer trains on the CPU"});
+        out.push_back({"no-gpu", "info", {{"source", m.gpu_source}, {"hidden_gpus", m.gpus.size()}},
+                       (m.gpus.empty() ? "no NVIDIA GPU found (" + m.gpu_source + ")"
+                                       : fmt::format("{} NVIDIA GPU(s) in the machine, none usable by this process (CUDA_VISIBLE_DEVICES or the "
+                                                     "container hides them; {})",
+                                                     m.gpus.size(), m.gpu_source)) +
+                           ": feedline delivers batches to host memory, and the sample trainer trains on the CPU"});
 
     // Host memory: swap, and the limit a container sets below the machine's RAM.
     const auto& mem = m.memory;

@@ -11,6 +11,7 @@ state and errors as the C++ API and the feedline-* tools for the same data, conf
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _feedline
@@ -34,6 +35,19 @@ def _blend(data: DataSpec) -> List[Tuple[float, str]]:
             weight, spec = item
             out.append((float(weight), str(spec)))
     return out
+
+
+def _torch_device(device: str) -> str:
+    """"auto" and "cuda" as torch means them: its current device. torch may keep that without calling
+    cudaSetDevice (its device guards skip devices that have no context yet), so it is asked, but only
+    where torch has set up CUDA already: otherwise nothing has chosen a device, and feedline takes the
+    CUDA runtime's current one."""
+    torch = sys.modules.get("torch")
+    if device not in ("auto", "cuda") or torch is None or not torch.cuda.is_initialized():
+        return device
+    if device == "auto" and _feedline.cuda_devices() == 0:
+        return device  # this build or machine gives feedline no GPU: auto stays on the host
+    return f"cuda:{torch.cuda.current_device()}"
 
 
 def _current_stream(device_index: int) -> int:
@@ -100,9 +114,9 @@ class Pipeline:
     weighted blend of them. Names and defaults are those of the C++ pipeline_config.
 
     data: a path, glob, directory, Megatron's "0.7 a 0.3 b" string, or [(weight, spec), ...].
-    device: "auto" (the GPU when there is one), "cpu", "cuda" or "cuda:N"; "auto" and "cuda" take
-        the current CUDA device of the thread that builds the pipeline (cudaSetDevice's, which
-        torch.cuda.set_device calls).
+    device: "auto" (the GPU when there is one), "cpu", "cuda" or "cuda:N". "auto" and "cuda" take
+        torch's current device where torch has set up CUDA (torch.cuda.set_device), else the
+        current CUDA device of the thread that takes the first batch.
     workers / prefetch: 0 = from the machine, autotuned while running.
     rank / world_size: -1 = from torchrun's or Open MPI's environment.
     max_steps: end the iteration after this many steps (None: run on through epochs).
@@ -116,7 +130,7 @@ class Pipeline:
                  tokenizer: Optional[str] = None, add_bos: bool = False, add_eos: bool = True, field: str = "text",
                  skip_invalid: bool = False, max_line_bytes: int = 64 << 20, cache_dir: str = "") -> None:
         self._engine = _feedline.Engine(_blend(data), batch_size, seq_len, seed, mode, shuffle, tail, workers, max_workers, prefetch,
-                                        memory_budget, device, rank, world_size, max_steps or 0, stats_jsonl, stats_every, io_backend,
+                                        memory_budget, _torch_device(device), rank, world_size, max_steps or 0, stats_jsonl, stats_every, io_backend,
                                         tokenizer or "", add_bos, add_eos, field, skip_invalid, max_line_bytes, cache_dir)
         self.batch_size, self.seq_len = batch_size, seq_len
 

@@ -141,7 +141,7 @@ public:
         for (const auto& [w, spec] : data) blend.push_back({w, spec});
         nb::gil_scoped_release unlocked;  // opening may count a corpus's tokens on every core
         engine_ = std::make_unique<feedline::pipeline>(blend, config);
-        device_index_ = std::max(0, engine_->config().device.index);  // "auto"/"cuda": the current device, resolved
+        device_index_ = std::max(0, engine_->config().device.index);  // "auto"/"cuda": resolved at the first batch (next())
         // A wait for late data must not make Ctrl-C wait with it: every 100 ms of waiting, Python's
         // signal handlers run (on the main thread; elsewhere this is a no-op), and a handler that
         // raises (KeyboardInterrupt) ends the wait with that exception. The pipeline runs on.
@@ -174,6 +174,7 @@ public:
         }
         if (!b) return std::nullopt;
         if (slots_ == 0) slots_ = engine_->stats().slots;
+        device_index_ = std::max(0, engine_->device().index);
         std::uintptr_t stream = 0;
         if (b->on_device() && !stream_of.is_none()) {
             stream = nb::cast<std::uintptr_t>(stream_of(device_index_));
@@ -237,6 +238,7 @@ NB_MODULE(_feedline, m) {
     m.attr("CudaError") = nb::handle(cuda_error_type);
     nb::register_exception_translator(&translate);
 
+    m.def("cuda_devices", [] { return feedline::gpu_probe().devices; });  // 0 without a GPU or without CUDA in this build
     m.def("version", [] { return std::to_string(FEEDLINE_VERSION_MAJOR) + "." + std::to_string(FEEDLINE_VERSION_MINOR); });
 
     nb::class_<py_batch>(m, "Batch")

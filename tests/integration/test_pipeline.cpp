@@ -422,16 +422,23 @@ TEST_CASE("Pipeline.Errors.AnAbsentCudaDeviceFailsAtEveryNextUntilDestroyed") {
     CHECK_THROWS_AS(p.next(), config_error);  // tried again, not a dangling ring
     CHECK(p.stats().batches == 0);
     CHECK(p.state().step == 0);
-    CHECK(p.config().device.index == 1000);  // a numbered device stays as named
+    CHECK(p.device().index == 1000);  // a numbered device stays as named
+}
 
-    // "auto" names no device: the pipeline takes the building thread's current one (0 without a GPU).
+TEST_CASE("Pipeline.Config.AutoIsTheCurrentDeviceOfTheThreadTakingTheFirstBatch") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir);
+    auto cfg = base(2);
     cfg.device = parse_device("auto");
-    pipeline a(data, cfg);
+    pipeline p(data, cfg);
+    CHECK(p.device().index < 0);  // not resolved yet: building a pipeline touches no driver
+    REQUIRE(p.next());
     int current = 0;
 #if FEEDLINE_HAS_CUDA
     if (gpu_probe()) REQUIRE(cudaGetDevice(&current) == cudaSuccess);
 #endif
-    CHECK(a.config().device.index == current);
+    CHECK(p.device().index == current);  // 0 without a GPU
+    CHECK(p.config().device.index < 0);  // the config stays as given
 }
 
 TEST_CASE("Pipeline.Config.FailsAtConstructionWithTheNumbers") {

@@ -242,3 +242,16 @@ def test_gpu_tensors_are_on_the_device_and_correct(data):
         assert b.inputs.device.type == "cuda"
         torch.cuda.synchronize()
         assert torch.equal(b.inputs.cpu(), h)
+        assert b.inputs.device.index == torch.cuda.current_device()  # "cuda": torch's current device
+
+
+def test_auto_and_cuda_follow_torch_only_once_torch_has_set_up_cuda(data):
+    from feedline import _torch_device
+    assert _torch_device("cpu") == "cpu" and _torch_device("cuda:1") == "cuda:1"  # named devices stay as named
+    if not torch.cuda.is_initialized():  # nothing has chosen a device: feedline resolves it itself
+        assert _torch_device("auto") == "auto" and _torch_device("cuda") == "cuda"
+    else:
+        assert _torch_device("cuda") == f"cuda:{torch.cuda.current_device()}"
+    if feedline._feedline.cuda_devices() == 0:  # auto on a machine without a GPU (for feedline): host tensors
+        b = next(iter(feedline.Pipeline(data["megatron"], max_steps=1, **dict(CONFIG, device="auto"))))
+        assert b.inputs.device.type == "cpu"

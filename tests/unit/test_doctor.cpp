@@ -371,6 +371,43 @@ TEST_CASE("Doctor.Check.TheJobsSizeAndWhatNvmlReportsChangeTheFindings") {
     CHECK(remote == std::set<std::string>{"0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"});
 }
 
+TEST_CASE("Doctor.Check.OnlyTheGpusThisProcessCanUseCount") {
+    // sysfs lists the machine's 8 GPUs whatever this process may use; read_machine marks the ones it
+    // can (CUDA's list, else NVML's), and no rule looks at the others.
+    auto server = doctor::read_machine(fixture_root("two_socket_8gpu"));
+    auto gpus_in = [](const std::vector<doctor::finding>& fs, const char* code) {
+        for (const auto& f : fs)
+            if (f.code == code) return f.evidence["gpus"].get<int>();
+        return -1;
+    };
+    REQUIRE(server.gpus.size() == 8);
+    CHECK(gpus_in(doctor::check(server, {.workers_per_gpu = 9}), "cores-short") == 8);  // 8 x 10 + 1 > 64
+    for (auto& g : server.gpus) g.visible = g.where.pci_bus_id != "0000:ab:00.0";  // the x8 one is another job's
+    auto fs = doctor::check(server, {.workers_per_gpu = 9});
+    CHECK(codes(fs).count("pcie-link-narrow") == 0);
+    CHECK(gpus_in(fs, "cores-short") == 7);  // 7 x 10 + 1 = 71 > 64
+    for (const auto& f : fs)
+        if (f.code == "numa-nodes") CHECK_FALSE(f.evidence["gpu_nodes"].contains("0000:ab:00.0"));
+
+    // CUDA's count wins where CUDA answered; CUDA_VISIBLE_DEVICES caps the count where it did not.
+    server.cuda_devices = 2;
+    CHECK(gpus_in(doctor::check(server, {.workers_per_gpu = 40}), "cores-short") == 2);  // 2 x 41 + 1 > 64
+    server.cuda_devices = -1;
+    server.cuda_visible_devices = 1;
+    CHECK(gpus_in(doctor::check(server, {.workers_per_gpu = 80}), "cores-short") == 1);  // 81 + 1 > 64
+
+    // All hidden: no GPU for this job, and it says the machine has some.
+    for (auto& g : server.gpus) g.visible = false;
+    fs = doctor::check(server);
+    REQUIRE(codes(fs).count("no-gpu") == 1);
+    for (const auto& f : fs)
+        if (f.code == "no-gpu") {
+            CHECK(f.evidence["hidden_gpus"] == 8);
+            CHECK(f.action.find("none usable by this process") != std::string::npos);
+        }
+    CHECK(codes(fs).count("pcie-link-narrow") == 0);
+}
+
 TEST_CASE("Doctor.Check.ToolOnFixturesTheLiveMachineAndAMeasuredDataset") {
     ft::scratch_dir dir;
     const std::string tool = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor check ";
@@ -497,7 +534,7 @@ TEST_CASE("Doctor.Check.GpusThroughNvml") {
     auto r = ft::run(std::string("LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR + "/feedline-doctor check --json", dir);
     REQUIRE_MESSAGE(r.code != 2, r.err);
     const auto j = nlohmann::json::parse(r.out);
-    CHECK(j["machine"]["gpu_source"] == "nvml");
+    CHECK(j["machine"]["gpu_source"].get<std::string>().rfind("nvml", 0) == 0);
     nlohmann::json fake = nlohmann::json::object();
     for (const auto& g : j["machine"]["gpus"])
         if (g.contains("name") && g["name"].get<std::string>().rfind("Fake", 0) == 0) fake[g["pci_bus_id"].get<std::string>()] = g;
@@ -550,6 +587,8 @@ TEST_CASE("Doctor.Nvml.ReaderOnStandIn" * doctest::skip()) {
     CHECK(big->pcie_width == 16u);
     CHECK_FALSE(big->mig);
     CHECK(nv.read("00000000:1A:00.0"));  // NVML's own spelling, directly
+    CHECK(nv.read("0000:1A:00.0"));      // cudaDeviceGetPCIBusId's, by its numbers
+    CHECK_FALSE(nv.read("0000:1a:00"));  // not a PCI address
     CHECK_FALSE(nv.read("0000:99:00.0"));
     CHECK_FALSE(nv.read(""));
 
@@ -561,9 +600,10 @@ TEST_CASE("Doctor.Nvml.ReaderOnStandIn" * doctest::skip()) {
     CHECK_FALSE(mig->memory_total);
     CHECK_FALSE(mig->utilization);
     std::string why;
-    CHECK_FALSE(feedline::gpu_sampler::for_gpu("0000:3b:00.0", &why));  // nothing to sample
-    CHECK(why.find("neither") != std::string::npos);
+    CHECK_FALSE(feedline::gpu_sampler::for_gpu("0000:3b:00.0", &why));  // nothing of this job's to sample
+    CHECK(why.find("MIG") != std::string::npos);
     CHECK_FALSE(feedline::gpu_sampler::for_gpu("0000:99:00.0", &why));
+    CHECK(why.find("does not report") != std::string::npos);
 
     // The sampler through the real reader: every 5 ms, means of the stand-in's constant figures.
     auto s = feedline::gpu_sampler::for_gpu("0000:1a:00.0", &why, std::chrono::milliseconds(5));
@@ -576,6 +616,19 @@ TEST_CASE("Doctor.Nvml.ReaderOnStandIn" * doctest::skip()) {
     CHECK(g->utilization == doctest::Approx(0.37));
     CHECK(g->memory_used == 24ull << 30);
     CHECK(g->memory_total == 80ull << 30);
+}
+
+TEST_CASE("Doctor.Nvml.PciAddressesCompareByNumberInEverySpelling") {
+    using feedline::detail::parse_pci_bus_id;
+    const std::array<unsigned, 3> want{0, 0x1a, 0};
+    CHECK(parse_pci_bus_id("0000:1a:00.0") == want);      // sysfs
+    CHECK(parse_pci_bus_id("0000:1A:00.0") == want);      // CUDA
+    CHECK(parse_pci_bus_id("00000000:1A:00.0") == want);  // NVML
+    CHECK(parse_pci_bus_id("10000:01:00.0") == std::array<unsigned, 3>{0x10000, 1, 0});  // a VMD domain
+    CHECK_FALSE(parse_pci_bus_id(""));
+    CHECK_FALSE(parse_pci_bus_id("0000:1a:00"));
+    CHECK_FALSE(parse_pci_bus_id("0000:1a:00.0 "));
+    CHECK_FALSE(parse_pci_bus_id("GPU-8f3c"));
 }
 
 TEST_CASE("Doctor.Nvml.LibraryOnStandIn") {

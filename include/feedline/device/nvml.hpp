@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -36,6 +37,20 @@ struct gpu_reading {
     // MIG is on: the figures are the whole GPU's, of which a job sees one instance.
     bool mig = false;
 };
+
+namespace detail {
+
+// Domain, bus and device of a PCI address in any of its spellings: sysfs's "0000:1a:00.0", CUDA's
+// "0000:1A:00.0", NVML's "00000000:1A:00.0". nullopt for anything else.
+inline std::optional<std::array<unsigned, 3>> parse_pci_bus_id(const std::string& s) {
+    unsigned domain = 0, bus = 0, device = 0, function = 0;
+    int used = 0;
+    if (std::sscanf(s.c_str(), "%x:%x:%x.%x%n", &domain, &bus, &device, &function, &used) != 4 || used != static_cast<int>(s.size()))
+        return std::nullopt;
+    return std::array<unsigned, 3>{domain, bus, device};
+}
+
+}  // namespace detail
 
 namespace detail::nvml_abi {
 using result = int;  // nvmlReturn_t: 0 is NVML_SUCCESS
@@ -78,13 +93,18 @@ public:
         return d ? read_device(*d) : std::nullopt;
     }
     // NVML's handle of the GPU at `pci_bus_id`. nvml.h documents the id it takes only as "the
-    // nvmlPciInfo_t::busId" (8 upper-case domain digits), so when the lookup refuses sysfs's spelling,
-    // every GPU's numeric domain:bus:device is compared instead.
+    // nvmlPciInfo_t::busId" (8 upper-case domain digits), so when the lookup refuses another spelling,
+    // every GPU's domain, bus and device numbers are compared instead.
     std::optional<handle> find(const std::string& pci_bus_id) const {
         if (!available() || pci_bus_id.empty()) return std::nullopt;
         if (handle d = nullptr; by_pci_(pci_bus_id.c_str(), &d) == 0) return d;
-        for (unsigned i = 0, n = count(); i < n; ++i)
-            if (handle d = nullptr; by_index_(i, &d) == 0 && bus_id(d) == pci_bus_id) return d;
+        const auto want = detail::parse_pci_bus_id(pci_bus_id);
+        if (!want) return std::nullopt;
+        for (unsigned i = 0, n = count(); i < n; ++i) {
+            handle d = nullptr;
+            detail::nvml_abi::pci_info p{};
+            if (by_index_(i, &d) == 0 && pci_(d, &p) == 0 && std::array<unsigned, 3>{p.domain, p.bus, p.device} == *want) return d;
+        }
         return std::nullopt;
     }
     // What changes from one moment to the next (memory, utilization), for a sampler: two calls,
@@ -214,7 +234,12 @@ public:
         if (!lib.available()) return fail(lib.reason());
         if (pci_bus_id.empty()) return fail("no GPU to sample (no PCI bus id)");
         const auto d = lib.find(pci_bus_id);
-        if (!d || !lib.read_usage(*d)) return fail("NVML reports neither memory nor utilization for the GPU at " + pci_bus_id);
+        if (!d) return fail("NVML does not report the GPU at " + pci_bus_id);
+        // In MIG mode NVML gives the whole GPU's memory (of which this job holds one instance: no
+        // headroom to read from it) and no utilization, so there is nothing of this job's to sample.
+        if (const auto r = lib.read(pci_bus_id); r && r->mig)
+            return fail("the GPU at " + pci_bus_id + " is in MIG mode: NVML reports no utilization and only the whole GPU's memory");
+        if (!lib.read_usage(*d)) return fail("NVML reports neither memory nor utilization for the GPU at " + pci_bus_id);
         return std::make_unique<gpu_sampler>([&lib, h = *d] { return lib.read_usage(h); }, period);
     }
 

@@ -114,7 +114,7 @@ public:
     pipeline(std::vector<weighted_source> sources, pipeline_config config) : sources_(std::move(sources)), config_(std::move(config)) {
         check_shape(config_, sources_.size());
         check_sources();
-        config_.device = resolve_device(config_.device);  // "auto": this thread's current GPU, once
+        device_ = config_.device;
         layout_ = batch_layout::make(config_.batch_size, config_.seq_len, config_.mode == sample_mode::packed);
         const launch_info env = launch_from_environment();
         const int world = config_.world_size >= 0 ? config_.world_size : env.world_size;
@@ -172,6 +172,9 @@ public:
     ~pipeline() { stop(); }
 
     const pipeline_config& config() const noexcept { return config_; }
+    // Where batches go: config().device with "auto"/"cuda" resolved to a device number once the first
+    // batch was asked for (resolve_device); config().device before that.
+    const device_choice& device() const noexcept { return device_; }
     const memory_plan& memory() const noexcept { return memory_; }
     int rank() const noexcept { return sampler_->rank(); }
     int world_size() const noexcept { return sampler_->world_size(); }
@@ -336,8 +339,12 @@ private:
             }
         planners_ = std::move(planners);
         worker_cpus_ = {};
-        if (config_.device.kind != device_kind::cpu && gpu_probe()) worker_cpus_ = worker_cpus_for_gpu(read_topology(), gpu_pci_bus_id(config_.device.index));
-        consumer_.start(config_, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
+        // "auto" and "cuda" name no device: the current one of the thread taking the first batch (the
+        // trainer's, after its cudaSetDevice). Here and not at construction, which touches no driver.
+        pipeline_config c = config_;
+        c.device = device_ = resolve_device(config_.device);
+        if (c.device.kind != device_kind::cpu && gpu_probe()) worker_cpus_ = worker_cpus_for_gpu(read_topology(), gpu_pci_bus_id(c.device.index));
+        consumer_.start(c, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
@@ -428,6 +435,7 @@ private:
 
     std::vector<weighted_source> sources_;
     pipeline_config config_;
+    device_choice device_;  // config_.device, resolved by start()
     std::vector<sampler_dataset> datasets_;
     std::unique_ptr<sampler> sampler_;
     bool own_planners_ = false;
