@@ -291,6 +291,7 @@ inline nlohmann::json describe(const machine& m) {
             {"transparent_hugepages", m.memory.transparent_hugepages},
             {"io_uring", m.io_uring_unavailable ? *m.io_uring_unavailable : std::string("available")},
             {"gpus", gpus},
+            {"cuda_devices", m.cuda_devices >= 0 ? nlohmann::json(m.cuda_devices) : nlohmann::json()},  // cudaGetDeviceCount's; null: a fixture
             {"cuda_visible_devices", m.cuda_visible_devices >= 0 ? nlohmann::json(m.cuda_visible_devices) : nlohmann::json()},
             {"gpu_source", m.gpu_source}};
 }

@@ -120,7 +120,19 @@ std::pair<std::set<std::string>, std::string> diagnose_run(const ft::trainer_cor
     CHECK(summary["rss_anon_bytes"].get<double>() > 0);
     CHECK(summary["micro_batch"].get<double>() > 0);
     for (const auto& line : ft::progress_lines(out)) CHECK(line.contains("host_ram_available_bytes"));
-    if (summary["device"].get<std::string>().rfind("cuda", 0) != 0) CHECK_FALSE(summary.contains("gpu_utilization"));  // absent, not zero
+    if (summary["device"].get<std::string>().rfind("cuda", 0) != 0) {
+        CHECK_FALSE(summary.contains("gpu_utilization"));  // absent, not zero
+    } else if (summary["gpu_telemetry"] == "nvml") {
+        // On a GPU with NVIDIA's driver: NVML's figures for the run, and on the lines that had samples.
+        CHECK(summary["gpu_memory_used_bytes"].get<double>() > 0);
+        CHECK(summary["gpu_memory_used_bytes"].get<double>() < summary["gpu_memory_total_bytes"].get<double>());
+        if (summary.contains("gpu_utilization")) CHECK(summary["gpu_utilization"].get<double>() <= 1);
+        bool any = false;
+        for (const auto& line : ft::progress_lines(out)) any = any || line.contains("gpu_memory_used_bytes");
+        CHECK(any);
+    } else {
+        MESSAGE("no NVML on this GPU machine: " << summary["gpu_telemetry"]);
+    }
     return {codes, summary["device"].get<std::string>()};
 }
 

@@ -6,6 +6,7 @@
 // diagnose reads the telemetry of trainer logs and pipeline stats lines.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -523,6 +524,76 @@ TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
     CHECK(o.ram_total_mib.has_value());
     CHECK(o.rss_anon_mib.has_value());
     CHECK(o.gpus.empty());
+}
+
+// The same on a GPU, where the stats lines add NVML's figures for the ring's device (skipped without one).
+TEST_CASE("Doctor.Diagnose.OnAGpuThePipelinesStatsLogCarriesNvmlTelemetry") {
+    if (!feedline::gpu_probe()) ft::skip(feedline::gpu_probe().reason);
+    ft::scratch_dir dir;
+    feedline::megatron_writer w(dir / "d", feedline::token_dtype::int32);
+    for (int d = 0; d < 200; ++d) w.add_document(std::vector<std::uint32_t>(300, static_cast<std::uint32_t>(d)));
+    w.finish();
+    feedline::pipeline_config c{.batch_size = 4, .seq_len = 64, .workers = 1, .device = feedline::parse_device("auto"), .max_steps = 60};
+    c.stats_every = 20;
+    c.stats_jsonl = dir / "stats.jsonl";
+    {
+        feedline::pipeline p(std::string(dir / "d"), c);
+        for (auto& b : p) {
+            CHECK(b.on_device());
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));  // 0.3 s in all: a few of the sampler's 100 ms periods
+        }
+    }
+    std::ifstream in(c.stats_jsonl);
+    std::string last;
+    for (std::string line; std::getline(in, line);) last = line;
+    const auto j = nlohmann::json::parse(last);
+    CHECK(j["pinned_bytes"].get<double>() > 0);
+    const auto& nv = feedline::nvml::get();
+    if (!nv.available()) {
+        CHECK(j["gpu_telemetry"] == nv.reason());  // says why, and no figures
+        CHECK_FALSE(j.contains("gpu_memory_used_bytes"));
+        return;
+    }
+    REQUIRE(j["gpu_telemetry"] == "nvml");
+    const double used = j["gpu_memory_used_bytes"].get<double>(), total = j["gpu_memory_total_bytes"].get<double>();
+    CHECK(used > 0);  // at least this process's context and ring
+    CHECK(used < total);
+    if (j.contains("gpu_utilization")) {
+        CHECK(j["gpu_utilization"].get<double>() >= 0);
+        CHECK(j["gpu_utilization"].get<double>() <= 1);
+    }
+    std::ifstream again(c.stats_jsonl);
+    const auto o = doctor::parse_log(again, c.stats_jsonl);
+    REQUIRE(o.gpus.size() == 1);
+    CHECK(*o.gpus[0].memory_total_mib == doctest::Approx(total / 1048576));
+}
+
+// On a GPU with NVIDIA's driver: check reads the GPU through the real NVML and measures the copies
+// (skipped without one).
+TEST_CASE("Doctor.Check.OnAGpuNvmlAndTheCopiesAreMeasured") {
+    const auto gpu = feedline::gpu_probe();
+    if (!gpu) ft::skip(gpu.reason);
+    ft::scratch_dir dir;
+    auto r = ft::run(std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor check --json --h2d", dir);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    MESSAGE(r.out);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["machine"]["cuda_devices"] == gpu.devices);
+    const auto& h2d = j["h2d"];
+    REQUIRE_MESSAGE(h2d.contains("pinned_bytes_per_s"), h2d.dump());
+    CHECK(h2d["pinned_bytes_per_s"].get<double>() > 1e9);  // any PCIe link moves more than 1 GB/s
+    CHECK(h2d["pageable_bytes_per_s"].get<double>() > 0);
+    if (!feedline::nvml::get().available()) return;
+    CHECK(j["machine"]["gpu_source"] == "nvml; cuda");
+    int visible = 0;
+    for (const auto& g : j["machine"]["gpus"]) {
+        if (!g["visible"].get<bool>()) continue;
+        ++visible;
+        CHECK_FALSE(g["name"].get<std::string>().empty());
+        CHECK(g["pci_bus_id"].get<std::string>().size() >= 12);
+        if (!g["mig"].get<bool>()) CHECK(g["memory_total_bytes"].get<double>() > 1e9);
+    }
+    CHECK(visible == gpu.devices);  // CUDA's devices, matched to sysfs and NVML by PCI address
 }
 
 TEST_CASE("Doctor.Check.GpusThroughNvml") {
