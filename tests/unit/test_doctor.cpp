@@ -497,29 +497,41 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     CHECK_THROWS_AS(doctor::parse_log(inverted, "x.log"), feedline::format_error);
 }
 
-TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
-    ft::scratch_dir dir;
+namespace {
+
+// A real pipeline over a small dataset with a stats log every 10 batches into `device`; its log's
+// path, and (in `last`) its last line. Every batch is checked to be where `device` says.
+std::string run_with_stats_log(const ft::scratch_dir& dir, const std::string& device, nlohmann::json& last) {
     feedline::megatron_writer w(dir / "d", feedline::token_dtype::int32);
     for (int d = 0; d < 200; ++d) w.add_document(std::vector<std::uint32_t>(300, static_cast<std::uint32_t>(d)));
     w.finish();
-    feedline::pipeline_config c{.batch_size = 4, .seq_len = 64, .workers = 1, .device = feedline::parse_device("cpu"), .max_steps = 30};
+    feedline::pipeline_config c{.batch_size = 4, .seq_len = 64, .workers = 1, .device = feedline::parse_device(device), .max_steps = 30};
     c.stats_every = 10;
     c.stats_jsonl = dir / "stats.jsonl";
     {
         feedline::pipeline p(std::string(dir / "d"), c);
-        for (auto& b : p) (void)b;
+        for (auto& b : p) CHECK(b.on_device() == (device != "cpu"));
     }
     std::ifstream in(c.stats_jsonl);
-    std::string last;
-    for (std::string line; std::getline(in, line);) last = line;
-    const auto j = nlohmann::json::parse(last);
+    std::string line, text;
+    while (std::getline(in, line)) text = line;
+    last = nlohmann::json::parse(text);
+    return c.stats_jsonl;
+}
+
+}  // namespace
+
+TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
+    ft::scratch_dir dir;
+    nlohmann::json j;
+    const std::string log = run_with_stats_log(dir, "cpu", j);
     CHECK(j["host_ram_total_bytes"].get<double>() > 0);
     CHECK(j["rss_anon_bytes"].get<double>() > 0);
     CHECK(j.contains("rss_file_bytes"));
     CHECK_FALSE(j.contains("gpu_utilization"));  // host memory, no GPU: absent, not zero
     CHECK_FALSE(j.contains("gpu_telemetry"));
-    std::ifstream again(c.stats_jsonl);
-    const auto o = doctor::parse_log(again, c.stats_jsonl);
+    std::ifstream again(log);
+    const auto o = doctor::parse_log(again, log);
     CHECK(*o.data_workers == 1);
     CHECK(o.ram_total_mib.has_value());
     CHECK(o.rss_anon_mib.has_value());
@@ -530,23 +542,8 @@ TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
 TEST_CASE("Doctor.Diagnose.OnAGpuThePipelinesStatsLogCarriesNvmlTelemetry") {
     if (!feedline::gpu_probe()) ft::skip(feedline::gpu_probe().reason);
     ft::scratch_dir dir;
-    feedline::megatron_writer w(dir / "d", feedline::token_dtype::int32);
-    for (int d = 0; d < 200; ++d) w.add_document(std::vector<std::uint32_t>(300, static_cast<std::uint32_t>(d)));
-    w.finish();
-    feedline::pipeline_config c{.batch_size = 4, .seq_len = 64, .workers = 1, .device = feedline::parse_device("auto"), .max_steps = 60};
-    c.stats_every = 20;
-    c.stats_jsonl = dir / "stats.jsonl";
-    {
-        feedline::pipeline p(std::string(dir / "d"), c);
-        for (auto& b : p) {
-            CHECK(b.on_device());
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));  // 0.3 s in all: a few of the sampler's 100 ms periods
-        }
-    }
-    std::ifstream in(c.stats_jsonl);
-    std::string last;
-    for (std::string line; std::getline(in, line);) last = line;
-    const auto j = nlohmann::json::parse(last);
+    nlohmann::json j;
+    const std::string log = run_with_stats_log(dir, "auto", j);  // the sampler's first reading is taken when it starts
     CHECK(j["pinned_bytes"].get<double>() > 0);
     const auto& nv = feedline::nvml::get();
     if (!nv.available()) {
@@ -562,8 +559,8 @@ TEST_CASE("Doctor.Diagnose.OnAGpuThePipelinesStatsLogCarriesNvmlTelemetry") {
         CHECK(j["gpu_utilization"].get<double>() >= 0);
         CHECK(j["gpu_utilization"].get<double>() <= 1);
     }
-    std::ifstream again(c.stats_jsonl);
-    const auto o = doctor::parse_log(again, c.stats_jsonl);
+    std::ifstream again(log);
+    const auto o = doctor::parse_log(again, log);
     REQUIRE(o.gpus.size() == 1);
     CHECK(*o.gpus[0].memory_total_mib == doctest::Approx(total / 1048576));
 }

@@ -322,6 +322,15 @@ TEST_CASE("GpuSampler.AGpuWithoutUtilizationStillGivesItsMemory") {
     CHECK(g->memory_used == 40u);
 }
 
+TEST_CASE("GpuSampler.HasItsFirstReadingWhenConstructed") {
+    // A log line written right after the sampler starts (a short run's only one) has GPU figures.
+    gpu_sampler s([] { return std::optional<gpu_reading>(gpu_reading{.memory_total = 100, .memory_used = 40}); }, std::chrono::hours(1));
+    const auto g = s.take();
+    REQUIRE(g.has_value());
+    CHECK(g->samples == 1);
+    CHECK(g->memory_used == 40u);
+}
+
 TEST_CASE("GpuSampler.EachFigureIsTheMeanOfTheSamplesThatHadIt") {
     // Odd samples carry only utilization (0.9), even ones only memory (500 of 1000): neither mean is
     // diluted by the samples without it, and the utilization's weight is its own count.

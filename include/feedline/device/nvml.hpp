@@ -209,8 +209,12 @@ class gpu_sampler {
 public:
     using read_fn = std::function<std::optional<gpu_reading>()>;
 
-    gpu_sampler(read_fn read, std::chrono::milliseconds period = std::chrono::milliseconds(100))
-        : read_(std::move(read)), period_(period), thread_([this] { run(); }) {}
+    // The first sample is taken here, on the caller's thread: a take() right after construction (the
+    // first log line of a short run) already has a reading.
+    gpu_sampler(read_fn read, std::chrono::milliseconds period = std::chrono::milliseconds(100)) : read_(std::move(read)), period_(period) {
+        sample();
+        thread_ = std::thread([this] { run(); });
+    }
     gpu_sampler(const gpu_sampler&) = delete;
     gpu_sampler& operator=(const gpu_sampler&) = delete;
     ~gpu_sampler() {
@@ -263,25 +267,29 @@ public:
     }
 
 private:
+    void sample() {
+        std::optional<gpu_reading> r;
+        try {
+            r = read_();  // outside the lock: take() never waits on the driver
+        } catch (...) {   // a reader that throws is a failed sample, never a dead process
+        }
+        if (!r) return;
+        std::lock_guard lock(mutex_);
+        latest_ = r;
+        if (r->utilization) util_sum_ += *r->utilization, ++util_n_;
+        if (r->memory_used) memory_sum_ += static_cast<double>(*r->memory_used), ++memory_n_, latest_memory_total_ = r->memory_total;
+        ++n_;
+        ++total_samples_;
+    }
+
     void run() {
         detail::name_this_thread("feedline-gpumon");
-        std::unique_lock lock(mutex_);
-        while (!stop_) {
-            lock.unlock();
-            std::optional<gpu_reading> r;
-            try {
-                r = read_();
-            } catch (...) {  // a reader that throws is a failed sample, never a dead process
+        for (;;) {
+            {
+                std::unique_lock lock(mutex_);
+                if (wake_.wait_for(lock, period_, [this] { return stop_; })) return;
             }
-            lock.lock();
-            if (r) {
-                latest_ = r;
-                if (r->utilization) util_sum_ += *r->utilization, ++util_n_;
-                if (r->memory_used) memory_sum_ += static_cast<double>(*r->memory_used), ++memory_n_, latest_memory_total_ = r->memory_total;
-                ++n_;
-                ++total_samples_;
-            }
-            wake_.wait_for(lock, period_, [this] { return stop_; });
+            sample();
         }
     }
 
@@ -295,7 +303,7 @@ private:
     std::optional<std::uint64_t> latest_memory_total_;
     unsigned n_ = 0, util_n_ = 0, memory_n_ = 0;  // samples in this interval; those that had a utilization, memory
     std::uint64_t total_samples_ = 0;
-    std::thread thread_;  // last: started once every member above exists
+    std::thread thread_;  // started in the constructor's body, once every member exists
 };
 
 }  // namespace feedline
