@@ -14,6 +14,8 @@
 
 #include <feedline/pipeline.hpp>
 
+#include "tool_main.hpp"
+
 namespace {
 
 struct inspect_options {
@@ -102,12 +104,15 @@ int main(int argc, char** argv) {
     app.add_option("--delimiter", o.delimiter, "llm.c document delimiter token (default: from the shard header)");
     CLI11_PARSE(app, argc, argv);
 
-    try {
+    return tools::run_tool("feedline-inspect", 1, [&] {
         const auto blend = paths.size() == 1 ? feedline::parse_data_spec(paths[0]) : std::vector<feedline::weighted_spec>{};
         if (blend.size() <= 1) {
-            const nlohmann::json summary = inspect_shards(paths, o);
+            // One JSONL/text dataset is inspected as text (parsed line by line), not read as shards.
+            const bool text = paths.size() == 1 && feedline::detect_source(paths[0]) == feedline::source_kind::text;
+            if (text && o.dump) throw feedline::config_error("--dump-tokens", paths[0] + " is JSONL/text: tokens exist only once it is tokenized (feedline-pack)");
+            const nlohmann::json summary = text ? inspect_text(paths[0]) : inspect_shards(paths, o);
             if (o.dump) return std::fflush(stdout) == 0 ? 0 : 1;
-            if (o.json) fmt::print("{}\n", summary.dump());
+            if (o.json) fmt::print("{}\n", tools::json_text(summary));
             else print(summary, o.deep);
             return 0;
         }
@@ -123,10 +128,7 @@ int main(int argc, char** argv) {
             }
             all.push_back(std::move(summary));
         }
-        if (o.json) fmt::print("{}\n", all.dump());
+        if (o.json) fmt::print("{}\n", tools::json_text(all));
         return 0;
-    } catch (const std::exception& e) {
-        fmt::print(stderr, "error: {}\n", e.what());
-        return 1;
-    }
+    });
 }

@@ -9,6 +9,8 @@
 
 #include <feedline/pipeline.hpp>
 
+#include "tool_main.hpp"
+
 #include <chrono>
 #include <cstdio>
 
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
     app.add_option("--memory-budget", budget, "bytes (0: a quarter of available memory)")->capture_default_str();
     app.add_option("--tokenizer,--model", model, "sentencepiece model: JSONL / text input is tokenized on the fly by the workers");
     CLI11_PARSE(app, argc, argv);
-    try {
+    return tools::run_tool("feedline-iterate", 1, [&] {
         feedline::pipeline_config config{.batch_size = batch_size,
                                          .seq_len = seq_len,
                                          .seed = seed,
@@ -71,10 +73,7 @@ int main(int argc, char** argv) {
         j["seconds"] = seconds;
         j["tokens_per_s"] = seconds > 0 ? static_cast<double>(n * batch_size * seq_len) / seconds : 0.0;
         j["state"] = nlohmann::json::parse(feedline::to_json(p.state()));
-        std::printf("%s\n", j.dump().c_str());
-    } catch (const feedline::error& e) {
-        std::fprintf(stderr, "feedline-iterate: %s\n", e.what());
-        return 1;
-    }
-    return 0;
+        std::printf("%s\n", tools::json_text(j).c_str());
+        return 0;
+    });
 }

@@ -6,23 +6,31 @@
 #include <fmt/core.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
+#include <unordered_map>
 #include <memory>
 #include <thread>
-#include <variant>
 
 #include <feedline/pipeline.hpp>
+
+#include "tool_main.hpp"
 
 namespace {
 
 std::atomic<bool> interrupted{false};
 extern "C" void on_signal(int) { interrupted.store(true); }
+
+// Shards smaller than a page make a file per document of most corpora; 4 KiB also leaves room for an
+// llm.c header.
+constexpr std::uint64_t min_shard_bytes = 4096;
+constexpr unsigned max_threads = 1024;
 
 struct options {
     std::vector<std::string> inputs;
@@ -67,82 +75,94 @@ private:
     std::uint64_t skipped_ = 0;
 };
 
-// Trains a sentencepiece model on the input text (one document per line) and returns its path.
-std::string train_model(const options& o, const std::vector<std::string>& files, const feedline::text_options& topt) {
-    std::string text_path = o.output + ".spm-train.txt.tmp-" + std::to_string(::getpid());
+// A private working directory "<output>.spm-train.tmp-<tag>" (mkdir fails on anything planted there),
+// removed on every way out; a killed pack's is removed by the next pack into the output (output_lock).
+class training_directory {
+public:
+    training_directory(const std::string& output, const feedline::detail::output_lock& lock) : path_(output + ".spm-train.tmp-" + lock.tag()) {
+        if (::mkdir(path_.c_str(), 0700) != 0) throw feedline::io_error(path_, errno, "cannot create the model training directory");
+    }
+    ~training_directory() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+    std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+private:
+    std::string path_;
+};
+
+// Trains a sentencepiece model on the input text (one document per line) and publishes it as
+// OUTPUT.model and OUTPUT.vocab (renamed into place: a planted symlink there is replaced, never
+// written through). Returns the model's path.
+std::string train_model(const options& o, const std::vector<std::string>& files, const feedline::text_options& topt,
+                        const feedline::detail::output_lock& lock) {
+    const training_directory work(o.output, lock);
+    const std::string text_path = work / "input.txt";
     {
-        std::ofstream out(text_path);
+        feedline::detail::output_file out(text_path, 1u << 20);
         document_source src(files, topt);
         std::vector<std::string> batch;
-        while (src.next_batch(batch, 4096, 16 << 20))
+        while (src.next_batch(batch, 4096, 16 << 20)) {
+            if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
             for (auto& t : batch) {
                 for (char& c : t)
                     if (c == '\n' || c == '\r') c = ' ';
-                if (!t.empty()) out << t << '\n';
+                if (t.empty()) continue;
+                t += '\n';
+                out.write(t.data(), t.size());
             }
-        if (!out) throw feedline::io_error(text_path, errno, "cannot write training text");
+        }
+        out.commit();
     }
-    std::string args = "--input=" + text_path + " --model_prefix=" + o.output + " --vocab_size=" + std::to_string(o.train_vocab) +
-                       " --model_type=" + o.model_type + " --character_coverage=1.0 --hard_vocab_limit=false" +
-                       " --input_sentence_size=2000000 --shuffle_input_sentence=true --minloglevel=2" +
-                       " --num_threads=" + std::to_string(o.threads);
-    auto status = sentencepiece::SentencePieceTrainer::Train(args);
-    std::remove(text_path.c_str());
-    if (!status.ok()) throw feedline::config_error("train-model", "sentencepiece training failed: " + status.ToString());
+    // The map form: paths with spaces stay one argument.
+    const std::unordered_map<std::string, std::string> args = {
+        {"input", text_path}, {"model_prefix", work / "model"}, {"vocab_size", std::to_string(o.train_vocab)},
+        {"model_type", o.model_type}, {"character_coverage", "1.0"}, {"hard_vocab_limit", "false"},
+        {"input_sentence_size", "2000000"}, {"shuffle_input_sentence", "true"}, {"minloglevel", "2"},
+        {"num_threads", std::to_string(o.threads)}};
+    if (auto status = sentencepiece::SentencePieceTrainer::Train(args); !status.ok())
+        throw feedline::config_error("train-model", "sentencepiece training failed: " + status.ToString());
+    for (const char* ext : {".vocab", ".model"}) {
+        const std::string from = work / (std::string("model") + ext), to = o.output + ext;
+        if (::rename(from.c_str(), to.c_str()) != 0) throw feedline::io_error(to, errno, "cannot publish the trained model");
+    }
+    feedline::detail::sync_parent_directory(o.output);
     return o.output + ".model";
 }
 
-// The output writer: Megatron (one or several prefixes) or llm.c shards.
+// The output writer: one Megatron pair, numbered Megatron pairs, or llm.c shards, all under the
+// pack's output lock.
 class shard_output {
 public:
-    shard_output(const options& o, feedline::token_dtype dt, std::uint32_t delimiter) : o_(o), dtype_(dt) {
+    shard_output(const options& o, feedline::token_dtype dt, std::uint32_t delimiter, const feedline::detail::output_lock& lock) {
         if (o.format == "llmc") {
             std::uint64_t tokens = o.shard_size ? std::max<std::uint64_t>(1, (o.shard_size - std::min<std::uint64_t>(o.shard_size, 1024)) /
                                                                                   feedline::dtype_size(dt))
                                                 : 100'000'000;
-            llmc_ = std::make_unique<feedline::llmc_writer>(o.output, dt, delimiter, std::min<std::uint64_t>(tokens, 0x7fffffff));
+            llmc_ = std::make_unique<feedline::llmc_writer>(o.output, dt, delimiter, std::min<std::uint64_t>(tokens, 0x7fffffff), &lock);
+        } else if (o.shard_size) {
+            shards_ = std::make_unique<feedline::megatron_shards_writer>(o.output, dt, o.shard_size, &lock);
         } else {
-            open_megatron();
+            one_ = std::make_unique<feedline::megatron_writer>(o.output, dt, &lock);
         }
     }
     void add(const std::vector<int>& ids) {
-        if (llmc_) return llmc_->add_document(ids);
-        if (o_.shard_size && megatron_.back()->bytes_written() >= o_.shard_size) {
-            megatron_.back()->close();
-            open_megatron();
-        }
-        megatron_.back()->add_document(ids);
+        if (llmc_) llmc_->add_document(ids);
+        else if (shards_) shards_->add_document(ids);
+        else one_->add_document(ids);
     }
     std::vector<std::string> finish() {
         if (llmc_) return llmc_->finish();
-        for (auto& w : megatron_) w->close();
-        // Numbered pairs of an earlier pack into this prefix go first (indexes before data), so one
-        // with more shards leaves none behind and a kill while publishing never mixes the two.
-        if (o_.shard_size) feedline::detail::remove_numbered_files(o_.output, {".idx", ".bin"});
-        std::vector<std::string> out;
-        for (auto& w : megatron_) {
-            w->commit();
-            out.push_back(prefixes_[out.size()]);
-        }
-        return out;
+        if (shards_) return shards_->finish();
+        one_->finish();
+        return {one_->prefix()};
     }
 
 private:
-    void open_megatron() {
-        std::string prefix = o_.output;
-        if (o_.shard_size) {
-            char num[24];
-            std::snprintf(num, sizeof(num), "_%06zu", megatron_.size());
-            prefix += num;
-        }
-        prefixes_.push_back(prefix);
-        megatron_.push_back(std::make_unique<feedline::megatron_writer>(prefix, dtype_));
-    }
-    const options& o_;
-    feedline::token_dtype dtype_;
     std::unique_ptr<feedline::llmc_writer> llmc_;
-    std::vector<std::unique_ptr<feedline::megatron_writer>> megatron_;
-    std::vector<std::string> prefixes_;
+    std::unique_ptr<feedline::megatron_shards_writer> shards_;
+    std::unique_ptr<feedline::megatron_writer> one_;
 };
 
 int run(const options& o) {
@@ -160,8 +180,18 @@ int run(const options& o) {
         throw feedline::config_error("format", "expected megatron or llmc, got '" + o.format + "'");
     if (o.model.empty() == (o.train_vocab == 0))
         throw feedline::config_error("model", "give exactly one of --model and --train-model");
+    if (o.shard_size != 0 && o.shard_size < min_shard_bytes)
+        throw feedline::config_error("shard-size", std::to_string(o.shard_size) + " bytes is below the smallest shard feedline-pack writes (" +
+                                                       std::to_string(min_shard_bytes) + " bytes; 0: one shard)");
+    if (o.threads > max_threads)
+        throw feedline::config_error("threads", std::to_string(o.threads) + " tokenizer threads; at most " + std::to_string(max_threads));
     auto files = feedline::resolve_text_inputs(o.inputs);
-    std::string model_path = o.model.empty() ? train_model(o, files, topt) : o.model;
+    // One pack per output prefix at a time, held from the model's training to the last rename; what a
+    // killed pack into this prefix left under temporary names goes now.
+    const feedline::detail::output_lock lock(o.output);
+    if (!o.quiet && !lock.removed_temporaries().empty())
+        fmt::print(stderr, "removed {} temporary file(s) a killed pack into {} left\n", lock.removed_temporaries().size(), o.output);
+    std::string model_path = o.model.empty() ? train_model(o, files, topt, lock) : o.model;
 
     const feedline::tokenizer probe({.model = model_path, .add_eos = false}, "model");
     const auto vocab = static_cast<std::uint64_t>(probe.vocab_size());
@@ -175,7 +205,7 @@ int run(const options& o) {
         dt = feedline::parse_dtype(o.dtype);
     // llm.c documents begin with a delimiter: the model's end-of-text piece, as llm.c uses GPT-2's.
     auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, probe.bos_id()));
-    shard_output out(o, dt, delimiter);
+    shard_output out(o, dt, delimiter, lock);
 
     // A reader thread, o.threads tokenizers (one sentencepiece processor each) and this thread writing
     // shards in input order, all at once (transform/tokenize_in_order.hpp).
@@ -202,7 +232,8 @@ int run(const options& o) {
                 fmt::print(stderr, "\r{} documents  {} tokens  {:.1f} MB/s   ", docs, tokens, static_cast<double>(text_bytes) / 1e6 / secs);
                 last_progress = clock::now();
             }
-        });
+        },
+        &interrupted);  // a signal stops every thread within about a second, even mid-document
     if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
     auto written = out.finish();
     double secs = std::chrono::duration<double>(clock::now() - start).count();
@@ -243,10 +274,6 @@ int main(int argc, char** argv) {
     std::signal(SIGTERM, on_signal);
     std::signal(SIGHUP, on_signal);
     std::signal(SIGXFSZ, SIG_IGN);
-    try {
-        return run(o);
-    } catch (const std::exception& e) {
-        fmt::print(stderr, "error: {}\n", e.what());
-        return interrupted.load() ? 130 : 1;
-    }
+    const int code = tools::run_tool("feedline-pack", 1, [&] { return run(o); });
+    return code != 0 && interrupted.load() ? 130 : code;
 }

@@ -26,4 +26,7 @@ int main(int argc, char** argv) try {
 } catch (const feedline::error& e) {  // bad data or config: the message names the file, offset or field
     std::fprintf(stderr, "quickstart: %s\n", e.what());
     return 1;
+} catch (const std::exception& e) {  // out of memory (std::bad_alloc) and the like
+    std::fprintf(stderr, "quickstart: %s\n", e.what());
+    return 1;
 }

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <istream>
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 
 #include <feedline/error.hpp>
 #include <feedline/exec/topology.hpp>
+#include <feedline/format/jsonl_field.hpp>
 
 namespace doctor {
 
@@ -35,6 +38,7 @@ struct observations {
     std::optional<double> rss_anon_mib, rss_file_mib;  // the training process
     std::optional<double> gpu_numa_node;                // the GPU's NUMA node
     std::vector<double> worker_numa_nodes;              // where the data workers run
+    std::vector<std::string> notes;                     // what the reader passed over (a cut last line)
 };
 
 struct finding {
@@ -197,11 +201,51 @@ inline void read_log_fields(const nlohmann::json& j, observations& o, const std:
 
 }  // namespace detail
 
+// Limits on what is read: log lines are a few hundred bytes and three levels deep; a longer or deeper
+// one is refused naming it, before any parser builds it (a DOM costs ~100 bytes per level).
+inline constexpr std::size_t max_line_bytes = std::size_t(16) << 20;
+inline constexpr std::size_t max_depth = 64;
+
+// Is this object a line of a log (a trainer's progress or summary line, a pipeline's stats line)
+// rather than a scenario?
+inline bool is_log_line(const nlohmann::json& j) {
+    return j.is_object() && (j.contains("step") || j.contains("summary") || (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")));
+}
+
+// Parses one JSON text of at most max_depth levels; nullopt when it is not JSON.
+inline std::optional<nlohmann::json> parse_bounded(const std::string& text, const std::string& where, const std::string& what) {
+    if (feedline::jsonl_field_parser::deeper_than(text, max_depth))
+        throw feedline::format_error(where, 0, what + " nests arrays or objects deeper than " + std::to_string(max_depth) + " levels");
+    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return std::nullopt;
+    return j;
+}
+
+namespace detail {
+// std::getline with a bound: false at the end; throws format_error naming the line when it is longer
+// than max_line_bytes (memory stays bounded by it whatever the input: /dev/zero has no newline).
+inline bool bounded_getline(std::istream& in, std::string& line, std::size_t n, const std::string& where, bool& ended_by_newline) {
+    line.clear();
+    ended_by_newline = false;
+    for (int c; (c = in.get()) != std::char_traits<char>::eof();) {
+        if (c == '\n') {
+            ended_by_newline = true;
+            return true;
+        }
+        if (line.size() == max_line_bytes)
+            throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is longer than " + std::to_string(max_line_bytes >> 20) + " MiB: not a log line");
+        line.push_back(static_cast<char>(c));
+    }
+    return !line.empty();
+}
+}  // namespace detail
+
 // A run's JSON-lines log: feedline-train --json (progress lines and a summary line) or a pipeline's
 // stats_jsonl (cumulative snapshots). The trainer's summary wins when there is one; else the last
 // pipeline stats line (its stall is cumulative); else the mean stall of the progress lines, with the
 // last line's telemetry. Lines that do not start with '{' are text and skipped (the trainer's start
-// line); one that does and is not a JSON object is an error naming the line.
+// line); one that does and is not a JSON object is an error naming the line, except the last line of
+// a log still being written (no newline after it), which is passed over with a note.
 inline observations parse_log(std::istream& in, const std::string& where) {
     observations o;
     std::string line;
@@ -209,24 +253,27 @@ inline observations parse_log(std::istream& in, const std::string& where) {
     double stall_sum = 0, tps_sum = 0;
     std::optional<nlohmann::json> summary, last_stats;
     std::size_t summary_line = 0, stats_line = 0;
-    while (std::getline(in, line)) {
+    bool ended = true;
+    while (detail::bounded_getline(in, line, n + 1, where, ended)) {
         ++n;
         const auto first = line.find_first_not_of(" \t\r");
         if (first == std::string::npos || line[first] != '{') continue;  // blank, or text (feedline-train's start line)
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-            throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not JSON: " + e.what());
+        auto parsed = parse_bounded(line, where, "line " + std::to_string(n));
+        if (!parsed && !ended && in.peek() == std::char_traits<char>::eof()) {
+            o.notes.push_back("line " + std::to_string(n) + " (the last) is cut short, as in a log still being written: read the " +
+                              std::to_string(n - 1) + " lines before it");
+            break;
         }
+        if (!parsed) throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not JSON");
+        nlohmann::json& j = *parsed;
         if (!j.is_object()) throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is not a JSON object");
         const std::string here = "line " + std::to_string(n);
         const auto is_summary = j.find("summary");  // not value(): it throws nlohmann's own error for a non-boolean
         if (is_summary != j.end() && is_summary->is_boolean() && is_summary->get<bool>()) {
-            summary = j, summary_line = n;
+            summary = std::move(j), summary_line = n;
         } else if (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")) {
             detail::log_number(j, "stall_fraction", 1, where, here);
-            last_stats = j, stats_line = n;
+            last_stats = std::move(j), stats_line = n;
         } else if (j.contains("stall_fraction")) {
             const auto s = detail::log_number(j, "stall_fraction", 1, where, here);
             const auto t = detail::log_number(j, "tokens_per_s", std::numeric_limits<double>::max(), where, here);
@@ -249,6 +296,19 @@ inline observations parse_log(std::istream& in, const std::string& where) {
         o.tokens_per_s = tps_sum / double(progress);
     }
     return o;
+}
+
+// What `diagnose` reads from a whole input (up to a few MiB; larger inputs are logs, read by
+// parse_log a line at a time): one JSON object that is not a log line is a scenario (`scenario` set),
+// anything else is a log. Throws format_error/config_error naming `where` and the line or field.
+inline observations parse_input(const std::string& text, const std::string& where, bool& scenario) {
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw feedline::format_error(where, 0, "empty: expected a scenario or a log");
+    const auto whole = feedline::jsonl_field_parser::deeper_than(text, max_depth) ? std::nullopt : parse_bounded(text, where, "the file");
+    scenario = whole && whole->is_object() && !is_log_line(*whole);
+    if (scenario) return parse_scenario(*whole, where);
+    if (whole && !whole->is_object()) throw feedline::format_error(where, 0, "expected a JSON object (a scenario) or JSON lines (a log)");
+    std::istringstream lines(text);
+    return parse_log(lines, where);
 }
 
 inline std::vector<finding> diagnose(const observations& o) {

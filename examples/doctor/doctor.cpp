@@ -15,12 +15,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
 
 #include "check.hpp"
 #include "diagnose.hpp"
 #include "measure.hpp"
 #include "plan.hpp"
+#include "../tool_main.hpp"
 
 namespace {
 
@@ -62,11 +64,16 @@ nlohmann::json to_json(const std::vector<doctor::figure>& figures) {
 // --config FILE.json: an object whose keys are the flags' names ("zero-stage": 2, "offload-optimizer":
 // true); turned into arguments placed before the command line's, which therefore win.
 std::vector<std::string> config_arguments(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw feedline::config_error("config", path + ": cannot be opened");
+    std::string text;
+    try {
+        text = feedline::detail::read_regular_file(path, std::uint64_t(1) << 20);  // a FIFO is refused, not waited on
+    } catch (const feedline::io_error& e) {
+        throw feedline::config_error("config", e.what());
+    }
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(in);
+        if (feedline::jsonl_field_parser::deeper_than(text, doctor::max_depth)) throw feedline::config_error("config", path + ": nested too deep");
+        j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         throw feedline::config_error("config", path + ": not JSON: " + e.what());
     }
@@ -87,7 +94,7 @@ std::vector<std::string> config_arguments(const std::string& path) {
 }
 
 void print_findings(const std::vector<doctor::finding>& findings) {
-    for (const auto& x : findings) std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(), x.evidence.dump().c_str());
+    for (const auto& x : findings) std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(), tools::json_text(x.evidence).c_str());
 }
 
 nlohmann::json findings_json(const std::vector<doctor::finding>& findings) {
@@ -96,32 +103,34 @@ nlohmann::json findings_json(const std::vector<doctor::finding>& findings) {
     return list;
 }
 
+// The most of a scenario file read whole (a scenario is a small JSON object; anything larger is a log,
+// read a line at a time).
+constexpr std::uint64_t max_scenario_bytes = std::uint64_t(16) << 20;
+
 int run_diagnose(const std::string& path, bool json) {
+    // A regular file only: a FIFO without a writer would block the open forever, /dev/zero would be
+    // read until memory ran out.
+    feedline::detail::require_regular_file(path);
     std::ifstream f(path, std::ios::binary);
     if (!f) throw feedline::io_error(path, errno, "cannot open");
-    std::stringstream buf;
-    buf << f.rdbuf();
-    const std::string text = buf.str();
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw feedline::format_error(path, 0, "empty: expected a scenario or a log");
-    // One JSON object that is not a log line is a scenario; anything else is read as a log.
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
     doctor::observations o;
-    nlohmann::json whole = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    const bool scenario = whole.is_object() && !whole.contains("step") && !whole.contains("summary");
-    if (scenario) {
-        o = doctor::parse_scenario(whole, path);
-    } else if (whole.is_discarded() || whole.is_object()) {
-        std::istringstream lines(text);
-        o = doctor::parse_log(lines, path);
+    bool scenario = false;
+    if (!ec && size <= max_scenario_bytes) {
+        o = doctor::parse_input(feedline::detail::read_regular_file(path, max_scenario_bytes), path, scenario);
     } else {
-        throw feedline::format_error(path, 0, "expected a JSON object (a scenario) or JSON lines (a log)");
+        o = doctor::parse_log(f, path);
     }
     const auto findings = doctor::diagnose(o);
-    if (json)
-        std::printf("%s\n", nlohmann::json{{"findings", findings_json(findings)}, {"needs_action", doctor::needs_action(findings)}, {"input", scenario ? "scenario" : "log"}}.dump().c_str());
-    else if (findings.empty())
-        std::printf("feedline-doctor diagnose: no findings in %s\n", path.c_str());
-    else
-        print_findings(findings);
+    if (json) {
+        std::printf("%s\n", tools::json_text(nlohmann::json{{"findings", findings_json(findings)}, {"needs_action", doctor::needs_action(findings)}, {"input", scenario ? "scenario" : "log"},
+                                           {"notes", o.notes}}).c_str());
+    } else {
+        for (const auto& note : o.notes) std::printf("note: %s\n", note.c_str());
+        if (findings.empty()) std::printf("feedline-doctor diagnose: no findings in %s\n", path.c_str());
+        else print_findings(findings);
+    }
     return doctor::needs_action(findings) ? 1 : 0;
 }
 
@@ -144,7 +153,7 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
     }
     if (measure_h2d) out["h2d"] = doctor::measure_h2d();
     if (json) {
-        std::printf("%s\n", out.dump().c_str());
+        std::printf("%s\n", tools::json_text(out).c_str());
     } else {
         const auto& d = out["machine"];
         std::printf("feedline-doctor check: %s usable cores (%s allowed%s), %s thread(s) per core, %zu NUMA node(s), %.1f GiB RAM (%.1f available), "
@@ -293,23 +302,11 @@ int main(int argc, char** argv) {
 
     if (chk->parsed()) {
         measure.read_bytes = read_mib << 20;
-        try {
-            return run_check(root, job, measure, h2d, json);
-        } catch (const feedline::error& e) {
-            std::fprintf(stderr, "feedline-doctor: %s\n", e.what());
-            return 2;
-        }
+        return tools::run_tool("feedline-doctor", 2, [&] { return run_check(root, job, measure, h2d, json); });
     }
-    if (diag->parsed()) {
-        try {
-            return run_diagnose(input, json);
-        } catch (const feedline::error& e) {
-            std::fprintf(stderr, "feedline-doctor: %s\n", e.what());
-            return 2;
-        }
-    }
+    if (diag->parsed()) return tools::run_tool("feedline-doctor", 2, [&] { return run_diagnose(input, json); });
 
-    try {
+    return tools::run_tool("feedline-doctor", 2, [&] {
         in.gpu_memory = parse_bytes(gpu_memory, "gpu-memory");
         in.gpu_reserve = parse_bytes(gpu_reserve, "gpu-reserve");
         in.dataset_bytes = parse_bytes(dataset_bytes, "dataset-bytes");
@@ -319,7 +316,7 @@ int main(int argc, char** argv) {
             nlohmann::json out = {{"params", r.params},           {"ranks", r.ranks},
                                   {"fits", r.fits},               {"min_ranks", r.min_ranks},
                                   {"per_gpu", to_json(r.per_gpu)}, {"per_node", to_json(r.per_node)}};
-            std::printf("%s\n", out.dump().c_str());
+            std::printf("%s\n", tools::json_text(out).c_str());
         } else {
             std::printf("feedline-doctor plan: %.3g parameters, %llu data-parallel rank(s) (%llu GPU(s) x %llu node(s)), ZeRO stage %u%s, %s, %s\n",
                         r.params, static_cast<unsigned long long>(r.ranks), static_cast<unsigned long long>(in.gpus),
@@ -336,8 +333,5 @@ int main(int argc, char** argv) {
                             -r.get("gpu_memory_margin").value / doctor::gib, static_cast<unsigned long long>(r.min_ranks));
         }
         return r.fits ? 0 : 1;
-    } catch (const feedline::error& e) {
-        std::fprintf(stderr, "feedline-doctor: %s\n", e.what());
-        return 2;
-    }
+    });
 }

@@ -27,6 +27,8 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <feedline/detail/json_fields.hpp>
@@ -45,6 +47,11 @@ struct checkpoint {
     std::string mode;
     std::string pipeline_state;  // feedline::to_json(pipeline.state())
     std::vector<float> params, m, v;
+    // The run's lineage: this checkpoint's id (64 random bits as hex, set by save_checkpoint), the id
+    // of the checkpoint the run went on from (the one it resumed from or saved before; "" for none),
+    // and its place in the root's write order (1, 2, ...; 0 in checkpoints from before lineages).
+    std::string id, parent;
+    std::uint64_t generation = 0;
 };
 
 inline nlohmann::json to_json(const model_config& c) {
@@ -116,6 +123,12 @@ inline void sync_directory(const std::filesystem::path& dir) {
     const int rc = ::fsync(fd), err = errno;
     ::close(fd);
     if (rc != 0 && err != EINVAL) throw checkpoint_error(dir.string() + ": fsync failed (" + std::strerror(err) + ")");
+}
+
+// 16 lowercase hex digits (or "" where `may_be_empty`).
+inline bool is_lineage_id(const std::string& s, bool may_be_empty) {
+    if (s.empty()) return may_be_empty;
+    return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 inline std::string step_name(std::uint64_t step) {
@@ -209,6 +222,14 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
         if (!mode.is_string() || (mode.get<std::string>() != "windows" && mode.get<std::string>() != "packed")) f.fail("mode is not \"windows\" or \"packed\"");
         c.mode = mode.get<std::string>();
         c.pipeline_state = f.field("pipeline_state").dump();
+        if (j.contains("generation")) {
+            c.generation = f.u64("generation");
+            for (auto [name, out] : {std::pair{"id", &c.id}, std::pair{"parent", &c.parent}}) {
+                const auto& v = f.field(name);
+                if (!v.is_string() || !detail::is_lineage_id(v.get<std::string>(), std::string(name) == "parent")) f.fail(std::string(name) + " is not a checkpoint id");
+                *out = v.get<std::string>();
+            }
+        }
     } catch (const feedline::format_error& e) {
         throw checkpoint_error(e.what());
     }
@@ -259,8 +280,40 @@ inline checkpoint load_checkpoint(const std::filesystem::path& dir) {
     return parse_checkpoint(find("trainer.json"), find("tensors.bin"), (dir / "trainer.json").string(), (dir / "tensors.bin").string());
 }
 
-// The checkpoints under a root, newest (highest step) first.
-inline std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& root) {
+// Where a published checkpoint stands in its root's lineages, read from its trainer.json alone (the
+// rest is verified when it is loaded).
+struct lineage {
+    std::uint64_t step = 0, generation = 0;  // generation 0: saved before lineages were recorded
+    std::string id, parent;
+};
+
+// Throws checkpoint_error when trainer.json cannot be read or parsed.
+inline lineage lineage_of(const std::filesystem::path& dir) {
+    const auto path = dir / "trainer.json";
+    const auto j = nlohmann::json::parse(detail::read_file(path), nullptr, false);
+    if (!j.is_object()) throw checkpoint_error(path.string() + ": not a JSON object");
+    lineage l;
+    try {
+        const feedline::detail::json_fields f(j, path.string());
+        l.step = f.u64("step");
+        if (j.contains("generation")) {
+            l.generation = f.u64("generation");
+            const auto& id = f.field("id");
+            const auto& parent = f.field("parent");
+            if (!id.is_string() || !parent.is_string() || !detail::is_lineage_id(id.get<std::string>(), false) ||
+                !detail::is_lineage_id(parent.get<std::string>(), true))
+                f.fail("id or parent is not a checkpoint id");
+            l.id = id.get<std::string>();
+            l.parent = parent.get<std::string>();
+        }
+    } catch (const feedline::format_error& e) {
+        throw checkpoint_error(e.what());
+    }
+    return l;
+}
+
+// The step-* directories directly under a root, unordered.
+inline std::vector<std::filesystem::path> step_directories(const std::filesystem::path& root) {
     std::vector<std::filesystem::path> out;
     std::error_code ec;
     for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
@@ -269,18 +322,50 @@ inline std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::
             std::all_of(name.begin() + 5, name.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
             out.push_back(it->path());
     }
-    std::sort(out.rbegin(), out.rend());
+    return out;
+}
+
+// The checkpoints under a root, newest first: in the order they were written (generation), not by
+// step, so after a run went back to an earlier checkpoint its new ones come before the abandoned
+// run's later steps. Checkpoints from before lineages follow, highest step first, then any whose
+// trainer.json cannot be read (`unreadable`, when given, gets them with the reason).
+inline std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& root,
+                                                         std::vector<std::pair<std::filesystem::path, std::string>>* unreadable = nullptr) {
+    std::vector<std::pair<lineage, std::filesystem::path>> known;
+    std::vector<std::filesystem::path> damaged;
+    for (const auto& dir : step_directories(root)) {
+        try {
+            known.emplace_back(lineage_of(dir), dir);
+        } catch (const checkpoint_error& e) {
+            damaged.push_back(dir);
+            if (unreadable) unreadable->emplace_back(dir, e.what());
+        }
+    }
+    std::sort(known.begin(), known.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.first.generation, a.first.step, a.second) > std::tie(b.first.generation, b.first.step, b.second);
+    });
+    std::sort(damaged.rbegin(), damaged.rend());
+    std::vector<std::filesystem::path> out;
+    for (const auto& k : known) out.push_back(k.second);
+    out.insert(out.end(), damaged.begin(), damaged.end());
     return out;
 }
 
 // `--resume PATH`: a checkpoint directory (loaded as it is) or a root of them (the newest that
-// verifies; `warn` is told what was wrong with each newer one). Throws checkpoint_error when none does.
+// verifies, in write order; `warn` is told what was wrong with each newer one and with any that cannot
+// be read at all). Throws checkpoint_error when none does.
 inline checkpoint resume_from(const std::filesystem::path& path, const std::function<void(const std::string&)>& warn) {
     if (std::filesystem::exists(path / "manifest.json")) return load_checkpoint(path);
-    const auto found = checkpoints_in(path);
+    std::vector<std::pair<std::filesystem::path, std::string>> unreadable;
+    const auto found = checkpoints_in(path, &unreadable);
     if (found.empty()) throw checkpoint_error(path.string() + ": no checkpoint here (neither manifest.json nor step-* directories)");
     std::string why;
+    for (const auto& [dir, reason] : unreadable) warn(std::string("warning: skipping checkpoint ") + dir.string() + ": " + reason);
     for (const auto& dir : found) {
+        if (std::any_of(unreadable.begin(), unreadable.end(), [&](const auto& u) { return u.first == dir; })) {
+            why += "\n  " + std::find_if(unreadable.begin(), unreadable.end(), [&](const auto& u) { return u.first == dir; })->second;
+            continue;
+        }
         try {
             return load_checkpoint(dir);
         } catch (const checkpoint_error& e) {
@@ -291,12 +376,47 @@ inline checkpoint resume_from(const std::filesystem::path& path, const std::func
     throw checkpoint_error(path.string() + ": no intact checkpoint:" + why);
 }
 
-// Saves `c` under root/step-<N> and keeps the newest `keep` checkpoints (0: all). See the top of the
-// file for the durability argument. Throws checkpoint_error (or std::filesystem_error for the root).
-inline std::filesystem::path save_checkpoint(const std::filesystem::path& root, const checkpoint& c, std::size_t keep = 2) {
+// Makes sure checkpoints can be saved under `root` before a run spends hours training: creates it and
+// a directory in it (removed again). Throws checkpoint_error naming the root and the reason.
+inline void check_checkpoint_root(const std::filesystem::path& root) {
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec) throw checkpoint_error(root.string() + ": cannot create the checkpoint directory (" + ec.message() + ")");
+    const auto probe = root / (".partial-probe-" + feedline::detail::random_suffix());
+    if (::mkdir(probe.c_str(), 0755) != 0) throw checkpoint_error(root.string() + ": checkpoints cannot be written here (" + std::strerror(errno) + ")");
+    ::rmdir(probe.c_str());
+}
+
+// What save_checkpoint published.
+struct saved_checkpoint {
+    std::filesystem::path dir;
+    std::string id, parent;
+    std::uint64_t generation = 0;
+    std::vector<std::filesystem::path> removed;  // older checkpoints of this lineage beyond `keep`
+};
+
+// Saves `c` under root/step-<N> as the newest checkpoint of its lineage (`c.parent`: the id of the
+// checkpoint the run went on from) and keeps the newest `keep` checkpoints of that lineage (0: all).
+// Checkpoints of other lineages (an abandoned run that this one went back before, another run in the
+// same root) are never removed. See the top of the file for the durability argument. Throws
+// checkpoint_error (or std::filesystem_error for the root).
+inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const checkpoint& c, std::size_t keep = 2) {
     namespace fs = std::filesystem;
     fs::create_directories(root);
     const fs::path final_dir = root / detail::step_name(c.step);
+    saved_checkpoint saved{final_dir, feedline::detail::random_suffix(), c.parent, 1, {}};
+    std::vector<std::pair<lineage, fs::path>> existing;
+    for (const auto& dir : step_directories(root)) {
+        try {
+            existing.emplace_back(lineage_of(dir), dir);
+            saved.generation = std::max(saved.generation, existing.back().first.generation + 1);
+        } catch (const checkpoint_error&) {  // unreadable: neither an ancestor nor removed
+        }
+    }
+    // Saving the step of the checkpoint this one goes on from again (a periodic save, then the last
+    // one at the same step) replaces it: the new one takes its place in the lineage.
+    for (const auto& [l, dir] : existing)
+        if (dir == final_dir && !l.id.empty() && l.id == saved.parent) saved.parent = l.parent;
     // Fresh and private: mkdir fails if the name exists, so nothing planted there is written through.
     const fs::path work = root / (".partial-" + detail::step_name(c.step) + "-" + feedline::detail::random_suffix());
     if (::mkdir(work.c_str(), 0755) != 0) throw checkpoint_error(work.string() + ": cannot create (" + std::strerror(errno) + ")");
@@ -311,6 +431,9 @@ inline std::filesystem::path save_checkpoint(const std::filesystem::path& root, 
                                   {"grad_accum", c.grad_accum},
                                   {"seed", c.seed},
                                   {"mode", c.mode},
+                                  {"generation", saved.generation},
+                                  {"id", saved.id},
+                                  {"parent", saved.parent},
                                   {"pipeline_state", nlohmann::json::parse(c.pipeline_state)}};
         const std::string json_text = j.dump(2) + "\n";
         std::string tensors(sizeof detail::tensors_magic, '\0');
@@ -339,13 +462,25 @@ inline std::filesystem::path save_checkpoint(const std::filesystem::path& root, 
         fs::remove_all(work, ignored);
         throw;
     }
-    // Older checkpoints beyond `keep`, and partial saves a killed run left (never a published one).
-    const auto all = checkpoints_in(root);
-    for (std::size_t i = keep; keep != 0 && i < all.size(); ++i) fs::remove_all(all[i]);
+    // This lineage, newest first: the new checkpoint, then its parent, its parent's parent, ... as
+    // far as they are here. Only those beyond `keep` go.
+    std::vector<fs::path> chain{final_dir};
+    for (std::string next = saved.parent; !next.empty() && chain.size() <= existing.size();) {
+        const auto it = std::find_if(existing.begin(), existing.end(), [&](const auto& e) { return e.first.id == next && e.second != final_dir; });
+        if (it == existing.end()) break;
+        chain.push_back(it->second);
+        next = it->first.parent;
+    }
+    for (std::size_t i = keep; keep != 0 && i < chain.size(); ++i) {
+        fs::remove_all(chain[i]);
+        saved.removed.push_back(chain[i]);
+    }
+    if (keep != 0 && chain.size() > keep) detail::sync_directory(root);
+    // Partial saves a killed run left (never a published one).
     std::error_code ec;
     for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
         if (it->path().filename().string().rfind(".partial-", 0) == 0 && it->path() != work) fs::remove_all(it->path(), ec);
-    return final_dir;
+    return saved;
 }
 
 }  // namespace trainer

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "../tool_main.hpp"
 #include "checkpoint.hpp"
 #include "diagnose.hpp"
 #include "communicator.hpp"
@@ -83,7 +84,7 @@ std::uint32_t vocabulary_from(const options& o) {
     if (!o.tokenizer.empty()) {
 #if FEEDLINE_HAS_SENTENCEPIECE
         sentencepiece::SentencePieceProcessor spm;
-        if (auto st = spm.Load(o.tokenizer); !st.ok()) throw feedline::config_error("--tokenizer", o.tokenizer + ": " + st.ToString());
+        feedline::load_sentencepiece_model(spm, o.tokenizer, "--tokenizer");
         return static_cast<std::uint32_t>(spm.GetPieceSize());
 #else
         throw feedline::config_error("--tokenizer", "this build has no sentencepiece; pass --vocab-size");
@@ -128,7 +129,10 @@ int run(options o, trainer::communicator& comm) {
     o.model.vocab = vocabulary_from(o);
     o.optimizer.decay_steps = o.decay_steps ? o.decay_steps : o.max_steps;
 
+    // Where checkpoints go is checked now, not after the last step (the run would be lost).
+    if (!o.checkpoint.empty() && lead) trainer::check_checkpoint_root(o.checkpoint);
     std::optional<trainer::checkpoint> resumed;
+    std::string lineage_parent;  // the checkpoint this run goes on from: its saves continue that lineage
     if (!o.resume.empty()) {
         resumed = trainer::resume_from(o.resume, [&](const std::string& line) {
             if (lead) std::fprintf(stderr, "%s\n", line.c_str());
@@ -214,6 +218,7 @@ int run(options o, trainer::communicator& comm) {
         data.restore(feedline::pipeline_state_from_json(resumed->pipeline_state));
         step = resumed->step;
         tokens = resumed->tokens;
+        lineage_parent = resumed->id;
         resumed.reset();
     }
     const std::uint64_t tokens_at_start = tokens;
@@ -255,7 +260,8 @@ int run(options o, trainer::communicator& comm) {
         c.seed = o.seed;
         c.mode = o.mode;
         c.pipeline_state = feedline::to_json(data.state());
-        trainer::save_checkpoint(dir, c, o.keep_checkpoints);
+        c.parent = lineage_parent;
+        lineage_parent = trainer::save_checkpoint(dir, c, o.keep_checkpoints).id;
     };
 
     std::vector<std::uint64_t> unigram(o.model.vocab, 0);
@@ -316,7 +322,7 @@ int run(options o, trainer::communicator& comm) {
                                  {"rss_bytes", feedline::resident_bytes()},
                                  {"gpu_bytes", model->device_bytes()}};
                 add_telemetry(j, gpu_now);
-                say(j.dump());
+                say(tools::json_text(j));
             } else {
                 say(fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>9.0f} tok/s | data stall {:5.2f}% | rss {} MiB | gpu {} MiB", step, o.max_steps,
                                 loss, lr, tps, 100 * stall, feedline::resident_bytes() >> 20, model->device_bytes() >> 20));
@@ -330,7 +336,7 @@ int run(options o, trainer::communicator& comm) {
         if (o.eval_every && step % o.eval_every == 0)
             if (auto e = evaluate()) {
                 last_eval = e;
-                say(o.json ? nlohmann::json{{"step", step}, {"eval_loss", *e}}.dump() : fmt::format("step {:>5} | eval loss {:.4f}", step, *e));
+                say(o.json ? tools::json_text(nlohmann::json{{"step", step}, {"eval_loss", *e}}) : fmt::format("step {:>5} | eval loss {:.4f}", step, *e));
                 window_start = clock_type::now();  // evaluation time is not training time
             }
         if (!o.checkpoint.empty() && o.checkpoint_every && step % o.checkpoint_every == 0) {
@@ -372,7 +378,7 @@ int run(options o, trainer::communicator& comm) {
     }
     std::vector<doctor::finding> findings;
     try {
-        std::istringstream line(j.dump());
+        std::istringstream line(tools::json_text(j));
         findings = doctor::diagnose(doctor::parse_log(line, "this run's summary"));
     } catch (const feedline::error& e) {
         say(std::string("note: no diagnosis: ") + e.what());
@@ -381,7 +387,7 @@ int run(options o, trainer::communicator& comm) {
     for (const auto& f : findings) codes.push_back(f.code);
     j["findings"] = codes;
     if (o.json) {
-        say(j.dump());
+        say(tools::json_text(j));
     } else if (first_loss && last_loss) {
         std::string verdict = findings.empty() ? std::string("no finding: the data path kept up") : std::string();
         for (const auto& f : findings) verdict += (verdict.empty() ? "" : "; ") + f.code + ": " + f.action;
@@ -434,7 +440,7 @@ int main(int argc, char** argv) {
     app.add_option("--eval-every", o.eval_every, "evaluate on --eval-data every N steps (0: only at the end)")->capture_default_str();
     app.add_option("--eval-batches", o.eval_batches, "batches per evaluation")->capture_default_str();
     app.add_option("--checkpoint", o.checkpoint, "directory to keep checkpoints in (DIR/step-N: model, optimizer, data position; at the end and every --checkpoint-every)");
-    app.add_option("--keep-checkpoints", o.keep_checkpoints, "checkpoints to keep under --checkpoint, newest first (0: all)")->capture_default_str();
+    app.add_option("--keep-checkpoints", o.keep_checkpoints, "checkpoints of this run's lineage to keep under --checkpoint, newest first (0: all); others are never removed")->capture_default_str();
     app.add_option("--checkpoint-every", o.checkpoint_every, "also save every N steps (0: only at the end)")->capture_default_str();
     app.add_option("--resume", o.resume, "continue from a --checkpoint directory (its newest intact checkpoint) or one DIR/step-N (same model and batch shape)");
     app.add_flag("--json", o.json, "progress as JSON lines (step, loss, tokens_per_s, stall_fraction, ...)");
@@ -443,9 +449,11 @@ int main(int argc, char** argv) {
     try {
         comm = std::make_unique<trainer::communicator>(&argc, &argv);
         return run(o, *comm);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "feedline-train: %s\n", e.what());
-        if (comm) comm->abort(1);  // other ranks may be waiting in a collective: end them all
-        return 1;
+    } catch (...) {
+        // One line naming what failed (a resource limit with its hint), then the other ranks, which
+        // may be waiting in a collective, are ended too.
+        const int code = tools::run_tool("feedline-train", 1, [] () -> int { throw; });
+        if (comm) comm->abort(code);
+        return code;
     }
 }

@@ -66,6 +66,13 @@ private:
     std::string field_;
 };
 
+// A system resource ran out where feedline asked for it: memory (an address-space or cgroup limit),
+// threads (a process or pids limit), file descriptors. Says which, how much, and what to change.
+class resource_error : public error {
+public:
+    using error::error;
+};
+
 // next() stopped waiting for a batch because the consumer's wait check asked it to (see
 // pipeline::set_wait_check): nothing was taken, and next() may be called again.
 class wait_interrupted : public error {

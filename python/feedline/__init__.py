@@ -11,6 +11,7 @@ state and errors as the C++ API and the feedline-* tools for the same data, conf
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -24,16 +25,16 @@ DataSpec = Union[str, Sequence[Tuple[float, str]]]
 
 
 def _blend(data: DataSpec) -> List[Tuple[float, str]]:
-    """A spec string (a path, glob, directory or Megatron's "0.7 a 0.3 b") or [(weight, spec), ...]."""
-    if isinstance(data, str):
-        return [(1.0, data)]  # the engine parses Megatron's weighted form inside one string too
+    """A spec string or path (a file, glob, directory or Megatron's "0.7 a 0.3 b") or [(weight, spec), ...]."""
+    if isinstance(data, (str, os.PathLike)):
+        return [(1.0, os.fspath(data))]  # the engine parses Megatron's weighted form inside one string too
     out = []
     for item in data:
-        if isinstance(item, str):
-            out.append((1.0, item))
+        if isinstance(item, (str, os.PathLike)):
+            out.append((1.0, os.fspath(item)))
         else:
             weight, spec = item
-            out.append((float(weight), str(spec)))
+            out.append((float(weight), os.fspath(spec)))
     return out
 
 

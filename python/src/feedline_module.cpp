@@ -134,11 +134,19 @@ private:
     int device_index_ = 0;
 };
 
+// [(weight, spec), ...] as the engine takes it. One spec alone may be Megatron's weighted form
+// ("0.7 data/web 0.3 code/*.jsonl"), parsed as the command-line tools parse it.
+std::vector<feedline::weighted_spec> to_blend(const std::vector<std::pair<double, std::string>>& data) {
+    if (data.size() == 1 && data[0].first == 1.0) return feedline::parse_data_spec(data[0].second);
+    std::vector<feedline::weighted_spec> blend;
+    for (const auto& [w, spec] : data) blend.push_back({w, spec});
+    return blend;
+}
+
 class py_pipeline {
 public:
     py_pipeline(const std::vector<std::pair<double, std::string>>& data, const feedline::pipeline_config& config) {
-        std::vector<feedline::weighted_spec> blend;
-        for (const auto& [w, spec] : data) blend.push_back({w, spec});
+        const std::vector<feedline::weighted_spec> blend = to_blend(data);
         nb::gil_scoped_release unlocked;  // opening may count a corpus's tokens on every core
         engine_ = std::make_unique<feedline::pipeline>(blend, config);
         device_index_ = std::max(0, engine_->config().device.index);  // "auto"/"cuda": resolved at the first batch (next())
@@ -271,9 +279,7 @@ NB_MODULE(_feedline, m) {
                                              .max_steps = max_steps,
                                              .stats_jsonl = stats_jsonl,
                                              .stats_every = stats_every};
-                 std::vector<feedline::weighted_spec> blend;
-                 for (const auto& [w, s] : data) blend.push_back({w, s});
-                 const auto kinds = feedline::kinds_of(blend);
+                 const auto kinds = feedline::kinds_of(to_blend(data));
                  // Options of a kind of data that is absent keep their defaults unless set (the engine
                  // refuses a set one, naming it).
                  if (kinds.tokens || io_backend != "auto") c.shards.backend = feedline::parse_io_backend(io_backend);

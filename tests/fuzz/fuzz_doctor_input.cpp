@@ -1,6 +1,6 @@
-// Fuzz target: feedline-doctor's inputs. Any bytes, read as a scenario file or as a run's JSON-lines
-// log, either give observations or throw feedline's config_error/format_error naming the field or
-// line; the findings drawn from what parses carry known codes, a known severity and finite numbers.
+// Fuzz target: feedline-doctor's inputs. Any bytes, read as diagnose reads a file (a scenario or a
+// log, by content; nesting past the limit refused unparsed) or as a run's JSON-lines log, either give
+// observations or throw feedline's config_error/format_error naming the field or line; the findings drawn from what parses carry known codes, a known severity and finite numbers.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,10 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                                 "no-data-workers", "pageable-copies", "cores-short", "mmap-counted-as-rss", "numa-remote"};
     try {
         doctor::observations o;
-        if (data[0] % 2 == 0) {
-            const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-            if (j.is_discarded()) return 0;
-            o = doctor::parse_scenario(j, "fuzz/scenario.json");
+        if (data[0] % 2 == 0) {  // as feedline-doctor diagnose reads a file: scenario or log, by its content
+            bool scenario = false;
+            o = doctor::parse_input(text, "fuzz/input", scenario);
         } else {
             std::istringstream in(text);
             o = doctor::parse_log(in, "fuzz/run.log");

@@ -115,7 +115,11 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
                                  R"( "process": {"rss_anon_mib": 900, "rss_file_mib": 3000}, "numa": {"gpu_node": 0, "worker_nodes": [0, 1]}})";
     const std::string log = "{\"step\": 1, \"loss\": 5.2, \"tokens_per_s\": 1000.5, \"stall_fraction\": 0.3}\n"
                             "{\"summary\": true, \"stall_fraction\": 0.2, \"tokens_per_s\": 900, \"pipeline\": {\"workers\": 1, \"device\": \"host ring\"}}\n";
-    for (const auto& [which, text] : {std::pair{0, scenario}, std::pair{1, log}}) {
+    // Nested just past the readers' limit (64 levels), as a log line and as a whole file; and a log
+    // whose last line is cut.
+    const std::string deep = "{\"step\": 1, \"stall_fraction\": 0.1, \"x\": " + std::string(70, '[') + std::string(70, ']') + "}\n";
+    const std::string cut = log + "{\"step\": 2, \"stall_fra";
+    for (const auto& [which, text] : {std::pair{0, scenario}, std::pair{1, log}, std::pair{0, deep}, std::pair{1, deep}, std::pair{0, cut}}) {
         std::vector<std::uint8_t> seed{static_cast<std::uint8_t>(which)};
         seed.insert(seed.end(), text.begin(), text.end());
         seeds.push_back(seed);

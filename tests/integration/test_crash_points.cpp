@@ -84,7 +84,7 @@ TEST_CASE("CrashPoints.Pack.AKilledPackLeavesTheEarlierPackOrPartOfTheNewNeverAM
         for (int n = 1;; ++n) {
             REQUIRE(n < 500);
             fs::remove_all(work);
-            fs::copy(refs, work);  // the earlier pack in place
+            REQUIRE(ft::run("cp -a " + refs.string() + " " + work.string(), data.dir).code == 0);  // the earlier pack in place, as it was written
             if (!killed_at(n, pack_into(work, "val.jsonl"), data.dir)) break;
             ++kills;
             CAPTURE(n);
@@ -95,6 +95,15 @@ TEST_CASE("CrashPoints.Pack.AKilledPackLeavesTheEarlierPackOrPartOfTheNewNeverAM
                 CHECK((earlier_pair || latest_pair));  // a pair that validates was written together
             } else if (llmc) {
                 CHECK((prefix_of(left, earlier) || prefix_of(left, latest)));  // shards of one pack, never a mix
+            }
+            // The next pack into the prefix, after a kill anywhere: it proves what the killed one left
+            // was its own (the manifest, the lock file's token), removes it, and publishes in full.
+            const auto again = ft::run(pack_into(work, "val.jsonl"), data.dir);
+            REQUIRE_MESSAGE(again.code == 0, again.err);
+            CHECK(files_like(work, "out", {".bin", ".idx"}) == latest);
+            for (const auto& e : fs::directory_iterator(work)) {
+                const std::string name = e.path().filename().string();
+                CHECK_MESSAGE((name.find(".tmp-") == std::string::npos && name != "out.lock"), name << " left behind");
             }
         }
         MESSAGE(std::string(llmc ? "llm.c" : "Megatron") << " pack: killed at " << kills << " crash points");
@@ -123,7 +132,16 @@ TEST_CASE("CrashPoints.Checkpoint.EveryCheckpointLeftByAKilledRunVerifiesAndIsTh
             CHECK_NOTHROW(trainer::load_checkpoint(dir));
             const fs::path same = fs::path(ref) / dir.filename();
             REQUIRE(fs::exists(same));
-            for (const char* f : {"trainer.json", "tensors.bin", "manifest.json"}) CHECK(ft::read_bytes((dir / f).string()) == ft::read_bytes((same / f).string()));
+            // Byte for byte, but for the checkpoint's lineage: its own random id, its parent's, and its
+            // place in the root's write order (a killed run may not have made the last save that
+            // replaced an earlier one of the same step).
+            CHECK(ft::read_bytes((dir / "tensors.bin").string()) == ft::read_bytes((same / "tensors.bin").string()));
+            auto left = nlohmann::json::parse(ft::read_text((dir / "trainer.json").string()));
+            auto want = nlohmann::json::parse(ft::read_text((same / "trainer.json").string()));
+            CHECK(left["parent"].get<std::string>().empty() == want["parent"].get<std::string>().empty());
+            CHECK(left["generation"].get<std::uint64_t>() >= 1);
+            for (auto* j : {&left, &want}) j->erase("id"), j->erase("parent"), j->erase("generation");
+            CHECK(left == want);
             ++loaded;
         }
     }

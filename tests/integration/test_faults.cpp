@@ -6,12 +6,14 @@
 
 #include <feedline/pipeline.hpp>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "run_command.hpp"
 #include "test_support.hpp"
 
 using namespace feedline;
@@ -351,4 +353,132 @@ TEST_CASE("Faults.Text.ALineLongerThanMaxLineBytesIsRefusedOrSkippedWithoutReadi
     REQUIRE(whole.next(doc));
     REQUIRE(whole.next(doc));
     CHECK(doc.text.size() == (3u << 20));
+}
+
+TEST_CASE("Faults.Text.ABlankLineBlockLongerThanMaxLineBytesIsRefusedOrSkippedInBoundedMemory") {
+    // A file without a blank line was one document: a 300 MB one grew a process to 22 GB. The block is
+    // bounded like a line, and refusing it keeps memory near the bound, not near the file.
+    ft::scratch_dir dir;
+    const std::string path = dir / "no-blank-lines.txt";
+    {
+        std::ofstream out(path);
+        out << "a first paragraph\n\n";
+        const std::string line(100, 'x');
+        for (int i = 0; i < 200'000; ++i) out << line << '\n';  // 20 MB, one block
+        out << "\nthe last paragraph\n";
+    }
+    const text_options blank{.split = text_split::blank_lines, .max_line_bytes = 1 << 20};
+    text_document doc;
+    auto peak = [] {
+        std::ifstream in("/proc/self/status");
+        for (std::string line; std::getline(in, line);)
+            if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+        return 0ull;
+    };
+    const bool can_measure = !FEEDLINE_TEST_SANITIZED && static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5");
+    const std::uint64_t before = peak();
+    {
+        text_reader r(path, blank);
+        REQUIRE(r.next(doc));
+        CHECK(doc.text == "a first paragraph");
+        try {
+            (void)r.next(doc);
+            FAIL("read a block past max_line_bytes");
+        } catch (const format_error& e) {
+            CHECK(e.file() == path);
+            CHECK(e.offset() == 19);
+            CHECK(std::string(e.what()).find("starting at line 3") != std::string::npos);
+        }
+    }
+    if (can_measure) {
+        const std::uint64_t grew = peak() - before;
+        MESSAGE("refusing a 20 MB block with a 1 MiB bound raised the peak RSS by " << grew << " bytes");
+        CHECK(grew < (8u << 20));
+    }
+    auto skipping = blank;
+    skipping.skip_invalid = true;
+    text_reader r(path, skipping);
+    REQUIRE(r.next(doc));
+    REQUIRE(r.next(doc));
+    CHECK(doc.text == "the last paragraph");
+    CHECK(r.skipped() == 1);
+    CHECK(doc.number == 2);  // the skipped block keeps its number
+    CHECK_FALSE(r.next(doc));
+    // Lines too, when documents are lines: skipped and counted with skip_invalid.
+    text_reader lines(path, {.skip_invalid = true, .split = text_split::lines, .max_line_bytes = 50});
+    std::uint64_t n = 0;
+    while (lines.next(doc)) ++n;
+    CHECK(n == 4);  // the two short lines, and the two blank lines (empty documents of their own)
+    CHECK(lines.skipped() == 200'000);
+}
+
+TEST_CASE("Faults.Paths.AStatsLogThatIsAFifoWithoutAReaderIsRefusedAtOnce") {
+    ft::scratch_dir dir;
+    auto data = std::make_shared<const token_dataset>(write_shards(dir));
+    const std::string fifo = dir / "stats.fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    auto c = small();
+    c.stats_jsonl = fifo;
+    refused_naming([&] { pipeline p(data, c); }, fifo);
+}
+
+TEST_CASE("Faults.Resources.ShardsPastTheSoftDescriptorLimitOpenAndPastTheHardOneAreRefused") {
+    ft::scratch_dir dir;
+    const int shards = 300;
+    for (int k = 0; k < shards; ++k) {
+        megatron_writer w(dir / ("s" + std::to_string(1000 + k)), token_dtype::uint16);
+        w.add_document(std::vector<std::uint32_t>(20, static_cast<std::uint32_t>(k + 1)));
+        w.finish();
+    }
+    rlimit lim{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+    if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < 2048) ft::skip("the hard descriptor limit is below 2048 here");
+    // A soft limit below the shard count (as the usual 1024 is below 10,000 shards): raised, not failed.
+    rlimit low = lim;
+    low.rlim_cur = 128;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    const auto before = detail::open_descriptors();
+    {
+        const token_dataset ds(dir.path().string());
+        CHECK(ds.shard_count() == shards);
+        const auto held = detail::open_descriptors() - before;
+        MESSAGE(shards << " Megatron shards hold " << held << " descriptors");
+        CHECK(held >= shards);
+        CHECK(held < shards + 16);  // one per shard: each .idx is mapped and closed
+        REQUIRE(::getrlimit(RLIMIT_NOFILE, &low) == 0);
+        CHECK(low.rlim_cur > 128);
+    }
+    // A hard limit below what the shards need: refused with the numbers before any shard is opened.
+    rlimit hard = lim;
+    hard.rlim_cur = hard.rlim_max = 200;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &hard) == 0);
+    try {
+        token_dataset ds(dir.path().string());
+        FAIL("opened 300 shards under a limit of 200 descriptors");
+    } catch (const resource_error& e) {
+        CHECK(std::string(e.what()).find("300 shards needs 300 file descriptors") != std::string::npos);
+        CHECK(std::string(e.what()).find("200") != std::string::npos);
+    }
+}
+
+TEST_CASE("Faults.Resources.NoMemoryOrNoThreadsEndAToolWithAResourceErrorNotAnAbort") {
+#if FEEDLINE_TEST_SANITIZED
+    ft::skip("address-space limits and sanitizers' shadow memory do not mix");
+#endif
+    ft::scratch_dir dir;
+    {
+        megatron_writer w(dir / "data", token_dtype::uint16);
+        for (std::uint32_t d = 0; d < 20; ++d) w.add_document(std::vector<std::uint32_t>(500, d + 1));
+        w.finish();
+    }
+    const std::string iterate = std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate --batches 2 " + (dir / "data");
+    // A staging ring of 4 GB (two slots of 65536 x 4096 tokens) under a 1.5 GB address space: std::bad_alloc, reported as what it is.
+    auto r = ft::run("bash -c 'ulimit -v 1500000; exec " + iterate + " --seq-len 4096 --batch-size 65536 --tail pad --workers 1 --prefetch 2 --memory-budget 8000000000'", dir);
+    CHECK_MESSAGE(r.code == 1, r.err);
+    CHECK_MESSAGE(r.err.find("memory") != std::string::npos, r.err);
+    // Thread stacks of 2 GB each (glibc takes the stack limit as a thread's stack size) in a 5 GB
+    // address space: the second worker cannot start.
+    r = ft::run("bash -c 'ulimit -s 2000000; ulimit -v 5000000; exec " + iterate + " --seq-len 64 --batch-size 2 --workers 4'", dir);
+    CHECK_MESSAGE(r.code == 1, r.err);
+    CHECK_MESSAGE(r.err.find("could not be started") != std::string::npos, r.err);
 }

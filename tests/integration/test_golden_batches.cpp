@@ -157,7 +157,11 @@ TEST_CASE("Golden.Shards.BatchesAndSavedStatesMatchTheRecordedOnes") {
         }
         const golden_line& g = golden.at(c.key());
         CHECK(hex(all) == g.all);
-        CHECK(saved == g.state);
+        // The same state, field for field (the golden states predate the state's checksum).
+        auto saved_fields = nlohmann::json::parse(saved);
+        CHECK(saved_fields.contains("check"));
+        saved_fields.erase("check");
+        CHECK(saved_fields == nlohmann::json::parse(g.state));
         // The state recorded before the redesign restores and continues with the recorded batches.
         pipeline rest(specs.at(c.format), golden_config(c, steps));
         rest.restore(pipeline_state_from_json(g.state));

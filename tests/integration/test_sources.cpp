@@ -13,6 +13,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -711,4 +712,70 @@ TEST_CASE("Transform.TokenizeInOrder.IdsInInputOrderWithAnyThreadsAndAFailureSto
                         {.model = f.model}, 2, [&](std::vector<std::string>&) -> bool { throw format_error("in.jsonl", 7, "bad line"); },
                         [&](const auto&, const auto&) {}),
                     format_error);
+}
+
+TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocument") {
+    // Mixed text: several scripts, digits, punctuation, and every kind of whitespace run, so a split
+    // before a space lands next to all of them.
+    ft::scratch_dir dir;
+    const char* sentences[] = {"The river, quiet at dawn, carried 42 boats.", "Ça coûte 3,50 € — très cher!", "東京は大きい都市です。",
+                               "naïve café résumé déjà vu", "x=1; y = 2;  z=x+y  # sum", "Ελληνικά κείμενα εδώ.", "emoji 🙂 and   three spaces",
+                               "tab\tseparated\tvalues", "line one\nline two\n\nafter a blank", "  leading and trailing  "};
+    std::mt19937 rng(11);
+    const char* gaps[] = {" ", "  ", "\t", "\n", " \n ", "   "};
+    std::string training, long_doc;
+    for (int i = 0; i < 4000; ++i) {
+        const std::string s = sentences[rng() % 10];
+        training += s + "\n";
+        long_doc += s + gaps[rng() % 6];
+    }
+    ft::write_text(dir / "train.txt", training);
+    auto train = [&](const std::string& name, const std::string& extra) {
+        auto st = sentencepiece::SentencePieceTrainer::Train("--input=" + (dir / "train.txt") + " --model_prefix=" + (dir / name) +
+                                                             " --vocab_size=300 --hard_vocab_limit=false --minloglevel=2 --num_threads=1 --character_coverage=1.0" + extra);
+        REQUIRE_MESSAGE(st.ok(), st.ToString());
+        return dir / (name + ".model");
+    };
+    for (const std::string& type : {"unigram", "bpe"}) {
+        for (const std::string& norm : {"nmt_nfkc", "identity"}) {
+            CAPTURE(type);
+            CAPTURE(norm);
+            const std::string model = train(type + "-" + norm, " --model_type=" + type + " --normalization_rule_name=" + norm);
+            tokenizer whole({.model = model, .piece_bytes = std::uint64_t(1) << 30});
+            tokenizer pieces({.model = model, .piece_bytes = 1000});
+            REQUIRE(pieces.pieces_are_exact());
+            std::vector<std::int32_t> a, b;
+            REQUIRE(whole.encode(long_doc, a).empty());
+            REQUIRE(pieces.encode(long_doc, b).empty());
+            REQUIRE(a.size() > 1000);
+            CHECK(a == b);
+            sentencepiece::SentencePieceProcessor spm;  // and both are sentencepiece's own ids
+            REQUIRE(spm.Load(model).ok());
+            std::vector<int> ref;
+            REQUIRE(spm.Encode(long_doc, &ref).ok());
+            ref.push_back(spm.eos_id());
+            CHECK(std::vector<std::int32_t>(ref.begin(), ref.end()) == a);
+            // Split at every space of a shorter stretch too: each piece as small as it gets.
+            tokenizer smallest({.model = model, .piece_bytes = 1});
+            const std::string part = long_doc.substr(0, 20000);
+            REQUIRE(whole.encode(part, a).empty());
+            REQUIRE(smallest.encode(part, b).empty());
+            CHECK(a == b);
+        }
+    }
+    // A run without a space longer than may be given at once: refused, saying where.
+    const std::string model = dir / "unigram-nmt_nfkc.model";
+    tokenizer bounded({.model = model, .piece_bytes = 1000, .max_unsplit_bytes = 4000});
+    std::vector<std::int32_t> ids;
+    const std::string run = "start " + std::string(5000, 'x') + " end";
+    const std::string problem = bounded.encode(run, ids);
+    CHECK_MESSAGE(problem.find("a run of 5001 bytes without a space at byte 5") != std::string::npos, problem);
+    // Stopped between pieces when asked.
+    std::atomic<bool> cancel{true};
+    CHECK(bounded.encode(long_doc, ids, &cancel) == "interrupted");
+    // A model that keeps runs of spaces cannot be split exactly: whole up to the bound, refused past it.
+    tokenizer kept({.model = train("kept", " --remove_extra_whitespaces=false"), .piece_bytes = 1000, .max_unsplit_bytes = 20000});
+    CHECK_FALSE(kept.pieces_are_exact());
+    CHECK(kept.encode(long_doc.substr(0, 15000), ids).empty());
+    CHECK(kept.encode(long_doc.substr(0, 25000), ids).find("longer than the 20000") != std::string::npos);
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -93,7 +94,7 @@ TEST_CASE("Tools.Pack.LlmcAndMegatronHoldTheSameTokens") {
     corpus c;
     REQUIRE(c.pack("--output " + (c.dir / "meg") + " --append-eos").code == 0);
     // Tiny shards so documents continue into the next shard.
-    REQUIRE(c.pack("--output " + (c.dir / "small_train") + " --format llmc --shard-size 3000").code == 0);
+    REQUIRE(c.pack("--output " + (c.dir / "small_train") + " --format llmc --shard-size 4096").code == 0);
     auto meg = as_u32(c.inspect("--dump-tokens " + (c.dir / "meg")).out);
     auto llmc_summary = nlohmann::json::parse(c.inspect("--json '" + (c.dir / "small_train_*.bin") + "'").out);
     CHECK(llmc_summary["shards"].get<int>() > 3);
@@ -212,4 +213,57 @@ TEST_CASE("Tools.Blend.IterateAndInspectTakeMegatronsDataPathForm") {
     r = run(bin + "/feedline-iterate " + c.jsonl + cache + " --io-backend pread --batches 1", c.dir);
     CHECK(r.code == 1);
     CHECK(r.err.find("--io-backend") != std::string::npos);
+}
+
+TEST_CASE("Tools.Pack.ASignalStopsItWithinASecondEvenInTheMiddleOfOneLongDocument") {
+#if FEEDLINE_TEST_SANITIZED
+    ft::skip("timed against an uninterrupted pack: meaningless under a sanitizer's slowdown");
+#endif
+    corpus c;
+    // One document of ~42 MB on one line: sentencepiece takes seconds over it, and used to be given it
+    // whole, so a SIGTERM waited for the end of the document.
+    {
+        std::ofstream out(c.dir / "long.jsonl");
+        out << "{\"text\": \"";
+        const char* words[] = {"river", "stone", "quiet", "garden", "north", "bright"};
+        for (int i = 0; i < 7'000'000; ++i) out << words[i % 6] << ' ';
+        out << "\"}\n";
+    }
+    const std::string pack = bin + "/feedline-pack --quiet --input " + (c.dir / "long.jsonl") + " --model " + c.model + " --output ";
+    auto seconds = [&](const std::string& cmd, int& code) {
+        const auto t0 = std::chrono::steady_clock::now();
+        code = run(cmd, c.dir).code;
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    int code = 0;
+    const double whole = seconds(pack + (c.dir / "long"), code);
+    REQUIRE(code == 0);
+    if (whole < 3) ft::skip("the document tokenizes in under 3 s here: too fast to tell a prompt stop from finishing");
+    // SIGTERM after one second; --preserve-status keeps the pack's own exit code.
+    const double stopped = seconds("timeout --preserve-status -s TERM 1 " + pack + (c.dir / "stopped"), code);
+    MESSAGE("uninterrupted " << whole << " s; SIGTERM at 1 s, exited at " << stopped << " s");
+    CHECK(code == 130);
+    CHECK(stopped < 1 + (whole - 1) / 2);  // well before the document is done: within about a second of the signal
+    for (const auto& e : std::filesystem::directory_iterator(c.dir.path()))
+        CHECK_MESSAGE(e.path().filename().string().rfind("stopped", 0) != 0, e.path());
+}
+
+TEST_CASE("Tools.Pack.LimitsThatCannotWorkAreRefusedNamingTheFlag") {
+    corpus c;
+    auto r = c.pack("--output " + (c.dir / "x") + " --threads 40000");
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find("config threads: 40000 tokenizer threads; at most 1024") != std::string::npos, r.err);
+    r = c.pack("--output " + (c.dir / "x") + " --format llmc --shard-size 2");
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find("config shard-size: 2 bytes is below") != std::string::npos, r.err);
+}
+
+TEST_CASE("Tools.Inspect.JsonlIsInspectedAsTextNotReadAsAShard") {
+    corpus c;
+    const auto r = c.inspect("--json " + c.jsonl);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["format"] == "text");
+    CHECK(j["documents"] == 300);
+    CHECK(c.inspect("--dump-tokens " + c.jsonl).code == 1);
 }

@@ -201,6 +201,13 @@ TEST_CASE("feedline-train: bad flags, data and checkpoints fail with a clear mes
         CHECK(r.code == 1);
         CHECK(r.err.find("samples x") != std::string::npos);
     }
+    SUBCASE("a checkpoint directory that cannot be written, before any step") {
+        ft::write_text(data.dir / "plain-file", "x");
+        auto r = ft::run(data.train_command("--max-steps 400 --checkpoint " + (data.dir / "plain-file") + "/ck"), data.dir);
+        CHECK(r.code == 1);
+        CHECK(r.err.find("plain-file/ck") != std::string::npos);
+        CHECK(ft::progress_lines(r.out).empty());  // refused before the first step, not after the last
+    }
     SUBCASE("--help documents every flag") {
         auto r = ft::run(data.bin + "/feedline-train --help", data.dir);
         CHECK(r.code == 0);
@@ -208,4 +215,28 @@ TEST_CASE("feedline-train: bad flags, data and checkpoints fail with a clear mes
                                  "--json", "--grad-accum", "--eval-data", "--tokenizer", "--vocab-size"})
             CHECK_MESSAGE(r.out.find(flag) != std::string::npos, flag);
     }
+}
+
+TEST_CASE("feedline-train: after going back to an earlier checkpoint, retention and --resume follow the new run, not step numbers") {
+    ft::trainer_corpus data;
+    namespace fs = std::filesystem;
+    const std::string ck = data.dir / "ck";
+    auto r = ft::run(data.train_command("--max-steps 4 --checkpoint-every 2 --keep-checkpoints 0 --checkpoint " + ck), data.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    // Back to step 2, on to step 3, keeping one checkpoint: step 3 survives its own save.
+    r = ft::run(data.train_command("--max-steps 3 --keep-checkpoints 1 --checkpoint " + ck + " --resume " + ck + "/step-000000000002"), data.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    CHECK(fs::exists(ck + "/step-000000000003/manifest.json"));
+    CHECK_FALSE(fs::exists(ck + "/step-000000000002"));
+    CHECK(fs::exists(ck + "/step-000000000004"));  // the abandoned run's: not this lineage's to remove
+    // --resume ROOT goes on from step 3, the checkpoint written last, not the abandoned step 4.
+    r = ft::run(data.train_command("--max-steps 5 --checkpoint " + ck + " --resume " + ck), data.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    const auto lines = ft::progress_lines(r.out);
+    REQUIRE_FALSE(lines.empty());
+    CHECK(lines.front()["step"] == 4);
+    const auto step3 = nlohmann::json::parse(ft::read_text(ck + "/step-000000000003/trainer.json"));
+    const auto step5 = nlohmann::json::parse(ft::read_text(ck + "/step-000000000005/trainer.json"));
+    CHECK(step5["parent"] == step3["id"]);
+    CHECK(step5["generation"].get<int>() > step3["generation"].get<int>());
 }

@@ -48,6 +48,18 @@ def test_text_tokenized_on_the_fly_equals_the_cpp_tool(data):
     assert pipe.state_dict() == cpp["state"]
 
 
+def test_a_blend_string_and_a_path_object_are_read_as_the_tools_read_them(data):
+    from pathlib import Path
+    spec = f"0.7 {data['megatron']} 0.3 {data['llmc']}"  # Megatron's --data-path form, as the C++ tools take it
+    pipe = feedline.Pipeline(spec, max_steps=6, **CONFIG)
+    total = sum(int(b.inputs.to(torch.int64).sum()) for b in pipe)
+    cpp = iterate(spec, *cli_args(6))
+    assert total == cpp["token_sum"]
+    assert pipe.state_dict() == cpp["state"]
+    assert len(pipe.state_dict()["weights"]) == 2
+    assert len(list(feedline.Pipeline(Path(data["megatron"]), max_steps=2, **CONFIG))) == 2
+
+
 @pytest.mark.parametrize("mode", ["windows", "packed"])
 def test_resume_from_state_dict_continues_with_the_same_batches(data, mode):
     full = [(b.inputs.clone(), b.targets.clone()) for b in feedline.Pipeline(data["megatron"], mode=mode, max_steps=30, **CONFIG)]

@@ -84,6 +84,11 @@ inline std::vector<std::byte> read_bytes(const std::string& path) {
     return out;
 }
 
+inline std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // Bytes where byte i of file k is a hash of (k, i): any misplaced copy shows up as a mismatch.
 inline std::vector<std::byte> patterned_bytes(std::uint64_t n, std::uint64_t seed) {
     std::vector<std::byte> v(n);

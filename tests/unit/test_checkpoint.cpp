@@ -81,10 +81,20 @@ std::string refusal(F&& load) {
 
 }  // namespace
 
+// One run's saves: each goes on from the one before.
+std::string save_run(const fs::path& root, const ft::scratch_dir& dir, std::vector<std::uint64_t> steps, std::size_t keep, std::string parent = {}) {
+    for (std::uint64_t step : steps) {
+        auto c = sample(dir, step);
+        c.parent = parent;
+        parent = trainer::save_checkpoint(root, c, keep).id;
+    }
+    return parent;
+}
+
 TEST_CASE("Checkpoint.RoundTripAndKeepTheNewest") {
     ft::scratch_dir dir;
     const fs::path root = dir / "ck";
-    for (std::uint64_t step : {2, 4, 6}) trainer::save_checkpoint(root, sample(dir, step), 2);
+    const std::string last = save_run(root, dir, {2, 4, 6}, 2);
     const auto kept = trainer::checkpoints_in(root);
     REQUIRE(kept.size() == 2);
     CHECK(kept[0].filename() == "step-000000000006");
@@ -95,17 +105,61 @@ TEST_CASE("Checkpoint.RoundTripAndKeepTheNewest") {
     CHECK(c.params == want.params);
     CHECK(c.v == want.v);
     CHECK(c.pipeline_state == nlohmann::json::parse(want.pipeline_state).dump());
-    // Saving the same step again swaps the checkpoint whole.
-    trainer::save_checkpoint(root, sample(dir, 6), 2);
+    // Saving the same step again swaps the checkpoint whole, in its place in the lineage.
+    auto again = sample(dir, 6);
+    again.parent = last;
+    trainer::save_checkpoint(root, again, 2);
     CHECK(trainer::checkpoints_in(root).size() == 2);
     CHECK(trainer::load_checkpoint(kept[0]).params == want.params);
+    CHECK(trainer::load_checkpoint(kept[0]).parent == trainer::load_checkpoint(kept[1]).id);
+}
+
+TEST_CASE("Checkpoint.RetentionAndNewestFollowTheRunsLineageNotStepNumbers") {
+    ft::scratch_dir dir;
+    const fs::path root = dir / "ck";
+    save_run(root, dir, {2, 4, 6}, 0);
+    // The run goes back to step 4 (a loss spike after it, say) and goes on from there.
+    const auto rewound = trainer::load_checkpoint(root / "step-000000000004");
+    const std::string id5 = save_run(root, dir, {5}, 1, rewound.id);
+    // Ranked by step, step 5 came after step 6 and --keep-checkpoints 1 deleted it right away: it is
+    // the newest of its lineage and stays; its ancestors beyond one go; the abandoned step 6 is kept.
+    CHECK(fs::exists(root / "step-000000000005"));
+    CHECK_FALSE(fs::exists(root / "step-000000000004"));
+    CHECK_FALSE(fs::exists(root / "step-000000000002"));
+    CHECK(fs::exists(root / "step-000000000006"));
+    // --resume ROOT continues the run that was written last, not the abandoned one with the higher step.
+    const auto c = trainer::resume_from(root, [](const std::string& w) { FAIL(w); });
+    CHECK(c.step == 5);
+    CHECK(c.id == id5);
+    CHECK(trainer::checkpoints_in(root).front().filename() == "step-000000000005");
+    // The default keep (2) along the new lineage: 5 and 7 stay, then 7 and 9; step 6 is never touched.
+    const std::string id9 = save_run(root, dir, {7, 9}, 2, id5);
+    CHECK_FALSE(fs::exists(root / "step-000000000005"));
+    CHECK(fs::exists(root / "step-000000000007"));
+    CHECK(fs::exists(root / "step-000000000009"));
+    CHECK(fs::exists(root / "step-000000000006"));
+    // A second run started afresh in the same root is a lineage of its own: it removes nothing of the first.
+    save_run(root, dir, {1, 3, 8}, 1);
+    CHECK(fs::exists(root / "step-000000000009"));
+    CHECK(fs::exists(root / "step-000000000008"));
+    CHECK_FALSE(fs::exists(root / "step-000000000003"));
+    CHECK(trainer::resume_from(root, [](const std::string&) {}).step == 8);
+    (void)id9;
+}
+
+TEST_CASE("Checkpoint.ACheckpointRootThatCannotBeWrittenIsRefusedBeforeTraining") {
+    ft::scratch_dir dir;
+    ft::write_text(dir / "file", "x");
+    CHECK_THROWS_AS(trainer::check_checkpoint_root(fs::path(dir / "file") / "ck"), trainer::checkpoint_error);
+    CHECK_NOTHROW(trainer::check_checkpoint_root(dir / "fresh"));
+    CHECK(fs::is_empty(dir / "fresh"));
 }
 
 TEST_CASE("Checkpoint.DamageIsRefusedNamingTheFileAndResumeFallsBack") {
     ft::scratch_dir dir;
     const fs::path root = dir / "ck";
     trainer::save_checkpoint(root, sample(dir, 2), 0);
-    const fs::path newest = trainer::save_checkpoint(root, sample(dir, 4), 0);
+    const fs::path newest = trainer::save_checkpoint(root, sample(dir, 4), 0).dir;
     const std::string tensors = slurp(newest / "tensors.bin"), json = slurp(newest / "trainer.json");
     const auto restore = [&] {
         spill(newest / "tensors.bin", tensors);

@@ -6,8 +6,11 @@
 // diagnose reads the telemetry of trainer logs and pipeline stats lines.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -709,4 +712,70 @@ TEST_CASE("Doctor.Nvml.LibraryOnStandIn") {
     CHECK(r.code == 0);
     // It ran, and asserted: "assertions: N | N passed" with N > 0.
     CHECK(std::regex_search(r.out, std::regex(R"(assertions:\s*([1-9][0-9]*)\s*\|\s*\1 passed)")));
+}
+
+TEST_CASE("Doctor.Faults.HostileInputsAreRefusedNeverACrashOrAHang") {
+    ft::scratch_dir dir;
+    const std::string doctor = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor ";
+    // `timeout` turns a hang into 124; a crash would be 128 + its signal.
+    auto run = [&](const std::string& args) { return ft::run("timeout 60 " + doctor + args, dir); };
+    const std::string fifo = dir / "fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    for (const std::string& args : {"diagnose " + fifo, "plan --params 1e9 --config " + fifo, std::string("diagnose /dev/zero")}) {
+        CAPTURE(args);
+        const auto r = run(args);
+        CHECK(r.code == 2);
+        CHECK_MESSAGE(r.err.find(args.substr(args.rfind(' ') + 1)) != std::string::npos, r.err);
+    }
+    // A 280 KB line nested 20,000 deep: refused by a scan before any parser builds it.
+    {
+        std::ofstream deep(dir / "deep.jsonl");
+        deep << "{\"step\": 1, \"stall_fraction\": 0.1, \"x\": " << std::string(20000, '[') << std::string(20000, ']') << "}\n";
+    }
+    const auto deep = run("diagnose " + (dir / "deep.jsonl"));
+    CHECK(deep.code == 2);
+    CHECK_MESSAGE(deep.err.find("deeper than") != std::string::npos, deep.err);
+    std::istringstream nested("{\"step\": 1, \"stall_fraction\": 0.1, \"x\": " + std::string(5000, '{') + "}\n");
+    CHECK_THROWS_AS(doctor::parse_log(nested, "nested.log"), feedline::format_error);
+
+    // A one-line stats log is a log, not a scenario; a log whose last line is cut (still being
+    // written) is read up to it, with a note.
+    ft::write_text(dir / "one.jsonl", R"({"unix_time": 1.0, "batches": 10, "stall_fraction": 0.5, "tokens_per_s": 1, "workers": 1})" "\n");
+    auto one = run("diagnose --json " + (dir / "one.jsonl"));
+    REQUIRE_MESSAGE(one.code == 1, one.err);
+    CHECK(nlohmann::json::parse(one.out)["input"] == "log");
+    ft::write_text(dir / "cut.jsonl", "{\"step\": 1, \"stall_fraction\": 0.5, \"tokens_per_s\": 10}\n{\"step\": 2, \"stall_fraction\": 0.5, \"tok");
+    auto cut = run("diagnose --json " + (dir / "cut.jsonl"));
+    REQUIRE_MESSAGE(cut.code == 1, cut.err);
+    const auto cut_json = nlohmann::json::parse(cut.out);
+    REQUIRE(cut_json["notes"].size() == 1);
+    CHECK(cut_json["notes"][0].get<std::string>().find("line 2 (the last) is cut short") != std::string::npos);
+    CHECK(cut_json["findings"][0]["code"] == "data-bound");
+
+    // Crafted --root trees: a node number past int, a CPU list of two billion CPUs, a FIFO for a file.
+    const std::filesystem::path root = dir / "root";
+    std::filesystem::copy(fixture_root("vm_1node"), root, std::filesystem::copy_options::recursive);
+    std::filesystem::create_directories(root / "sys/devices/system/node/node99999999999");
+    ft::write_text((root / "sys/devices/system/node/node99999999999/cpulist").string(), "0\n");
+    std::filesystem::remove(root / "proc/sys/vm/swappiness");
+    REQUIRE(::mkfifo((root / "proc/sys/vm/swappiness").c_str(), 0600) == 0);
+    auto crafted = run("check --json --root " + root.string());
+    CHECK_MESSAGE((crafted.code == 0 || crafted.code == 1), crafted.err);
+    CHECK(nlohmann::json::parse(crafted.out)["machine"]["numa_nodes"].size() == 1);
+    ft::write_text((root / "sys/devices/system/node/node0/cpulist").string(), "0-2147483646\n");
+    auto huge = run("check --json --root " + root.string());
+    CHECK(huge.code == 2);
+    CHECK_MESSAGE(huge.err.find("0-2147483646") != std::string::npos, huge.err);
+
+    // A dataset path that is not UTF-8, with --json: the output is JSON (U+FFFD for the bad bytes).
+    const std::string odd = dir / "data-\xff\xfe";
+    std::filesystem::create_directories(odd);
+    {
+        feedline::megatron_writer w(odd + "/part", feedline::token_dtype::uint16);
+        for (int d = 0; d < 200; ++d) w.add_document(std::vector<std::uint32_t>(300, static_cast<std::uint32_t>(d)));
+        w.finish();
+    }
+    auto measured = run("check --json --seconds 0.2 --max-workers 1 --seq-len 64 --data '" + odd + "/part'");
+    REQUIRE_MESSAGE(measured.code != 2, measured.err);
+    CHECK_NOTHROW((void)nlohmann::json::parse(measured.out));
 }

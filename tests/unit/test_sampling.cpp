@@ -541,6 +541,78 @@ TEST_CASE("Sampler.Blend.EveryPrefixWithinOneSampleOfItsShare") {
     CHECK(ids(t.next()) == expected);
 }
 
+TEST_CASE("Sampler.Restore.EditsThatKeepTheCountsSumAreRefusedInBlendsAndPackedRows") {
+    auto a = ft::hashed_lengths(200, 100, 1), b = ft::hashed_lengths(300, 100, 2);
+    std::vector<const ft::synthetic_lengths*> sets = {&a, &b};
+    const sampler_config blend_config{.seq_len = 16, .global_batch = 10, .rank = 0, .world_size = 1};
+    sampler s(sets, {0.6, 0.4}, blend_config);
+    for (int i = 0; i < 40; ++i) s.next();  // past the first epoch of both
+    // One dataset's count up, the other's down: the sum still matches the steps.
+    auto edited = s.state();
+    edited.taken[0] += 1;
+    edited.taken[1] -= 1;
+    sampler t(sets, {0.6, 0.4}, blend_config);
+    CHECK_THROWS_WITH_AS(t.restore(edited), doctest::Contains("state.taken[0]"), config_error);
+    // The position moved with the counts, consistently: the state's checksum still refuses it.
+    edited = s.state();
+    CHECK_NOTHROW(t.restore(sampler_state_from_json(to_json(edited))));
+#if FEEDLINE_HAS_JSON
+    auto j = nlohmann::json::parse(to_json(edited));
+    j["taken"][0] = j["taken"][0].get<std::uint64_t>() + 1;
+    j["taken"][1] = j["taken"][1].get<std::uint64_t>() - 1;
+    j["index"][0] = j["index"][0].get<std::uint64_t>() + 1;
+    j["index"][1] = j["index"][1].get<std::uint64_t>() - 1;
+    CHECK_THROWS_WITH_AS(sampler_state_from_json(j.dump()), doctest::Contains("check does not match"), format_error);
+#endif
+    // Packed rows, one dataset: epoch and index follow from the step, even where epochs differ in length.
+    const sampler_config packed_config{.seq_len = 64, .global_batch = 4, .mode = sample_mode::packed, .rank = 0, .world_size = 1};
+    sampler p(a, packed_config);
+    for (int i = 0; i < 30; ++i) p.next();
+    auto moved = p.state();
+    moved.index[0] -= 4;  // a step's samples taken off the position, not the counts
+    sampler q(a, packed_config);
+    CHECK_THROWS_WITH_AS(q.restore(moved), doctest::Contains("state.index"), config_error);
+    moved = p.state();
+    moved.epoch[0] += 1;
+    CHECK_THROWS_WITH_AS(q.restore(moved), doctest::Contains("state.index"), config_error);
+    CHECK_NOTHROW(q.restore(p.state()));
+    CHECK(ids(q.next()) == ids(p.next()));
+}
+
+TEST_CASE("Sampler.Weights.HugeWeightsKeepTheirSharesAndRefusalsPrintExactValues") {
+    auto a = ft::hashed_lengths(200, 100, 1), b = ft::hashed_lengths(300, 100, 2);
+    std::vector<const ft::synthetic_lengths*> sets = {&a, &b};
+    const sampler_config config{.seq_len = 16, .global_batch = 9, .rank = 0, .world_size = 1};
+    // Their sum overflows a double: the blend used to turn uniform.
+    sampler huge(sets, {1e308, 0.5e308}, config);
+    CHECK(huge.state().weights[0] == doctest::Approx(2.0 / 3));
+    CHECK(huge.state().weights[1] == doctest::Approx(1.0 / 3));
+    std::uint64_t first = 0;
+    for (auto& x : huge.next().samples) first += x.dataset == 0;
+    CHECK(first == 6);
+    // A weight whose share rounds to nothing is refused rather than silently never drawn.
+    CHECK_THROWS_WITH_AS(sampler(sets, {1e300, 1e-300}, config), doctest::Contains("rounds to 0"), config_error);
+    // Weights that differ in the last bit, and enums, are told apart by the message.
+    sampler x(sets, {0.6, 0.4}, config), y(sets, {0.6000000000000001, 0.4}, config);
+    try {
+        y.restore(x.state());
+        FAIL("restored across weights");
+    } catch (const config_error& e) {
+        const std::string what = e.what();
+        CHECK_MESSAGE(what.find("saved ") != std::string::npos, what);
+        CHECK_MESSAGE(what.find(", this sampler has ") != std::string::npos, what);
+        const auto saved = what.substr(what.find("saved ") + 6, what.find(", this") - what.find("saved ") - 6);
+        const auto mine = what.substr(what.find("has ") + 4);
+        CHECK_MESSAGE(saved != mine, what);
+        CHECK(std::stod(saved) == x.state().weights[0]);
+        CHECK(std::stod(mine) == y.state().weights[0]);
+    }
+    auto windows = ft::hashed_lengths(300, 100);
+    sampler w(windows, {.seq_len = 16, .global_batch = 4, .rank = 0, .world_size = 1});
+    sampler p(windows, {.seq_len = 16, .global_batch = 4, .mode = sample_mode::packed, .rank = 0, .world_size = 1});
+    CHECK_THROWS_WITH_AS(p.restore(w.state()), doctest::Contains("saved windows, this sampler has packed"), config_error);
+}
+
 TEST_CASE("Sampler.Environment.TorchrunThenOpenMpi") {
     auto data = ft::hashed_lengths(300, 100);
     ::setenv("OMPI_COMM_WORLD_RANK", "2", 1);
@@ -581,12 +653,24 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
     CHECK_THROWS_AS(sampler_state_from_json("{\"format\": 1}"), format_error);
     // Hand-edited numbers: a negative position would wrap to 2^64 - 5, a float seed would be cast
     // (undefined when out of range), a mode past 32 bits truncated. Each is refused by name.
+    // (Without the checksum, as states saved before it had none: the fields' own checks are under test.)
     auto edited = [&](const std::string& field, const std::string& value) {
         auto j = nlohmann::json::parse(json);
+        j.erase("check");
         j[field] = nlohmann::json::parse(value);
         return j.dump();
     };
     CHECK(sampler_state_from_json(edited("step", "7")).step == 7);
+    // With it, any edit is refused, even one every other check would pass.
+    auto j = nlohmann::json::parse(json);
+    REQUIRE(j.contains("check"));
+    j["seed"] = j["seed"].get<std::uint64_t>() + 1;
+    try {
+        sampler_state_from_json(j.dump());
+        FAIL("accepted an edited state");
+    } catch (const format_error& e) {
+        CHECK(std::string(e.what()).find("check does not match") != std::string::npos);
+    }
     for (const auto& edit : {std::pair{"index", "[-5]"}, {"seed", "1e300"}, {"seed", "1.5"}, {"mode", "4294967296"},
                              {"step", "\"5\""}, {"epoch", "3"}, {"weights", "[null]"}}) {
         const std::string field = edit.first, value = edit.second;  // named copies: CAPTURE cannot take bindings

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,27 +49,32 @@ inline void sync_parent_directory(const std::string& path) {
     if (rc != 0 && err != EINVAL) throw io_error(dir, err, "fsync of the directory failed");  // EINVAL: a filesystem without directory sync
 }
 
-// Removes every "<prefix>_<digits><ext>" for each extension in the given order (an index before its
-// data, so no crash point leaves an index whose data is gone), then syncs the directory: what an
-// earlier pack into the same prefix left. Throws io_error.
-inline void remove_numbered_files(const std::string& prefix, std::initializer_list<std::string_view> exts) {
-    bool removed = false;
-    for (const std::string_view ext : exts) {
-        auto paths = numbered_files(prefix, ext);
-        std::reverse(paths.begin(), paths.end());  // the last first: killed midway, shards 0..k are left, still in sequence
-        for (const auto& path : paths) {
-            if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw io_error(path, errno, "cannot remove a file of an earlier pack");
-            removed = true;
-        }
-    }
-    if (removed) sync_parent_directory(prefix);
+// What tells a file a writer made from one that took its name since: its size and modification time
+// to the nanosecond (a rename keeps both; rewriting or replacing it changes them; a copy made with
+// `cp -a` or `rsync -a` keeps them, and is the same bytes). A shard set's manifest
+// (detail/shard_manifest.hpp) records it for every file it vouches for.
+struct file_identity {
+    std::uint64_t bytes = 0;
+    std::int64_t mtime_ns = 0;
+    friend bool operator==(const file_identity&, const file_identity&) = default;
+};
+
+// The identity of what is at `path` (not followed through a symlink); nullopt when nothing is there
+// or it is not a regular file.
+inline std::optional<file_identity> identity_of(const std::string& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    return file_identity{static_cast<std::uint64_t>(st.st_size), static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
 class output_file {
 public:
-    explicit output_file(std::string final_path, std::size_t buffer_bytes = 1u << 20)
+    // Creates the temporary file. `tag` names it ("<final>.tmp-<tag>"): a writer holding an output
+    // lock passes the lock's tag (detail/output_lock.hpp), so a later writer can prove what a killed
+    // one left; without one it is "<pid>-<64 random bits>". Throws io_error.
+    explicit output_file(std::string final_path, std::size_t buffer_bytes = 1u << 20, const std::string& tag = {})
         : final_path_(std::move(final_path)),
-          temp_path_(final_path_ + ".tmp-" + std::to_string(::getpid()) + "-" + random_suffix()) {
+          temp_path_(final_path_ + ".tmp-" + (tag.empty() ? std::to_string(::getpid()) + "-" + random_suffix() : tag)) {
         fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd_ < 0) throw io_error(final_path_, errno, "cannot create " + temp_path_);
         buffer_.reserve(buffer_bytes);
@@ -109,6 +116,10 @@ public:
         if (rc != 0) throw io_error(final_path_, errno, "close failed");
     }
 
+    // Frees the write buffer (after close_pending(): a writer of many shards keeps no buffer per
+    // finished shard). Never throws.
+    void release_buffer() noexcept { std::vector<char>().swap(buffer_); }
+
     // Flushes, syncs, renames to the final name and syncs the directory. Throws io_error on any
     // failure (the temp file is then removed by the destructor).
     void commit() {
@@ -119,6 +130,13 @@ public:
         sync_parent_directory(final_path_);
     }
     const std::string& temp_path() const noexcept { return temp_path_; }
+    // The identity the file will have under its final name (a rename keeps it), once close_pending()
+    // or commit() ran. Throws io_error when the temporary file is gone.
+    file_identity identity() const {
+        auto id = identity_of(committed_ ? final_path_ : temp_path_);
+        if (!id) throw io_error(committed_ ? final_path_ : temp_path_, ENOENT, "the written file is gone");
+        return *id;
+    }
 
 private:
     void flush() {

@@ -6,11 +6,14 @@
 // Used by format/dataset.hpp, format/text.hpp and pipeline/data_spec.hpp.
 #pragma once
 
+#include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -58,6 +61,43 @@ inline void require_regular_file(const std::string& path) {
     if (!S_ISREG(st.st_mode)) throw io_error(path, EINVAL, S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
 }
 
+// The whole of a small file (a model, a config, a log), read through one descriptor that was checked to
+// be a regular file: opened non-blocking, so a FIFO or device is refused at once instead of blocking
+// the open or the read forever, and a directory is refused instead of read. Throws io_error naming the
+// path, also when the file holds more than `max_bytes` (a reader's memory stays bounded).
+inline std::string read_regular_file(const std::string& path, std::uint64_t max_bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) throw io_error(path, errno, "cannot open");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const int err = errno;
+        ::close(fd);
+        if (st.st_mode == 0) throw io_error(path, err, "cannot stat");
+        throw io_error(path, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
+                       S_ISDIR(st.st_mode) ? "is a directory where a file belongs" : S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+        ::close(fd);
+        throw io_error(path, EFBIG, std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " this file may hold");
+    }
+    std::string out(static_cast<std::size_t>(st.st_size), '\0');
+    std::size_t done = 0;
+    while (done < out.size()) {
+        const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            const int err = errno;
+            ::close(fd);
+            throw io_error(path, err, "read failed", done);
+        }
+        if (n == 0) break;
+        done += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    out.resize(done);  // shrank while read: what is there
+    return out;
+}
+
 // The regular files directly in `dir`, sorted by name. Subdirectories are skipped; an entry that cannot
 // be examined (a symlink loop, a dangling link) is an io_error naming it, never silently missing data.
 inline std::vector<std::string> regular_files_in(const std::string& dir) {
@@ -75,27 +115,6 @@ inline std::vector<std::string> regular_files_in(const std::string& dir) {
     if (ec) throw io_error(dir, ec.value(), "cannot list the directory");
     std::sort(files.begin(), files.end());
     return files;
-}
-
-// Files named "<prefix>_<digits><ext>" (a writer's numbered shards) that exist now, sorted. Throws
-// io_error when the directory cannot be listed.
-inline std::vector<std::string> numbered_files(const std::string& prefix, std::string_view ext) {
-    namespace fs = std::filesystem;
-    const fs::path p(prefix);
-    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-    const std::string stem = p.filename().string() + "_";
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (name.size() <= stem.size() + ext.size() || name.compare(0, stem.size(), stem) != 0 || !ends_with(name, ext)) continue;
-        const std::string_view digits = std::string_view(name).substr(stem.size(), name.size() - stem.size() - ext.size());
-        if (std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-            out.push_back(p.has_parent_path() ? (dir / name).string() : name);
-    }
-    if (ec) throw io_error(dir.string(), ec.value(), "cannot list the directory");
-    std::sort(out.begin(), out.end());
-    return out;
 }
 
 }  // namespace feedline::detail

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include <feedline/exec/topology.hpp>
@@ -54,7 +55,7 @@ inline std::optional<std::uint64_t> kib_field(const std::string& line, const cha
 
 inline host_memory read_host_memory(const topology_source& src = {}) {
     host_memory m;
-    std::ifstream in(detail::under(src.root, "/proc/meminfo"));
+    std::istringstream in(detail::read_system_file(detail::under(src.root, "/proc/meminfo")).value_or(std::string()));
     std::string line;
     while (std::getline(in, line)) {
         if (auto v = detail::kib_field(line, "MemTotal")) m.total = v;
@@ -77,7 +78,7 @@ inline host_memory read_host_memory(const topology_source& src = {}) {
 
 inline process_memory read_process_memory(const topology_source& src = {}) {
     process_memory p;
-    std::ifstream in(detail::under(src.root, "/proc/self/status"));
+    std::istringstream in(detail::read_system_file(detail::under(src.root, "/proc/self/status")).value_or(std::string()));
     std::string line;
     while (std::getline(in, line)) {
         if (auto v = detail::kib_field(line, "VmRSS")) p.rss = v;

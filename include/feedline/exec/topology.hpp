@@ -6,7 +6,10 @@
 // questions when it is built in. Feeds the worker pool (pinning, placement) and the pipeline (defaults).
 #pragma once
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -30,7 +33,12 @@
 
 namespace feedline {
 
-// Parses a kernel CPU list ("0-3,8,10-11") into sorted CPU numbers. Throws config_error on garbage.
+// The most CPUs a list may name: Linux builds for at most 8192 (CONFIG_NR_CPUS); this leaves room and
+// keeps a crafted "0-2147483646" from expanding into gigabytes.
+inline constexpr int max_cpu_number = 65535;
+
+// Parses a kernel CPU list ("0-3,8,10-11") into sorted CPU numbers. Throws config_error on garbage and
+// on CPU numbers above max_cpu_number.
 inline std::vector<int> parse_cpu_list(const std::string& text) {
     std::vector<int> out;
     std::stringstream ss(text);
@@ -42,7 +50,7 @@ inline std::vector<int> parse_cpu_list(const std::string& text) {
         try {
             int lo = std::stoi(part.substr(0, dash));
             int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
-            if (lo < 0 || hi < lo) throw std::invalid_argument(part);
+            if (lo < 0 || hi < lo || hi > max_cpu_number) throw std::invalid_argument(part);
             for (int c = lo; c <= hi; ++c) out.push_back(c);
         } catch (const std::exception&) {
             throw config_error("cpu list", "cannot parse '" + text + "'");
@@ -115,11 +123,29 @@ struct topology_source {
 
 namespace detail {
 
+// A sysfs or procfs file (or a fixture's copy of one), whole: nothing unless it is a regular file (a
+// FIFO planted in a --root tree would block the read forever), and at most `max_bytes` of it (procfs
+// reports size 0, so the size cannot be asked first).
+inline std::optional<std::string> read_system_file(const std::filesystem::path& p, std::size_t max_bytes = 1u << 20) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return std::nullopt;
+    struct stat st {};
+    std::optional<std::string> text;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        text.emplace();
+        char buf[4096];
+        for (ssize_t n; text->size() < max_bytes && (n = ::read(fd, buf, std::min(sizeof buf, max_bytes - text->size()))) > 0;)
+            text->append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return text;
+}
+
+// Its first line.
 inline std::optional<std::string> read_first_line(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::string line;
-    if (!in || !std::getline(in, line)) return std::nullopt;
-    return line;
+    auto text = read_system_file(p, 64u << 10);
+    if (!text || text->empty()) return std::nullopt;
+    return text->substr(0, text->find('\n'));
 }
 
 inline std::filesystem::path under(const std::string& root, const std::string& path) {
@@ -127,7 +153,7 @@ inline std::filesystem::path under(const std::string& root, const std::string& p
 }
 
 inline std::uint64_t node_memory_from_meminfo(const std::filesystem::path& p) {
-    std::ifstream in(p);
+    std::istringstream in(read_system_file(p).value_or(std::string()));
     std::string line;
     while (std::getline(in, line)) {
         auto at = line.find("MemTotal:");
@@ -154,7 +180,7 @@ inline topology read_topology(const topology_source& src = {}) {
             for (int c = 0; c < CPU_SETSIZE; ++c)
                 if (CPU_ISSET(c, &set)) t.allowed_cpus.push_back(c);
     } else {
-        std::ifstream status(under(src.root, "/proc/self/status"));
+        std::istringstream status(detail::read_system_file(under(src.root, "/proc/self/status")).value_or(std::string()));
         std::string line;
         while (std::getline(status, line))
             if (line.rfind("Cpus_allowed_list:", 0) == 0) t.allowed_cpus = parse_cpu_list(line.substr(18));
@@ -164,7 +190,7 @@ inline topology read_topology(const topology_source& src = {}) {
     // cgroup v2: the process's own cgroup directory, from /proc/self/cgroup ("0::/path").
     fs::path cgroup_dir = under(src.root, "/sys/fs/cgroup");
     {
-        std::ifstream in(under(src.root, "/proc/self/cgroup"));
+        std::istringstream in(detail::read_system_file(under(src.root, "/proc/self/cgroup")).value_or(std::string()));
         std::string line;
         while (std::getline(in, line))
             if (line.rfind("0::", 0) == 0) {
@@ -209,6 +235,7 @@ inline topology read_topology(const topology_source& src = {}) {
             std::string name = e.path().filename().string();
             if (name.rfind("node", 0) != 0 || name.size() == 4 || !std::isdigit(static_cast<unsigned char>(name[4]))) continue;
             numa_node_info info;
+            if (name.size() > 9 || name.find_first_not_of("0123456789", 4) != std::string::npos) continue;  // not a node Linux makes
             info.id = std::stoi(name.substr(4));
             if (auto s = detail::read_first_line(e.path() / "cpulist")) info.cpus = parse_cpu_list(*s);
             info.memory_bytes = detail::node_memory_from_meminfo(e.path() / "meminfo");
@@ -235,7 +262,7 @@ inline topology read_topology(const topology_source& src = {}) {
         rlimit rl{};
         if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) t.memlock_limit = rl.rlim_cur;
     } else {
-        std::ifstream in(under(src.root, "/proc/self/limits"));
+        std::istringstream in(detail::read_system_file(under(src.root, "/proc/self/limits")).value_or(std::string()));
         std::string line;
         while (std::getline(in, line))
             if (line.rfind("Max locked memory", 0) == 0) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <feedline/detail/descriptor_limit.hpp>
 #include <feedline/detail/paths.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/format/llmc.hpp>
@@ -34,20 +35,6 @@ struct document_span {
     std::uint64_t length = 0;       // tokens
 };
 
-namespace detail {
-
-// Is this .bin an llm.c shard (by its magic), rather than a Megatron .bin?
-inline bool looks_like_llmc(const std::string& path) {
-    if (path_exists(strip_suffix(path, ".bin") + ".idx")) return false;
-    file f(path);
-    std::int32_t magic = 0;
-    if (f.size() < 4) return false;
-    pread_exact(f.fd(), f.path(), &magic, 4, 0);
-    return magic == llmc_layout::magic_uint16 || magic == llmc_layout::magic_uint32;
-}
-
-}  // namespace detail
-
 // Resolves a dataset spec into shard paths: Megatron prefixes (without extension) or llm.c files.
 struct resolved_spec {
     dataset_format format = dataset_format::megatron;
@@ -55,43 +42,50 @@ struct resolved_spec {
 };
 
 // Resolves one or more specs. Each is a Megatron prefix, a .idx/.bin path, an llm.c .bin, a directory
-// (all *.idx prefixes, else all llm.c *.bin files, sorted by name) or a glob. Throws io_error when
-// nothing matches and config_error when the specs mix formats.
+// or a glob. In a directory or a glob, every .idx is a Megatron prefix (its .bin beside it), and every
+// .bin without an .idx beside it is an llm.c shard, validated when opened: no shard is ever left out
+// because of what it holds (a damaged shard is a format_error naming it, not less data). Other files
+// are not shards and are passed over. Throws io_error when nothing matches, and config_error naming the
+// files when the specs mix formats (a .bin without its .idx among Megatron pairs included).
 inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs) {
     resolved_spec out;
     bool have_format = false;
     auto add = [&](dataset_format f, std::string shard, const std::string& spec) {
         if (have_format && f != out.format)
-            throw config_error("dataset", "'" + spec + "' is " + std::string(to_string(f)) + " but earlier shards are " +
-                                              std::string(to_string(out.format)) + "; one dataset holds one format");
+            throw config_error("dataset", "'" + spec + "' holds " + (f == dataset_format::llmc ? shard + ", an llm.c shard (a .bin without an .idx)," : shard + ", a Megatron prefix,") +
+                                              " but earlier shards are " + std::string(to_string(out.format)) +
+                                              "; one dataset holds one format (a Megatron .bin that lost its .idx looks like this too)");
         out.format = f;
         have_format = true;
         out.shards.push_back(std::move(shard));
     };
     auto add_files = [&](const std::vector<std::string>& files, const std::string& spec) {
-        bool any_idx = std::any_of(files.begin(), files.end(), [](auto& p) { return detail::ends_with(p, ".idx"); });
-        std::size_t before = out.shards.size();
+        std::vector<std::string> prefixes, lone_bins;
         for (const auto& p : files) {
-            if (any_idx) {
-                if (detail::ends_with(p, ".idx")) add(dataset_format::megatron, detail::strip_suffix(p, ".idx"), spec);
-            } else if (detail::ends_with(p, ".bin") && detail::looks_like_llmc(p)) {
-                add(dataset_format::llmc, p, spec);
-            }
+            if (detail::ends_with(p, ".idx")) prefixes.push_back(detail::strip_suffix(p, ".idx"));
+            else if (detail::ends_with(p, ".bin") && !detail::path_exists(detail::strip_suffix(p, ".bin") + ".idx")) lone_bins.push_back(p);
+            else if (detail::ends_with(p, ".bin")) prefixes.push_back(detail::strip_suffix(p, ".bin"));
         }
-        if (out.shards.size() == before)
-            throw io_error(spec, ENOENT, "no Megatron .idx or llm.c .bin shards found");
+        std::sort(prefixes.begin(), prefixes.end());
+        prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
+        if (!prefixes.empty() && !lone_bins.empty()) {
+            std::string names;
+            for (std::size_t i = 0; i < lone_bins.size() && i < 5; ++i) names += (i ? ", " : "") + lone_bins[i];
+            if (lone_bins.size() > 5) names += " and " + std::to_string(lone_bins.size() - 5) + " more";
+            throw config_error("dataset", "'" + spec + "' holds Megatron pairs and " + std::to_string(lone_bins.size()) +
+                                              " .bin file(s) without an .idx beside them (" + names +
+                                              "): a Megatron .bin whose index is missing, or llm.c shards among Megatron data; "
+                                              "remove or restore them, or name the shards you mean");
+        }
+        for (const auto& p : prefixes) add(dataset_format::megatron, p, spec);
+        for (const auto& p : lone_bins) add(dataset_format::llmc, p, spec);
+        if (prefixes.empty() && lone_bins.empty()) throw io_error(spec, ENOENT, "no Megatron .idx/.bin or llm.c .bin shards found");
     };
     for (const auto& spec : specs) {
         if (detail::has_glob_chars(spec)) {
             auto files = detail::glob_paths(spec);
             if (files.empty()) throw io_error(spec, ENOENT, "pattern matches no file");
-            // A pattern naming .bin files of a Megatron dataset means their prefixes.
-            std::vector<std::string> expanded;
-            for (auto& p : files)
-                expanded.push_back(detail::ends_with(p, ".bin") && detail::path_exists(detail::strip_suffix(p, ".bin") + ".idx")
-                                       ? detail::strip_suffix(p, ".bin") + ".idx"
-                                       : p);
-            add_files(expanded, spec);
+            add_files(files, spec);
         } else if (detail::is_directory(spec)) {
             add_files(detail::regular_files_in(spec), spec);
         } else if (detail::path_exists(spec + ".idx")) {
@@ -102,6 +96,9 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
             add(dataset_format::megatron, detail::strip_suffix(spec, ".bin"), spec);
         } else if (detail::path_exists(spec)) {
             add(dataset_format::llmc, spec, spec);  // validated (magic, size) when opened
+        } else if (detail::path_exists(spec + ".bin") || detail::path_exists(spec + ".lock")) {
+            throw io_error(spec + ".idx", ENOENT, detail::path_exists(spec + ".lock") ? "missing: a pack is writing this prefix (" + spec + ".lock)"
+                                                                                     : "missing: " + spec + ".bin has no index beside it");
         } else {
             throw io_error(spec, ENOENT, "no such dataset (expected a Megatron prefix with .idx/.bin, an llm.c .bin, a directory or a glob)");
         }
@@ -121,11 +118,15 @@ public:
         std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
     };
 
-    // Opens and validates every shard (headers and, for Megatron, the .idx arrays; never the tokens).
-    // Throws io_error for missing files, format_error for corrupt ones, config_error for mixed dtypes.
+    // Opens and validates every shard (headers and, for Megatron, the .idx arrays; never the tokens),
+    // holding one file descriptor per shard (the soft RLIMIT_NOFILE is raised toward the hard one when
+    // that takes more). Throws io_error for missing files, format_error for corrupt ones, config_error
+    // for mixed dtypes, resource_error when the descriptor limit cannot hold the shards.
     explicit token_dataset(const std::vector<std::string>& specs) : token_dataset(resolve_dataset_spec(specs)) {}
     explicit token_dataset(const std::string& spec) : token_dataset(std::vector<std::string>{spec}) {}
     explicit token_dataset(resolved_spec spec) : format_(spec.format) {
+        // One descriptor per shard for the dataset's life (+1 while a Megatron .idx is mapped).
+        detail::reserve_descriptors(spec.shards.size(), std::to_string(spec.shards.size()) + " shards");
         for (const auto& s : spec.shards) {
             shard_info info;
             info.path = s;

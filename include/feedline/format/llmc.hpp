@@ -19,6 +19,8 @@
 #include <vector>
 
 #include <feedline/detail/output_file.hpp>
+#include <feedline/detail/output_lock.hpp>
+#include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/storage/file.hpp>
 
@@ -109,11 +111,16 @@ private:
 // Writes llm.c shards "<prefix>_000000.bin", "<prefix>_000001.bin", ... each holding up to
 // `shard_tokens` tokens. Every document is written as [delimiter, tokens...]; a document that does not
 // fit continues in the next shard, as llm.c's own fineweb.py does. Shards appear under their final names
-// only when complete. Not thread-safe.
+// only when complete. Holds the prefix's output lock while it lives (a second writer of the prefix is
+// refused) and replaces only shards an earlier writer's manifest vouches for (detail/shard_manifest.hpp).
+// Not thread-safe.
 class llmc_writer {
 public:
+    // Throws config_error for a dtype or delimiter llm.c cannot hold, io_error when another writer
+    // holds the prefix or files named like its shards are not an earlier pack's. `held`: a lock the
+    // caller already holds on `prefix` (feedline-pack holds one for the whole run).
     llmc_writer(std::string prefix, token_dtype dtype, std::uint32_t delimiter,
-                std::uint64_t shard_tokens = 100'000'000)
+                std::uint64_t shard_tokens = 100'000'000, const detail::output_lock* held = nullptr)
         : prefix_(std::move(prefix)), dtype_(dtype), delimiter_(delimiter), shard_tokens_(shard_tokens) {
         if (dtype != token_dtype::uint16 && dtype != token_dtype::uint32)
             throw config_error("dtype", "llm.c shards hold uint16 or uint32 tokens, not " + std::string(to_string(dtype)));
@@ -121,6 +128,9 @@ public:
             throw config_error("shard_tokens", "must be in [1, 2^31-1], got " + std::to_string(shard_tokens));
         if (!store_token(scratch_one_.data(), dtype_, 0, delimiter_))
             throw config_error("delimiter", "token " + std::to_string(delimiter) + " does not fit " + std::string(to_string(dtype)));
+        if (!held) held = &own_lock_.emplace(prefix_);
+        lock_ = held;
+        outputs_.emplace(prefix_, std::vector<std::string>{".bin"}, *lock_);
     }
 
     // Appends [delimiter, tokens...]. Throws config_error when a token does not fit the dtype, io_error
@@ -151,21 +161,20 @@ public:
     std::uint64_t documents() const noexcept { return documents_; }
 
     // Completes the last shard and publishes every shard under its final name (only now, so an
-    // interrupted pack leaves no shard set behind). Shards of an earlier pack into the same prefix are
-    // removed first (all of them, and the removal synced), so a pack with fewer shards leaves no stale
-    // ones behind, and a kill while publishing leaves shards 0..k of this pack alone, never mixed with
-    // an earlier pack's. Returns the shard paths. Throws io_error.
+    // interrupted pack leaves no shard set behind). The shards of an earlier pack into the same prefix
+    // that its manifest vouches for are removed first (all of them, and the removal synced), so a pack
+    // with fewer shards leaves none behind, and a kill while publishing leaves shards 0..k of this pack
+    // alone, never mixed with an earlier pack's. Returns the shard paths. Throws io_error.
     std::vector<std::string> finish() {
         if (current_ || done_.empty()) {
             if (!current_) open_shard();
             close_shard();
         }
-        remove_earlier_shards();
+        std::vector<std::vector<detail::file_identity>> ids;
+        for (auto& s : done_) ids.push_back({s->identity()});
+        outputs_->publish(ids, [&](std::size_t i) { done_[i]->commit(); });
         std::vector<std::string> paths;
-        for (auto& s : done_) {
-            s->commit();
-            paths.push_back(s->path());
-        }
+        for (auto& s : done_) paths.push_back(s->path());
         return paths;
     }
 
@@ -176,12 +185,9 @@ public:
     }
 
 private:
-    void remove_earlier_shards() {
-        detail::remove_numbered_files(prefix_, {".bin"});
-    }
-
     void open_shard() {
-        current_ = std::make_unique<detail::output_file>(shard_path(prefix_, done_.size()));
+        // One shard's bytes are buffered at a time: finished shards hold no buffer and no descriptor.
+        current_ = std::make_unique<detail::output_file>(shard_path(prefix_, done_.size()), 1u << 20, lock_->tag());
         std::array<std::byte, llmc_layout::header_bytes> zeros{};
         current_->write(zeros.data(), zeros.size());  // the real header is written at close
         current_tokens_ = 0;
@@ -195,9 +201,13 @@ private:
         header[3] = static_cast<std::int32_t>(delimiter_ + 1);
         current_->write_at(0, header.data(), header_bytes);
         current_->close_pending();
+        current_->release_buffer();
         done_.push_back(std::move(current_));
     }
 
+    std::optional<detail::output_lock> own_lock_;
+    const detail::output_lock* lock_ = nullptr;
+    std::optional<detail::numbered_outputs> outputs_;
     std::string prefix_;
     token_dtype dtype_;
     std::uint32_t delimiter_;

@@ -7,6 +7,7 @@
 // validated and exposed. Fed by storage/, feeds format/dataset.hpp.
 #pragma once
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,12 +15,16 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <feedline/detail/output_file.hpp>
+#include <feedline/detail/output_lock.hpp>
+#include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/storage/file.hpp>
 #include <feedline/storage/guarded_copy.hpp>
@@ -99,6 +104,9 @@ public:
     std::uint64_t pointer(std::uint64_t i) const { return static_cast<std::uint64_t>(i64(pointers_offset() + 8 * i)); }
     std::uint64_t document_index(std::uint64_t j) const { return static_cast<std::uint64_t>(i64(documents_offset() + 8 * j)); }
     std::uint64_t total_tokens() const noexcept { return total_tokens_; }
+    // One past the last byte of the .bin any sequence covers (Megatron writes sequences back to back,
+    // so this is the .bin's size).
+    std::uint64_t data_end() const noexcept { return data_end_; }
 
     std::uint64_t lengths_offset() const noexcept { return megatron_layout::header_size; }
     std::uint64_t pointers_offset() const noexcept { return lengths_offset() + 4 * sequences_; }
@@ -145,6 +153,7 @@ private:
                                                         ", " + std::to_string(end) + ") beyond the .bin size " +
                                                         std::to_string(*bin_size));
                 total_tokens_ += static_cast<std::uint64_t>(len);
+                data_end_ = std::max(data_end_, end);
             }
         }
         std::int64_t prev = 0;
@@ -172,7 +181,7 @@ private:
     std::span<const std::byte> bytes_;
     std::string path_;
     token_dtype dtype_ = token_dtype::uint16;
-    std::uint64_t sequences_ = 0, documents_ = 0, total_tokens_ = 0;
+    std::uint64_t sequences_ = 0, documents_ = 0, total_tokens_ = 0, data_end_ = 0;
     bool has_modes_ = false;
 };
 
@@ -180,10 +189,12 @@ private:
 // Immutable after construction; thread-safe to share between readers.
 class megatron_shard {
 public:
-    // Throws io_error when a file is missing and format_error when the index is invalid.
-    explicit megatron_shard(const std::string& prefix)
-        : prefix_(prefix), idx_file_(prefix + ".idx"), bin_(prefix + ".bin"), idx_map_(idx_file_, access_pattern::sequential),
-          index_(idx_map_.bytes(), idx_file_.path(), bin_.size()) {}
+    // Throws io_error when a file is missing and format_error when the index is invalid or does not
+    // describe the .bin beside it. The two files are checked to be one pair: after both are open, the
+    // names must still lead to them (a pack publishing the prefix meanwhile is waited out, up to about
+    // two seconds, never paired across), and the index must cover the .bin exactly (a .bin longer than
+    // its index says was not written with it).
+    explicit megatron_shard(const std::string& prefix) : megatron_shard(prefix, open_pair(prefix)) {}
 
     const std::string& prefix() const noexcept { return prefix_; }
     const megatron_index_view& index() const noexcept { return index_; }
@@ -191,8 +202,42 @@ public:
     token_dtype dtype() const noexcept { return index_.dtype(); }
 
 private:
+    // The .idx is mapped and its descriptor closed with `pair` (the mapping stays): a shard holds one
+    // descriptor, its .bin's.
+    megatron_shard(const std::string& prefix, std::pair<file, file> pair)
+        : prefix_(prefix), idx_path_(pair.first.path()), bin_(std::move(pair.second)), idx_map_(pair.first, access_pattern::sequential),
+          index_(idx_map_.bytes(), idx_path_, bin_.size()) {
+        if (index_.data_end() != bin_.size())
+            throw format_error(bin_.path(), index_.data_end(),
+                               "the .bin holds " + std::to_string(bin_.size()) + " bytes but its index (" + idx_path_ + ") ends at byte " +
+                                   std::to_string(index_.data_end()) + ": the two were not written together (a re-pack replaced one of them?)");
+    }
+
+    // Is the file now at `path` the one `f` has open?
+    static bool still_at(const file& f, const std::string& path) {
+        struct stat open_st {}, now {};
+        return ::fstat(f.fd(), &open_st) == 0 && ::stat(path.c_str(), &now) == 0 && open_st.st_ino == now.st_ino && open_st.st_dev == now.st_dev;
+    }
+    // Opens the .idx, then the .bin, then checks both names still lead to what was opened: a writer
+    // publishes by removing the old .idx before renaming the new .bin in (megatron_writer::commit), so
+    // an old .idx opened before a new .bin is always seen here as a changed name.
+    static std::pair<file, file> open_pair(const std::string& prefix) {
+        const std::string idx = prefix + ".idx", bin = prefix + ".bin";
+        for (int attempt = 0;; ++attempt) {
+            try {
+                file i(idx), b(bin);
+                if (still_at(i, idx) && still_at(b, bin)) return {std::move(i), std::move(b)};
+            } catch (const io_error& e) {
+                if (attempt == 0 || e.error_code() != ENOENT) throw;  // missing from the start: no retry
+            }
+            if (attempt == 200)
+                throw io_error(idx, EAGAIN, "the pair " + prefix + ".idx/.bin kept changing while it was opened for two seconds (a pack is publishing it?)");
+            ::usleep(10'000);
+        }
+    }
+
     std::string prefix_;
-    file idx_file_;
+    std::string idx_path_;
     file bin_;
     file_mapping idx_map_;
     megatron_index_view index_;
@@ -200,13 +245,16 @@ private:
 
 // Writes a Megatron dataset exactly as Megatron-LM's IndexedDatasetBuilder does: one sequence per
 // document, document index with its leading 0. Files appear under their final names only after
-// finish(); destroying an unfinished writer removes its temporary files.
+// finish(); destroying an unfinished writer removes its temporary files. Holds the prefix's output lock
+// while it lives (detail/output_lock.hpp): a second writer of the same prefix is refused at once.
 class megatron_writer {
 public:
     // Throws config_error when the dtype has no Megatron code (uint32), io_error when a file cannot
-    // be created.
-    megatron_writer(std::string prefix, token_dtype dtype)
-        : prefix_(std::move(prefix)), dtype_(dtype), bin_(prefix_ + ".bin"), document_index_{0} {
+    // be created or another writer holds the prefix. `held`: a lock the caller already holds, on this
+    // prefix or on the set it belongs to (megatron_shards_writer, feedline-pack).
+    megatron_writer(std::string prefix, token_dtype dtype, const detail::output_lock* held = nullptr)
+        : prefix_(std::move(prefix)), dtype_(dtype), lock_(held ? held : &own_lock_.emplace(prefix_)),
+          bin_(prefix_ + ".bin", 1u << 20, lock_->tag()), document_index_{0} {
         if (!megatron_code(dtype)) throw config_error("dtype", std::string(to_string(dtype)) + " has no Megatron dtype code; use int32");
     }
 
@@ -228,14 +276,16 @@ public:
     template <class T>
     void add_document(const std::vector<T>& tokens) { add_document(std::span<const T>(tokens)); }
 
-    std::uint64_t documents() const noexcept { return lengths_.size(); }
+    std::uint64_t documents() const noexcept { return documents_ + lengths_.size(); }
     std::uint64_t bytes_written() const noexcept { return bin_.size(); }
+    const std::string& prefix() const noexcept { return prefix_; }
 
-    // Writes the .idx and closes both files under temporary names. Throws io_error.
+    // Writes the .idx and closes both files under temporary names, keeping no buffer or index array
+    // in memory (a writer of many shards holds only their names). Throws io_error.
     void close() {
         using namespace megatron_layout;
         if (idx_) return;
-        idx_.emplace(prefix_ + ".idx");
+        idx_.emplace(prefix_ + ".idx", 1u << 20, lock_->tag());
         idx_->write(magic.data(), magic.size());
         std::uint64_t v = version;
         idx_->write(&v, 8);
@@ -249,13 +299,25 @@ public:
         idx_->write(document_index_.data(), document_index_.size() * 8);
         bin_.close_pending();
         idx_->close_pending();
+        bin_.release_buffer();
+        idx_->release_buffer();
+        documents_ = lengths_.size();
+        for (auto* v32 : {&lengths_}) std::vector<std::int32_t>().swap(*v32);
+        for (auto* v64 : {&pointers_, &document_index_}) std::vector<std::int64_t>().swap(*v64);
+    }
+
+    // The identities of the .bin and the .idx (in that order) under their temporary names, after close().
+    std::vector<detail::file_identity> identities() {
+        close();
+        return {bin_.identity(), idx_->identity()};
     }
 
     // Publishes the pair so that no crash point leaves a .bin and an .idx that validate together
     // unless they were written together: an older .idx under the final name is removed first (and the
     // removal synced), then the .bin is renamed and synced, then the .idx. Killed anywhere in between,
     // the prefix has no .idx, so it is no dataset (an older .bin beside a newer .idx, or the reverse,
-    // cannot happen even when their sizes would agree). Writers of several shards close() them all,
+    // cannot happen even when their sizes would agree). Readers check the pair they opened is the one
+    // under the names after opening both (megatron_shard). Writers of several shards close() them all,
     // then commit() them all.
     void commit() {
         close();
@@ -272,12 +334,63 @@ public:
 private:
     std::string prefix_;
     token_dtype dtype_;
+    std::optional<detail::output_lock> own_lock_;
+    const detail::output_lock* lock_;
     detail::output_file bin_;
     std::vector<std::int32_t> lengths_;
     std::vector<std::int64_t> pointers_;
     std::vector<std::int64_t> document_index_;
     std::vector<std::byte> scratch_;
     std::optional<detail::output_file> idx_;
+    std::uint64_t documents_ = 0;
+};
+
+// Writes a Megatron dataset as numbered pairs "<prefix>_000000.bin/.idx", ..., starting a new pair once
+// the current .bin holds `shard_bytes` (0: one pair, "<prefix>_000000"). Published together by
+// finish(): the pairs of an earlier pack into the prefix that its manifest vouches for are replaced,
+// anything else named like them is refused (detail/shard_manifest.hpp). Not thread-safe.
+class megatron_shards_writer {
+public:
+    // Throws as megatron_writer, and io_error naming files numbered like this set's shards that no
+    // manifest of an earlier pack vouches for. `held`: a lock the caller already holds on `prefix`.
+    megatron_shards_writer(std::string prefix, token_dtype dtype, std::uint64_t shard_bytes, const detail::output_lock* held = nullptr)
+        : prefix_(std::move(prefix)), dtype_(dtype), shard_bytes_(shard_bytes), lock_(held ? held : &own_lock_.emplace(prefix_)),
+          outputs_(prefix_, {".bin", ".idx"}, *lock_) {
+        open_next();
+    }
+
+    template <class T>
+    void add_document(std::span<const T> tokens) {
+        if (shard_bytes_ && shards_.back()->bytes_written() >= shard_bytes_) {
+            shards_.back()->close();
+            open_next();
+        }
+        shards_.back()->add_document(tokens);
+    }
+    template <class T>
+    void add_document(const std::vector<T>& tokens) { add_document(std::span<const T>(tokens)); }
+
+    // Closes and publishes every pair; returns their prefixes. Throws io_error.
+    std::vector<std::string> finish() {
+        std::vector<std::vector<detail::file_identity>> ids;
+        for (auto& w : shards_) ids.push_back(w->identities());
+        outputs_.publish(ids, [&](std::size_t i) { shards_[i]->commit(); });
+        std::vector<std::string> out;
+        for (auto& w : shards_) out.push_back(w->prefix());
+        return out;
+    }
+
+private:
+    void open_next() {
+        shards_.push_back(std::make_unique<megatron_writer>(detail::strip_suffix(outputs_.path(shards_.size(), ".bin"), ".bin"), dtype_, lock_));
+    }
+    std::string prefix_;
+    token_dtype dtype_;
+    std::uint64_t shard_bytes_;
+    std::optional<detail::output_lock> own_lock_;
+    const detail::output_lock* lock_;
+    detail::numbered_outputs outputs_;
+    std::vector<std::unique_ptr<megatron_writer>> shards_;
 };
 
 }  // namespace feedline

@@ -35,9 +35,10 @@ struct text_options {
     std::string field = "text";     // JSONL field that holds the document
     bool skip_invalid = false;      // count and skip bad JSONL lines instead of throwing
     text_split split = text_split::whole_file;  // plain text only
-    // The longest line (or whole-file document) read, in bytes: a longer one is a format_error naming
-    // the file, offset and line (or, with skip_invalid, a skipped line) instead of memory in
-    // proportion to whatever one line holds. 0: no limit.
+    // The longest line or document read, in bytes (a JSONL line, a plain-text line, a blank-line block
+    // or a whole-file document): a longer one is a format_error naming the file, offset and line (or,
+    // with skip_invalid, a skipped and counted one) instead of memory in proportion to whatever one
+    // document holds. 0: no limit. Tokenizing is bounded separately (tokenizer_options::piece_bytes).
     std::uint64_t max_line_bytes = std::uint64_t(64) << 20;
     friend bool operator==(const text_options&, const text_options&) = default;
 };
@@ -168,7 +169,13 @@ private:
     }
 
     bool next_line(text_document& doc) {
-        if (!getline(doc.text)) return false;
+        bool too_long = false;
+        for (;;) {
+            if (!getline(doc.text, opt_.skip_invalid ? &too_long : nullptr)) return false;
+            if (!too_long) break;
+            ++skipped_;
+            ++number_;
+        }
         doc.line = line_no_;
         doc.offset = line_offset_;
         doc.end = offset_;
@@ -176,29 +183,49 @@ private:
         return true;
     }
 
+    // A blank-line-separated block is a document, bounded like a line: a block longer than
+    // max_line_bytes is a format_error naming where it starts (or, with skip_invalid, read to its end
+    // without keeping it, and counted), never memory in proportion to a file without blank lines.
     bool next_block(text_document& doc) {
         std::string line;
-        doc.text.clear();
-        bool started = false;
-        while (getline(line)) {
-            bool blank = std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); });
-            if (blank) {
-                if (started) break;
-                continue;
+        const std::uint64_t limit = opt_.max_line_bytes;
+        for (;;) {
+            doc.text.clear();
+            bool started = false, too_long = false, long_line = false;
+            while (getline(line, opt_.skip_invalid ? &long_line : nullptr)) {
+                const bool blank = !long_line && std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); });
+                if (blank) {
+                    if (started) break;
+                    continue;
+                }
+                if (!started) {
+                    doc.line = line_no_;
+                    doc.offset = line_offset_;
+                    started = true;
+                } else if (!too_long) {
+                    doc.text += '\n';
+                }
+                if (too_long) continue;
+                if (long_line || (limit != 0 && doc.text.size() + line.size() > limit)) {
+                    if (!opt_.skip_invalid)
+                        throw format_error(path_, doc.offset, "the document starting at line " + std::to_string(doc.line) +
+                                                                  " (a blank-line-separated block) is longer than max_line_bytes (" + std::to_string(limit) +
+                                                                  " bytes; raise text.documents.max_line_bytes, or separate its paragraphs with blank lines)");
+                    too_long = true;
+                    std::string().swap(doc.text);
+                    continue;
+                }
+                doc.text += line;
+                doc.end = offset_;
             }
-            if (!started) {
-                doc.line = line_no_;
-                doc.offset = line_offset_;
-                started = true;
-            } else {
-                doc.text += '\n';
+            if (!started) return false;
+            if (!too_long) {
+                doc.number = number_++;
+                return true;
             }
-            doc.text += line;
-            doc.end = offset_;
+            ++skipped_;  // a block skipped whole: on to the next
+            ++number_;
         }
-        if (!started) return false;
-        doc.number = number_++;
-        return true;
     }
 
     std::string path_;

@@ -25,8 +25,10 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -344,13 +346,26 @@ private:
         pipeline_config c = config_;
         c.device = device_ = resolve_device(config_.device);
         if (c.device.kind != device_kind::cpu && gpu_probe()) worker_cpus_ = worker_cpus_for_gpu(read_topology(), gpu_pci_bus_id(c.device.index));
-        consumer_.start(c, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
+        try {
+            consumer_.start(c, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
+        } catch (const std::bad_alloc&) {
+            throw resource_error("the staging ring (" + std::to_string(memory_.slots) + " slots of " + std::to_string(layout_.bytes) +
+                                 " bytes) could not be allocated: a memory limit (ulimit -v, a cgroup) was reached; lower memory_budget, "
+                                 "batch_size or seq_len, or raise the limit");
+        }
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
         try {
             for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
-        } catch (...) {  // no thread for a worker (a pids limit): the ring is failed, so next() reports it
+        } catch (const std::system_error& e) {  // no thread for a worker (a pids limit): the ring is failed, so next() reports it
+            const auto failure = std::make_exception_ptr(resource_error(
+                "worker thread " + std::to_string(threads_.size() + 1) + " of " + std::to_string(memory_.workers) + " could not be started (" + e.what() +
+                "): a process or thread limit (ulimit -u, a container's pids limit) was reached; use fewer workers or raise the limit"));
+            consumer_.ring().fail(failure);
+            stop();
+            std::rethrow_exception(failure);
+        } catch (...) {
             consumer_.ring().fail(std::current_exception());
             stop();
             throw;

@@ -4,6 +4,9 @@
 // waiting in next(): near 0 when the data side keeps up, near 1 when training is data-bound.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -47,11 +50,21 @@ struct pipeline_stats {
     std::string gpu_telemetry;  // "nvml" when the GPU is sampled, else why not; empty without a GPU log
 
     std::string to_json() const {
+        // JSON string escapes: quotes, backslashes and control characters (a path with a newline in an
+        // error message must not split the line).
         auto esc = [](const std::string& s) {
             std::string o;
             for (char c : s) {
-                if (c == '"' || c == '\\') o += '\\';
-                o += c;
+                if (c == '"' || c == '\\') {
+                    o += '\\';
+                    o += c;
+                } else if (static_cast<unsigned char>(c) < 0x20) {
+                    char u[8];
+                    std::snprintf(u, sizeof u, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+                    o += u;
+                } else {
+                    o += c;
+                }
             }
             return o;
         };
@@ -98,8 +111,20 @@ namespace detail {
 // log shippers and plots. Opened when the pipeline is built, so a bad path fails before any thread.
 class stats_jsonl_log {
 public:
-    explicit stats_jsonl_log(const std::string& path) : path_(path), out_(std::fopen(path.c_str(), "a")) {
-        if (out_ == nullptr) throw io_error(path, errno, "cannot open the stats log for appending");
+    // Opened non-blocking: a FIFO nobody reads is refused at once (ENXIO) instead of blocking the
+    // pipeline's construction until a reader appears. A file, a device (/dev/stderr) or a FIFO with a
+    // reader is written to.
+    explicit stats_jsonl_log(const std::string& path) : path_(path) {
+        const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+        if (fd < 0)
+            throw io_error(path, errno, errno == ENXIO ? "the stats log is a FIFO that nobody reads" : "cannot open the stats log for appending");
+        if (const int fl = ::fcntl(fd, F_GETFL); fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        out_ = ::fdopen(fd, "a");
+        if (out_ == nullptr) {
+            const int err = errno;
+            ::close(fd);
+            throw io_error(path, err, "cannot open the stats log for appending");
+        }
     }
     stats_jsonl_log(const stats_jsonl_log&) = delete;
     stats_jsonl_log& operator=(const stats_jsonl_log&) = delete;
@@ -115,7 +140,7 @@ public:
 
 private:
     std::string path_;
-    std::FILE* out_;
+    std::FILE* out_ = nullptr;
 };
 
 }  // namespace detail

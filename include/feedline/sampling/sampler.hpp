@@ -8,11 +8,13 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <tuple>
 #include <type_traits>
 #include <memory>
@@ -325,6 +327,7 @@ public:
             for (std::uint64_t n = steps_in_epoch(0); within >= n; n = steps_in_epoch(after.epoch[0])) {
                 within -= n;
                 ++after.epoch[0];
+                check_epoch_fits(after.epoch[0]);  // an epoch of 0 steps would never end this walk
             }
         }
         after.index[0] = within * config_.global_batch;
@@ -342,23 +345,26 @@ public:
         auto differs = [&](const std::string& field, auto a, auto b) {
             if (a != b) throw config_error("state." + field, "saved " + to_text(a) + ", this sampler has " + to_text(b));
         };
+        // Enumerations by name: "saved packed, this sampler has windows", not "saved 1, ... 0".
+        auto differs_named = [&](const std::string& field, std::uint32_t a, std::uint32_t b, std::initializer_list<const char*> names) {
+            auto name = [&](std::uint32_t v) { return v < names.size() ? std::string(names.begin()[v]) : "unknown value " + std::to_string(v); };
+            if (a != b) throw config_error("state." + field, "saved " + name(a) + ", this sampler has " + name(b));
+        };
         if (s.version != sampler_state::current_version)
             throw config_error("state.version", "unsupported version " + std::to_string(s.version));
         differs("seed", s.seed, state_.seed);
         differs("seq_len", s.seq_len, state_.seq_len);
         differs("global_batch", s.global_batch, state_.global_batch);
-        differs("mode", s.mode, state_.mode);
-        differs("shuffle", s.shuffle, state_.shuffle);
-        differs("shuffle_samples", s.shuffle_samples, state_.shuffle_samples);
-        differs("tail", s.tail, state_.tail);
+        differs_named("mode", s.mode, state_.mode, {"windows", "packed"});
+        differs_named("shuffle", s.shuffle, state_.shuffle, {"none", "global", "shard_blocks"});
+        differs_named("shuffle_samples", s.shuffle_samples, state_.shuffle_samples, {"false", "true"});
+        differs_named("tail", s.tail, state_.tail, {"drop", "pad"});
         differs("datasets", s.dataset_documents.size(), state_.dataset_documents.size());
         const std::size_t n = state_.dataset_documents.size();
         if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
             throw config_error("state", "per-dataset fields differ in length");
         for (std::size_t i = 0; i < n; ++i) {
-            std::string at = std::to_string(i);  // "[i]", built so: "[" + to_string(i) draws a false -Wrestrict from GCC 12 at -O3
-            at.insert(at.begin(), '[');
-            at.push_back(']');
+            const std::string at = index_text(i);
             differs("dataset_documents" + at, s.dataset_documents[i], state_.dataset_documents[i]);
             differs("dataset_tokens" + at, s.dataset_tokens[i], state_.dataset_tokens[i]);
             differs("weights" + at, s.weights[i], state_.weights[i]);
@@ -378,14 +384,38 @@ public:
         if (taken != drawn)
             throw config_error("state.taken", "samples drawn per dataset do not add up to " + std::to_string(s.step) + " steps of " +
                                                   std::to_string(s.global_batch));
-        // GPT windows over one dataset: epochs are all alike, so the position is the step's alone, and
-        // workers that plan with plan_at (from the step) must agree with next() (from epoch and index).
-        if (n == 1 && config_.mode == sample_mode::windows && s.step > 0) {
-            const std::uint64_t per_epoch = steps_in_epoch(0), before = s.step - 1;
-            if (s.epoch[0] != before / per_epoch || s.index[0] != (before % per_epoch + 1) * s.global_batch)
+        // Where each stream is follows from what it drew: a state whose position was edited apart from
+        // its counts (or the reverse) is refused. One dataset: from the step (every epoch's steps, as
+        // plan_at walks them; packed rows lay out each epoch once). A blend of GPT windows: from each
+        // dataset's count (its epochs are all alike). Packed blends rely on the state's checksum.
+        if (n == 1 && s.step > 0) {
+            std::uint64_t epoch = 0, within = s.step - 1;
+            if (config_.mode == sample_mode::windows) {  // every epoch alike: no walk
+                epoch = within / steps_in_epoch(0);
+                within %= steps_in_epoch(0);
+            } else {
+                // Packed rows: each epoch's steps, up to the saved epoch at most (a state that claims
+                // a later one is refused below without laying out more epochs than it names).
+                for (std::uint64_t per = steps_in_epoch(0); within >= per && epoch <= s.epoch[0]; per = steps_in_epoch(epoch)) {
+                    within -= per;
+                    ++epoch;
+                    check_epoch_fits(epoch);
+                }
+            }
+            if (s.epoch[0] != epoch || s.index[0] != (within + 1) * s.global_batch)
                 throw config_error("state.index", "epoch " + std::to_string(s.epoch[0]) + ", sample " + std::to_string(s.index[0]) +
-                                                      " is not where step " + std::to_string(s.step) + " leaves a stream of " +
-                                                      std::to_string(per_epoch) + " steps per epoch");
+                                                      " is not where step " + std::to_string(s.step) + " leaves this stream (epoch " +
+                                                      std::to_string(epoch) + ", sample " + std::to_string((within + 1) * s.global_batch) + ")");
+        } else if (n > 1 && config_.mode == sample_mode::windows) {
+            for (std::size_t i = 0; i < n; ++i) {
+                const std::uint64_t per = streams_[i].samples_in_epoch(0), t = s.taken[i];
+                const std::uint64_t epoch = t == 0 ? 0 : (t - 1) / per, index = t == 0 ? 0 : t - epoch * per;
+                if (s.epoch[i] != epoch || s.index[i] != index)
+                    throw config_error("state.taken" + index_text(i), std::to_string(t) + " samples drawn leave dataset " + std::to_string(i) +
+                                                                          " at epoch " + std::to_string(epoch) + ", sample " + std::to_string(index) +
+                                                                          ", not the saved epoch " + std::to_string(s.epoch[i]) + ", sample " +
+                                                                          std::to_string(s.index[i]) + " (edited or corrupted state)");
+            }
         }
         state_ = s;
     }
@@ -400,12 +430,21 @@ private:
         if (config_.global_batch == 0 || config_.global_batch % static_cast<std::uint64_t>(world_) != 0)
             throw config_error("global_batch", std::to_string(config_.global_batch) + " samples do not split evenly over " +
                                                    std::to_string(world_) + " ranks");
-        double total = 0;
+        double largest = 0;
         for (double w : weights) {
             if (!(w > 0) || !std::isfinite(w)) throw config_error("weights", "every weight must be positive and finite");
-            total += w;
+            largest = std::max(largest, w);
         }
-        for (double w : weights) weights_.push_back(w / total);
+        // Scaled by the largest first: weights near the double's limit would overflow a plain sum (and
+        // every share would become 0, a uniform blend in disguise).
+        double total = 0;
+        for (double w : weights) total += w / largest;
+        for (double w : weights) {
+            weights_.push_back(w / largest / total);
+            if (!(weights_.back() > 0))
+                throw config_error("weights", "weight " + to_text(w) + " is too small beside the largest, " + to_text(largest) +
+                                                  ": its share rounds to 0 and its data would never be drawn");
+        }
     }
 
     void finish_setup() {
@@ -497,10 +536,24 @@ private:
         return best;
     }
 
+    // Numbers as they were saved: doubles in their shortest exact form ("0.6" and "0.6000000000000001",
+    // never both "0.600000").
     template <class T>
     static std::string to_text(const T& v) {
-        if constexpr (std::is_floating_point_v<T>) return std::to_string(v);
-        else return std::to_string(static_cast<unsigned long long>(v));
+        if constexpr (std::is_floating_point_v<T>) {
+            char buf[64];
+            const auto r = std::to_chars(buf, buf + sizeof buf, v);
+            return std::string(buf, r.ptr);
+        } else {
+            return std::to_string(static_cast<unsigned long long>(v));
+        }
+    }
+    // "[i]", built so: "[" + to_string(i) draws a false -Wrestrict from GCC 12 at -O3.
+    static std::string index_text(std::size_t i) {
+        std::string at = std::to_string(i);
+        at.insert(at.begin(), '[');
+        at.push_back(']');
+        return at;
     }
 
     sampler_config config_;

@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <string>
@@ -88,6 +89,17 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
     return s;
 }
 
+// A checksum of every field (FNV-1a, 64 bits, over the binary form), so an edit that keeps the counts'
+// sum or the position's shape (one dataset's count raised, another's lowered) is still noticed. Not a
+// defence against someone who recomputes it: against corruption and hand edits.
+inline std::string state_check(const sampler_state& s) {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (std::byte b : to_bytes(s)) h = (h ^ static_cast<std::uint64_t>(b)) * 0x100000001b3ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return hex;
+}
+
 #if FEEDLINE_HAS_JSON
 inline std::string to_json(const sampler_state& s) {
     nlohmann::json j = {{"format", "feedline.sampler_state"},
@@ -105,7 +117,8 @@ inline std::string to_json(const sampler_state& s) {
                         {"weights", s.weights},
                         {"taken", s.taken},
                         {"epoch", s.epoch},
-                        {"index", s.index}};
+                        {"index", s.index},
+                        {"check", state_check(s)}};
     return j.dump();
 }
 
@@ -133,6 +146,12 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
     const std::size_t n = s.dataset_documents.size();
     if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
         f.fail("per-dataset arrays differ in length");
+    // States saved before the check existed have none; one that has it must match every field.
+    if (j.contains("check")) {
+        const auto& check = f.field("check");
+        if (!check.is_string() || check.get<std::string>() != state_check(s))
+            f.fail("check does not match the state's fields: it was edited or corrupted (restore the checkpoint it came from)");
+    }
     return s;
 }
 #endif

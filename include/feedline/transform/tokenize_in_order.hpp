@@ -8,10 +8,13 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -27,9 +30,11 @@ namespace feedline {
 // (documents it filled then are still tokenized and written); called on the reader thread. `write(const std::vector<std::string>& docs, const std::vector<std::vector<std::int32_t>>& ids)`
 // receives every chunk's documents and ids, in input order, on the calling thread. The first failure
 // anywhere (reading, a document sentencepiece cannot encode, writing) stops every thread and is
-// rethrown here with its type; every thread is joined before this returns or throws.
+// rethrown here with its type; every thread is joined before this returns or throws. `stop`, when
+// given, is watched every 100 ms: once set, every thread stops within about a second (tokenizers
+// between documents and between the pieces of a long one) and an error "interrupted" is thrown.
 template <class Read, class Write>
-void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&& read, Write&& write) {
+void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&& read, Write&& write, const std::atomic<bool>* stop = nullptr) {
     struct chunk {
         std::uint64_t seq = 0;
         bool last = false;  // the end marker, after the last chunk of documents
@@ -41,11 +46,13 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
     reorder_window<chunk> done(3 * std::size_t(threads));  // room for every chunk a tokenizer may hold
     std::mutex failure_mutex;
     std::exception_ptr failure;
+    std::atomic<bool> stopping{false};  // tokenizers check it between documents and pieces
     auto fail = [&] {
         {
             std::lock_guard lock(failure_mutex);
             if (!failure) failure = std::current_exception();
         }
+        stopping.store(true);
         todo.close();
         done.close();
     };
@@ -83,9 +90,13 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
                     tokenizer tok(options);
                     while (auto c = todo.pop()) {
                         c->ids.resize(c->docs.size());
-                        for (std::size_t i = 0; i < c->docs.size(); ++i)
-                            if (const std::string problem = tok.encode(c->docs[i], c->ids[i]); !problem.empty())
+                        for (std::size_t i = 0; i < c->docs.size(); ++i) {
+                            if (stopping.load(std::memory_order_relaxed)) return;
+                            if (const std::string problem = tok.encode(c->docs[i], c->ids[i], &stopping); !problem.empty()) {
+                                if (stopping.load()) return;
                                 throw error("sentencepiece could not encode a document: " + problem);
+                            }
+                        }
                         const std::uint64_t seq = c->seq;
                         if (!done.wait_for_room(seq)) return;
                         done.put(seq, std::move(*c));
@@ -94,13 +105,24 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
                     fail();
                 }
             });
-    } catch (...) {  // a thread could not be created (a pids limit): stop the ones that were
+    } catch (const std::system_error& e) {  // a thread could not be created (a pids limit): stop the ones that were
+        fail();
+        join_all();
+        throw resource_error("tokenizer thread " + std::to_string(tokenizers.size() + 1) + " of " + std::to_string(threads) + " could not be started (" +
+                             e.what() + "): a process or thread limit was reached; use fewer threads or raise the limit");
+    } catch (...) {
         fail();
         join_all();
         throw;
     }
     try {
-        while (auto c = done.pop()) {
+        for (;;) {
+            auto c = done.pop_for(std::chrono::milliseconds(100));
+            if (!c) {
+                if (done.closed()) break;
+                if (stop && stop->load()) throw error("interrupted");
+                continue;
+            }
             if (c->last) break;
             write(c->docs, c->ids);
         }
