@@ -5,7 +5,8 @@
 #   feedline::numa           libnuma/hwloc  -> NUMA-local memory        (else: first-touch placement)
 #   feedline::json           nlohmann_json  -> JSONL input             (else: plain text only)
 #                            + simdjson     -> JSONL parsed ~20x faster (else: nlohmann_json alone)
-#   feedline::all            every part above that was found
+#   feedline::doctor         fmt + nlohmann_json -> feedline/doctor/ (plan, check, diagnose rules; else: absent)
+#   feedline::all            every part above that was found but doctor
 # Each target sets FEEDLINE_HAS_<PART>=1 only when its dependency was found, so linking a target whose
 # dependency is missing is harmless: the code falls back and says why. Used in-tree and from the
 # installed package config.
@@ -107,6 +108,19 @@ if(nlohmann_json_FOUND)
   endif()
 else()
   _feedline_part(json FALSE "find_package(nlohmann_json) failed; install nlohmann-json3-dev" "JSONL input is refused with a reason")
+endif()
+
+# The doctor's rules (include/feedline/doctor/): fmt for their messages, nlohmann_json for their inputs
+# and findings. Only what uses them links this part; it defines nothing when either is missing.
+_feedline_make_part(doctor)
+find_package(fmt QUIET)
+if(nlohmann_json_FOUND AND fmt_FOUND)
+  target_link_libraries(feedline::doctor INTERFACE feedline::feedline feedline::json fmt::fmt nlohmann_json::nlohmann_json)
+  target_compile_definitions(feedline::doctor INTERFACE FEEDLINE_HAS_DOCTOR=1)
+  set(FEEDLINE_DOCTOR_FOUND TRUE)
+  _feedline_part(doctor TRUE "fmt ${fmt_VERSION}, nlohmann_json ${nlohmann_json_VERSION}" "")
+else()
+  _feedline_part(doctor FALSE "needs fmt and nlohmann_json; install libfmt-dev nlohmann-json3-dev" "feedline-doctor and its rules are not available")
 endif()
 
 _feedline_make_part(all)

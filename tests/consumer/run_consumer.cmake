@@ -1,6 +1,7 @@
 # Builds and runs a tiny trainer-like project that uses feedline the way users do.
 #   MODE=fetchcontent: FetchContent_Declare(feedline SOURCE_DIR <this tree>) + FetchContent_MakeAvailable
-#   MODE=find_package: cmake --install feedline to a prefix, then find_package(feedline REQUIRED)
+#   MODE=find_package: build and cmake --install feedline (headers and tools) to a prefix, run each
+#                      installed tool, then find_package(feedline REQUIRED) and build against it
 # Usage: cmake -DSOURCE_DIR=... -DWORK_DIR=... -DMODE=... -P run_consumer.cmake
 cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -29,9 +30,18 @@ add_executable(consumer main.cpp)
 target_link_libraries(consumer PRIVATE feedline::all)
 ")
 elseif(MODE STREQUAL "find_package")
+  # The tools are built and installed too (without the GPU kernels, which only nvcc builds), as a
+  # user who runs `cmake --install` gets them; each must run from the prefix.
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/feedline-build -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix
-      -DFEEDLINE_BUILD_TESTS=OFF -DFEEDLINE_BUILD_EXAMPLES=OFF -DFEEDLINE_BUILD_BENCHMARKS=OFF)
+      -DFEEDLINE_BUILD_TESTS=OFF -DFEEDLINE_BUILD_EXAMPLES=OFF -DFEEDLINE_BUILD_BENCHMARKS=OFF -DFEEDLINE_BUILD_GPU_CODE=OFF)
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/feedline-build)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/feedline-build)
+  foreach(tool feedline-pack feedline-inspect feedline-iterate feedline-doctor feedline-train feedline-make-corpus)
+    if(NOT EXISTS ${WORK_DIR}/prefix/bin/${tool})
+      message(FATAL_ERROR "cmake --install did not install ${tool}")
+    endif()
+    run(${WORK_DIR}/prefix/bin/${tool} --help)
+  endforeach()
   file(WRITE ${WORK_DIR}/consumer/CMakeLists.txt "
 cmake_minimum_required(VERSION 3.25)
 project(consumer LANGUAGES CXX)

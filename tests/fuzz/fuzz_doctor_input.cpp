@@ -8,7 +8,9 @@
 #include <sstream>
 #include <string>
 
-#include "diagnose.hpp"
+#include <feedline/doctor/diagnose.hpp>
+
+namespace doctor = feedline::doctor;
 
 namespace {
 

@@ -112,7 +112,7 @@ TEST_CASE("DataSafety.Pack.TwoWritersOfOnePrefixNeverBothPublish") {
     {
         // Another writer holds the prefix (as a running pack does): the pack is refused at once,
         // naming the holder, and leaves nothing.
-        detail::output_lock held(prefix);
+        output_lock held(prefix);
         const auto r = c.pack("--output " + prefix);
         CHECK(r.code == 1);
         CHECK_MESSAGE(r.err.find("another writer (pid " + std::to_string(::getpid()) + ")") != std::string::npos, r.err);

@@ -200,7 +200,7 @@ TEST_CASE("Faults.Outputs.ASymlinkPlantedAtATemporaryNameIsNeverWrittenThrough")
     CHECK(text == "precious");
     CHECK(token_dataset(prefix).total_tokens() == 3);
     // Two writers of one name get different temporary names.
-    detail::output_file a(dir / "same"), b(dir / "same");
+    atomic_file a(dir / "same"), b(dir / "same");
     CHECK(a.temp_path() != b.temp_path());
 }
 

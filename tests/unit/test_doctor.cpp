@@ -24,11 +24,13 @@
 
 #include <feedline/pipeline.hpp>
 
-#include "check.hpp"
-#include "diagnose.hpp"
-#include "plan.hpp"
+#include <feedline/doctor/check.hpp>
+#include <feedline/doctor/diagnose.hpp>
+#include <feedline/doctor/plan.hpp>
 #include "run_command.hpp"
 #include "test_support.hpp"
+
+namespace doctor = feedline::doctor;
 
 namespace ft = feedline::test;
 using doctor::make_plan;

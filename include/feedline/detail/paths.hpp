@@ -6,10 +6,8 @@
 // Used by format/dataset.hpp, format/text.hpp and pipeline/data_spec.hpp.
 #pragma once
 
-#include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include <feedline/error.hpp>
+#include <feedline/storage/file.hpp>
 
 namespace feedline::detail {
 
@@ -51,51 +50,6 @@ inline std::vector<std::string> glob_paths(const std::string& pattern) {
         for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
     ::globfree(&g);
     return out;  // glob sorts its results
-}
-
-// Throws io_error unless `path` is (or links to) a regular file.
-inline void require_regular_file(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) throw io_error(path, errno, "cannot stat");
-    if (S_ISDIR(st.st_mode)) throw io_error(path, EISDIR, "is a directory where a file belongs");
-    if (!S_ISREG(st.st_mode)) throw io_error(path, EINVAL, S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
-}
-
-// The whole of a small file (a model, a config, a log), read through one descriptor that was checked to
-// be a regular file: opened non-blocking, so a FIFO or device is refused at once instead of blocking
-// the open or the read forever, and a directory is refused instead of read. Throws io_error naming the
-// path, also when the file holds more than `max_bytes` (a reader's memory stays bounded).
-inline std::string read_regular_file(const std::string& path, std::uint64_t max_bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) throw io_error(path, errno, "cannot open");
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        const int err = errno;
-        ::close(fd);
-        if (st.st_mode == 0) throw io_error(path, err, "cannot stat");
-        throw io_error(path, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
-                       S_ISDIR(st.st_mode) ? "is a directory where a file belongs" : S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
-    }
-    if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
-        ::close(fd);
-        throw io_error(path, EFBIG, std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " this file may hold");
-    }
-    std::string out(static_cast<std::size_t>(st.st_size), '\0');
-    std::size_t done = 0;
-    while (done < out.size()) {
-        const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            const int err = errno;
-            ::close(fd);
-            throw io_error(path, err, "read failed", done);
-        }
-        if (n == 0) break;
-        done += static_cast<std::size_t>(n);
-    }
-    ::close(fd);
-    out.resize(done);  // shrank while read: what is there
-    return out;
 }
 
 // The regular files directly in `dir`, sorted by name. Subdirectories are skipped; an entry that cannot

@@ -19,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
-#include <feedline/detail/output_file.hpp>
-#include <feedline/detail/output_lock.hpp>
 #include <feedline/detail/paths.hpp>
+#include <feedline/output/atomic_file.hpp>
+#include <feedline/output/output_lock.hpp>
 #include <feedline/error.hpp>
 
 namespace feedline::detail {
@@ -177,7 +177,7 @@ private:
         return parse_shard_manifest(text).value_or(std::vector<manifest_entry>{});
     }
     void write_manifest(const std::vector<manifest_entry>& entries) {
-        output_file out(manifest_path(), 1u << 16, lock_.tag());
+        atomic_file out(manifest_path(), 1u << 16, lock_.tag());
         const std::string text = format_shard_manifest(entries);
         out.write(text.data(), text.size());
         out.commit();

@@ -33,10 +33,12 @@ inline void cuda_check(cudaError_t status, const char* call) {
         throw cuda_error(call, static_cast<int>(status), std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status));
     }
 }
-// For destructors: CUDA may already be shutting down (cudaErrorCudartUnloading) or the context may be
-// gone after a device error; freeing then is impossible and must not throw.
-inline void cuda_ignore_errors(cudaError_t) noexcept { (void)cudaGetLastError(); }
 }  // namespace detail
+
+// For destructors (feedline's and a trainer's): CUDA may already be shutting down
+// (cudaErrorCudartUnloading) or the context may be gone after a device error; freeing then is
+// impossible and must not throw. Clears the error so the next checked call does not report it.
+inline void cuda_ignore_errors(cudaError_t) noexcept { (void)cudaGetLastError(); }
 
 #define FEEDLINE_CUDA_CHECK(call) ::feedline::detail::cuda_check((call), #call)
 

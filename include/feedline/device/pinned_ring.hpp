@@ -130,24 +130,24 @@ private:
         if (cudaEventRecord(released_[i], static_cast<cudaStream_t>(stream)) != cudaSuccess) {
             // Cannot order the next copy after this compute on the GPU: wait for the device instead
             // (slow but safe; only on a broken context).
-            detail::cuda_ignore_errors(cudaDeviceSynchronize());
+            cuda_ignore_errors(cudaDeviceSynchronize());
         }
     }
 
     void free_all() noexcept {
-        if (copy_stream_ != nullptr) detail::cuda_ignore_errors(cudaStreamSynchronize(copy_stream_));
+        if (copy_stream_ != nullptr) cuda_ignore_errors(cudaStreamSynchronize(copy_stream_));
         for (auto* e : copied_)
-            if (e != nullptr) detail::cuda_ignore_errors(cudaEventDestroy(e));
+            if (e != nullptr) cuda_ignore_errors(cudaEventDestroy(e));
         for (auto* e : released_)
-            if (e != nullptr) detail::cuda_ignore_errors(cudaEventDestroy(e));
+            if (e != nullptr) cuda_ignore_errors(cudaEventDestroy(e));
         for (void* d : device_buffers_)
-            if (d != nullptr) detail::cuda_ignore_errors(cudaFree(d));
+            if (d != nullptr) cuda_ignore_errors(cudaFree(d));
         for (auto& m : host_) {
-            if (m.from_cuda) detail::cuda_ignore_errors(cudaFreeHost(m.data));
-            if (m.registered) detail::cuda_ignore_errors(cudaHostUnregister(m.data));
+            if (m.from_cuda) cuda_ignore_errors(cudaFreeHost(m.data));
+            if (m.registered) cuda_ignore_errors(cudaHostUnregister(m.data));
             m = host_slot_memory{};
         }
-        if (copy_stream_ != nullptr) detail::cuda_ignore_errors(cudaStreamDestroy(copy_stream_));
+        if (copy_stream_ != nullptr) cuda_ignore_errors(cudaStreamDestroy(copy_stream_));
         copied_.clear();
         released_.clear();
         device_buffers_.clear();

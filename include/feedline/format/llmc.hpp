@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include <feedline/detail/output_file.hpp>
-#include <feedline/detail/output_lock.hpp>
+#include <feedline/output/atomic_file.hpp>
+#include <feedline/output/output_lock.hpp>
 #include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/storage/file.hpp>
@@ -120,7 +120,7 @@ public:
     // holds the prefix or files named like its shards are not an earlier pack's. `held`: a lock the
     // caller already holds on `prefix` (feedline-pack holds one for the whole run).
     llmc_writer(std::string prefix, token_dtype dtype, std::uint32_t delimiter,
-                std::uint64_t shard_tokens = 100'000'000, const detail::output_lock* held = nullptr)
+                std::uint64_t shard_tokens = 100'000'000, const output_lock* held = nullptr)
         : prefix_(std::move(prefix)), dtype_(dtype), delimiter_(delimiter), shard_tokens_(shard_tokens) {
         if (dtype != token_dtype::uint16 && dtype != token_dtype::uint32)
             throw config_error("dtype", "llm.c shards hold uint16 or uint32 tokens, not " + std::string(to_string(dtype)));
@@ -170,7 +170,7 @@ public:
             if (!current_) open_shard();
             close_shard();
         }
-        std::vector<std::vector<detail::file_identity>> ids;
+        std::vector<std::vector<file_identity>> ids;
         for (auto& s : done_) ids.push_back({s->identity()});
         outputs_->publish(ids, [&](std::size_t i) { done_[i]->commit(); });
         std::vector<std::string> paths;
@@ -187,7 +187,7 @@ public:
 private:
     void open_shard() {
         // One shard's bytes are buffered at a time: finished shards hold no buffer and no descriptor.
-        current_ = std::make_unique<detail::output_file>(shard_path(prefix_, done_.size()), 1u << 20, lock_->tag());
+        current_ = std::make_unique<atomic_file>(shard_path(prefix_, done_.size()), 1u << 20, lock_->tag());
         std::array<std::byte, llmc_layout::header_bytes> zeros{};
         current_->write(zeros.data(), zeros.size());  // the real header is written at close
         current_tokens_ = 0;
@@ -205,16 +205,16 @@ private:
         done_.push_back(std::move(current_));
     }
 
-    std::optional<detail::output_lock> own_lock_;
-    const detail::output_lock* lock_ = nullptr;
+    std::optional<output_lock> own_lock_;
+    const output_lock* lock_ = nullptr;
     std::optional<detail::numbered_outputs> outputs_;
     std::string prefix_;
     token_dtype dtype_;
     std::uint32_t delimiter_;
     std::uint64_t shard_tokens_;
-    std::unique_ptr<detail::output_file> current_;
+    std::unique_ptr<atomic_file> current_;
     std::uint64_t current_tokens_ = 0;
-    std::vector<std::unique_ptr<detail::output_file>> done_;
+    std::vector<std::unique_ptr<atomic_file>> done_;
     std::vector<std::byte> scratch_;
     std::array<std::byte, 8> scratch_one_{};
     std::uint64_t documents_ = 0;

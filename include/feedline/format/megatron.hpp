@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include <feedline/detail/output_file.hpp>
-#include <feedline/detail/output_lock.hpp>
+#include <feedline/output/atomic_file.hpp>
+#include <feedline/output/output_lock.hpp>
 #include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/storage/file.hpp>
@@ -252,7 +252,7 @@ public:
     // Throws config_error when the dtype has no Megatron code (uint32), io_error when a file cannot
     // be created or another writer holds the prefix. `held`: a lock the caller already holds, on this
     // prefix or on the set it belongs to (megatron_shards_writer, feedline-pack).
-    megatron_writer(std::string prefix, token_dtype dtype, const detail::output_lock* held = nullptr)
+    megatron_writer(std::string prefix, token_dtype dtype, const output_lock* held = nullptr)
         : prefix_(std::move(prefix)), dtype_(dtype), lock_(held ? held : &own_lock_.emplace(prefix_)),
           bin_(prefix_ + ".bin", 1u << 20, lock_->tag()), document_index_{0} {
         if (!megatron_code(dtype)) throw config_error("dtype", std::string(to_string(dtype)) + " has no Megatron dtype code; use int32");
@@ -307,7 +307,7 @@ public:
     }
 
     // The identities of the .bin and the .idx (in that order) under their temporary names, after close().
-    std::vector<detail::file_identity> identities() {
+    std::vector<file_identity> identities() {
         close();
         return {bin_.identity(), idx_->identity()};
     }
@@ -323,7 +323,7 @@ public:
         close();
         const std::string idx_path = prefix_ + ".idx";
         if (::unlink(idx_path.c_str()) != 0 && errno != ENOENT) throw io_error(idx_path, errno, "cannot remove the older index");
-        detail::sync_parent_directory(idx_path);
+        sync_parent_directory(idx_path);
         bin_.commit();
         idx_->commit();
     }
@@ -334,14 +334,14 @@ public:
 private:
     std::string prefix_;
     token_dtype dtype_;
-    std::optional<detail::output_lock> own_lock_;
-    const detail::output_lock* lock_;
-    detail::output_file bin_;
+    std::optional<output_lock> own_lock_;
+    const output_lock* lock_;
+    atomic_file bin_;
     std::vector<std::int32_t> lengths_;
     std::vector<std::int64_t> pointers_;
     std::vector<std::int64_t> document_index_;
     std::vector<std::byte> scratch_;
-    std::optional<detail::output_file> idx_;
+    std::optional<atomic_file> idx_;
     std::uint64_t documents_ = 0;
 };
 
@@ -353,7 +353,7 @@ class megatron_shards_writer {
 public:
     // Throws as megatron_writer, and io_error naming files numbered like this set's shards that no
     // manifest of an earlier pack vouches for. `held`: a lock the caller already holds on `prefix`.
-    megatron_shards_writer(std::string prefix, token_dtype dtype, std::uint64_t shard_bytes, const detail::output_lock* held = nullptr)
+    megatron_shards_writer(std::string prefix, token_dtype dtype, std::uint64_t shard_bytes, const output_lock* held = nullptr)
         : prefix_(std::move(prefix)), dtype_(dtype), shard_bytes_(shard_bytes), lock_(held ? held : &own_lock_.emplace(prefix_)),
           outputs_(prefix_, {".bin", ".idx"}, *lock_) {
         open_next();
@@ -372,7 +372,7 @@ public:
 
     // Closes and publishes every pair; returns their prefixes. Throws io_error.
     std::vector<std::string> finish() {
-        std::vector<std::vector<detail::file_identity>> ids;
+        std::vector<std::vector<file_identity>> ids;
         for (auto& w : shards_) ids.push_back(w->identities());
         outputs_.publish(ids, [&](std::size_t i) { shards_[i]->commit(); });
         std::vector<std::string> out;
@@ -387,8 +387,8 @@ private:
     std::string prefix_;
     token_dtype dtype_;
     std::uint64_t shard_bytes_;
-    std::optional<detail::output_lock> own_lock_;
-    const detail::output_lock* lock_;
+    std::optional<output_lock> own_lock_;
+    const output_lock* lock_;
     detail::numbered_outputs outputs_;
     std::vector<std::unique_ptr<megatron_writer>> shards_;
 };

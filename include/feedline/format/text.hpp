@@ -2,7 +2,7 @@
 // These are the inputs of tokenization: feedline-pack turns them into token shards offline, and the
 // pipeline's workers tokenize them on the fly. A JSONL line is {"text": "..."} (field name configurable);
 // plain text is one document per file or per blank-line-separated block. Feeds format/text_corpus.hpp
-// (tokenized on the fly by pipeline/text_source.hpp) and feedline-pack (examples/pack.cpp).
+// (tokenized on the fly by pipeline/text_source.hpp) and feedline-pack (tools/pack.cpp).
 #pragma once
 
 #include <algorithm>
@@ -50,7 +50,7 @@ public:
     // Throws io_error when the file is not a regular file or cannot be opened, config_error for JSONL
     // without JSON support built.
     explicit text_reader(std::string path, text_options options = {})
-        : path_(std::move(path)), opt_(std::move(options)), in_((detail::require_regular_file(path_), path_), std::ios::binary) {
+        : path_(std::move(path)), opt_(std::move(options)), in_((require_regular_file(path_), path_), std::ios::binary) {
         if (!in_) throw io_error(path_, errno, "cannot open");
         jsonl_ = detail::ends_with(path_, ".jsonl") || detail::ends_with(path_, ".json") || detail::ends_with(path_, ".ndjson");
 #if !FEEDLINE_HAS_JSON
@@ -256,7 +256,7 @@ inline std::vector<std::string> resolve_text_inputs(const std::vector<std::strin
             throw io_error(in, ENOENT, "no such file");
         }
     }
-    for (const auto& f : out) detail::require_regular_file(f);
+    for (const auto& f : out) require_regular_file(f);
     return out;
 }
 

@@ -5,7 +5,7 @@
 // Layout, little-endian: "FLTOKLEN", u32 version (1), u32 key bytes, the key, u64 documents, u32 per
 // document, then the CRC-32 of everything before it (u32). The key says what the lengths are valid
 // for (tokenizer, options, each file's identity); a reader takes the lengths only for an equal key.
-// Written under a temporary name, synced and renamed (detail/output_file.hpp), so a reader never sees
+// Written under a temporary name, synced and renamed (output/atomic_file.hpp), so a reader never sees
 // half a file; damage (truncation, a flipped bit, trailing bytes) is a format_error naming the offset.
 // Fed by pipeline/text_source.hpp.
 #pragma once
@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include <feedline/detail/output_file.hpp>
+#include <feedline/output/atomic_file.hpp>
 #include <feedline/error.hpp>
 #include <feedline/storage/file.hpp>
 
@@ -111,7 +111,7 @@ struct token_lengths {
     // Writes atomically (temporary name, fsync, rename, directory fsync). Throws io_error.
     void write(const std::string& path) const {
         const std::vector<std::byte> bytes = encode();
-        detail::output_file out(path);
+        atomic_file out(path);
         out.write(bytes.data(), bytes.size());
         out.commit();
     }

@@ -182,7 +182,6 @@ public:
     int world_size() const noexcept { return sampler_->world_size(); }
     const std::vector<weighted_source>& sources() const noexcept { return sources_; }
     // Why this many workers (choose_workers), for logs.
-    const std::string& workers_reason() const noexcept { return workers_reason_; }
 
     // One line for logs: the data, or each blended source with its weight.
     std::string describe() const {
@@ -257,6 +256,7 @@ public:
         s.padding_tokens = padding_.load(std::memory_order_relaxed);
         s.workers_active = active_workers();
         s.io_backend = io_reason_;
+        s.workers_reason = workers_reason_;
         return s;
     }
 

@@ -20,7 +20,7 @@ using pipeline_state = sampler_state;
 // documents in another order, so no position in it means the same batch today.
 inline pipeline_state pipeline_state_from_json(const std::string& text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
-    if (detail::json_format_of(j) == "feedline.text_state") {
+    if (json_format_of(j) == "feedline.text_state") {
         const auto version = j.contains("version") ? j["version"].dump() : std::string("?");
         throw config_error("state", "a feedline.text_state version " + version +
                                         " (saved by the text pipeline of feedline 0.1, before text was sampled like shards) cannot be restored: "

@@ -37,6 +37,7 @@ struct pipeline_stats {
     std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
     std::string io_backend, device;  // how each source reads (and tokenizes), and where batches go
     std::string worker_placement;   // whether the threads filling the ring are kept off the trainer's CPU, and why
+    std::string workers_reason;     // why that many workers: fixed, or from the machine (recommend_workers)
     int trainer_cpu = -1;           // the busy trainer's CPU they are kept off (-1: none noted, or placement off)
     std::string stats_log_error;    // why the stats_jsonl log stopped (empty while it is written)
     // Telemetry for feedline-doctor diagnose; absent (not zero, and not in the JSON) where the machine
@@ -101,7 +102,8 @@ struct pipeline_stats {
         put("gpu_memory_total_bytes", gpu_memory_total_bytes);
         if (!gpu_telemetry.empty()) telemetry += ", \"gpu_telemetry\": \"" + esc(gpu_telemetry) + "\"";
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\", \"worker_placement\": \"" +
-               esc(worker_placement) + "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"" + telemetry + "}";
+               esc(worker_placement) + "\", \"workers_reason\": \"" + esc(workers_reason) + "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"" +
+               telemetry + "}";
     }
 };
 

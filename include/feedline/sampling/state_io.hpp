@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <feedline/detail/json_fields.hpp>
+#include <feedline/format/json_fields.hpp>
 #include <feedline/error.hpp>
 #include <feedline/sampling/sampler.hpp>
 
@@ -124,8 +124,8 @@ inline std::string to_json(const sampler_state& s) {
 
 inline sampler_state sampler_state_from_json(const std::string& text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
-    const detail::json_fields f(j, "sampler state (JSON)");
-    if (j.is_discarded() || detail::json_format_of(j) != "feedline.sampler_state") f.fail("not a feedline sampler state");
+    const json_fields f(j, "sampler state (JSON)");
+    if (j.is_discarded() || json_format_of(j) != "feedline.sampler_state") f.fail("not a feedline sampler state");
     sampler_state s;
     s.version = f.u32("version");
     if (s.version != sampler_state::current_version) f.fail("unsupported version " + std::to_string(s.version));

@@ -126,4 +126,49 @@ inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64
     }
 }
 
+// Throws io_error naming `path` unless it is (or links to) a regular file (by stat: nothing is opened).
+inline void require_regular_file(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw io_error(path, errno, "cannot stat");
+    if (S_ISDIR(st.st_mode)) throw io_error(path, EISDIR, "is a directory where a file belongs");
+    if (!S_ISREG(st.st_mode)) throw io_error(path, EINVAL, S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
+}
+
+// The whole of a small file (a model, a config, a log), read through one descriptor that was checked to
+// be a regular file: opened non-blocking, so a FIFO or device is refused at once instead of blocking
+// the open or the read forever, and a directory is refused instead of read. Throws io_error naming the
+// path, also when the file holds more than `max_bytes` (a reader's memory stays bounded).
+inline std::string read_regular_file(const std::string& path, std::uint64_t max_bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) throw io_error(path, errno, "cannot open");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const int err = errno;
+        ::close(fd);
+        if (st.st_mode == 0) throw io_error(path, err, "cannot stat");
+        throw io_error(path, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
+                       S_ISDIR(st.st_mode) ? "is a directory where a file belongs" : S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+        ::close(fd);
+        throw io_error(path, EFBIG, std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " this file may hold");
+    }
+    std::string out(static_cast<std::size_t>(st.st_size), '\0');
+    std::size_t done = 0;
+    while (done < out.size()) {
+        const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            const int err = errno;
+            ::close(fd);
+            throw io_error(path, err, "read failed", done);
+        }
+        if (n == 0) break;
+        done += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    out.resize(done);  // shrank while read: what is there
+    return out;
+}
+
 }  // namespace feedline

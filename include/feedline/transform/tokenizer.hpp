@@ -150,7 +150,7 @@ inline constexpr std::uint64_t max_model_bytes = std::uint64_t(1) << 30;
 inline void load_sentencepiece_model(sentencepiece::SentencePieceProcessor& spm, const std::string& path, const std::string& field) {
     std::string bytes;
     try {
-        bytes = detail::read_regular_file(path, max_model_bytes);
+        bytes = read_regular_file(path, max_model_bytes);
     } catch (const io_error& e) {
         throw config_error(field, e.what());
     }
@@ -165,7 +165,7 @@ public:
         if (o.model.empty()) throw config_error(field, "text input needs a sentencepiece model");
         std::string bytes;
         try {
-            bytes = detail::read_regular_file(o.model, max_model_bytes);
+            bytes = read_regular_file(o.model, max_model_bytes);
         } catch (const io_error& e) {
             throw config_error(field, e.what());
         }

@@ -34,9 +34,7 @@ public:
 
     bool started() const noexcept { return ring_ != nullptr; }
     staging_ring& ring() noexcept { return *ring_; }
-    const staging_ring* ring_if_started() const noexcept { return ring_.get(); }
     std::size_t prefetch_depth(const memory_plan& m) const noexcept { return ring_ ? ring_->depth() : m.depth; }
-    const std::string& device_reason() const noexcept { return device_reason_; }
 
     // Where the trainer is: the state after the last batch returned (or the restored one).
     const sampler_state& state() const noexcept { return state_; }
@@ -116,9 +114,6 @@ public:
         if (delivered_ % c.stats_every == 0) log(snapshot);
         return h;
     }
-
-    // Why the stats log stopped (empty while it works).
-    const std::string& log_error() const noexcept { return log_error_; }
 
     // After each batch: every autotuner::every batches, the tuner's verdict on the last interval. The
     // ring's depth is applied here; the workers to run are returned for the pipeline to apply.

@@ -1,4 +1,4 @@
-// doctor/measure.hpp: feedline-doctor check --data: what this machine delivers on this data, measured
+// feedline/doctor/measure.hpp: feedline-doctor check --data: what this machine delivers on this data, measured
 // instead of assumed. Read throughput per storage backend (warm: the files in the page cache; cold:
 // after POSIX_FADV_DONTNEED dropped their pages, which works without root for clean pages), the
 // pipeline's tokens/s with 1, 2, 4, ... workers (for text, also what one worker tokenizes per second),
@@ -21,7 +21,7 @@
 #include <feedline/pipeline.hpp>
 #include <feedline/storage/reader.hpp>
 
-namespace doctor {
+namespace feedline::doctor {
 
 struct measure_options {
     std::string data, tokenizer;
@@ -179,4 +179,4 @@ inline nlohmann::json measure_h2d() {
 #endif
 }
 
-}  // namespace doctor
+}  // namespace feedline::doctor

@@ -1,4 +1,4 @@
-// doctor/check.hpp: is this machine set up for training. Reads the machine through feedline's
+// feedline/doctor/check.hpp: is this machine set up for training. Reads the machine through feedline's
 // topology and memory readers (so a fixture tree under a root describes a machine we do not have):
 // usable cores (affinity, cgroup quota), SMT, NUMA nodes and each GPU's node and link, RAM, swap and
 // vm.swappiness, the locked-memory limit, transparent hugepages, io_uring; on the live machine the GPUs
@@ -25,9 +25,9 @@
 #include <feedline/exec/topology.hpp>
 #include <feedline/storage/reader.hpp>
 
-#include "diagnose.hpp"
+#include <feedline/doctor/diagnose.hpp>
 
-namespace doctor {
+namespace feedline::doctor {
 
 // One GPU: where it sits (sysfs) and, on the live machine with NVML, what it holds.
 struct gpu_status {
@@ -296,4 +296,4 @@ inline nlohmann::json describe(const machine& m) {
             {"gpu_source", m.gpu_source}};
 }
 
-}  // namespace doctor
+}  // namespace feedline::doctor

@@ -151,7 +151,7 @@ struct device_array {
     device_array& operator=(const device_array&) = delete;
     ~device_array() { reset(); }
     void reset() noexcept {
-        if (p) feedline::detail::cuda_ignore_errors(cudaFree(p));
+        if (p) feedline::cuda_ignore_errors(cudaFree(p));
         p = nullptr;
         n = 0;
     }
@@ -227,7 +227,7 @@ private:
 #endif
         if (blas_) cublasDestroy(blas_);
         blas_ = nullptr;
-        if (stream_) feedline::detail::cuda_ignore_errors(cudaStreamDestroy(stream_));
+        if (stream_) feedline::cuda_ignore_errors(cudaStreamDestroy(stream_));
         stream_ = nullptr;
     }
 

@@ -1,4 +1,4 @@
-// doctor/plan.hpp: what a data-parallel training job needs, per GPU and per node: GPU memory (model
+// feedline/doctor/plan.hpp: what a data-parallel training job needs, per GPU and per node: GPU memory (model
 // states under ZeRO partitioning, activations, what is left), host memory, CPU cores and read
 // bandwidth. Every figure carries the rule that produced it, so a reader can check it and a script
 // can act on it. Sources:
@@ -31,7 +31,7 @@
 #include <feedline/error.hpp>
 #include <feedline/exec/topology.hpp>
 
-namespace doctor {
+namespace feedline::doctor {
 
 inline constexpr double gib = 1024.0 * 1024.0 * 1024.0;
 
@@ -260,4 +260,4 @@ inline plan_result make_plan(const plan_input& in) {
     return r;
 }
 
-}  // namespace doctor
+}  // namespace feedline::doctor

@@ -1,4 +1,4 @@
-// feedline/detail/json_fields.hpp: reading a saved state's fields from JSON without trusting them.
+// feedline/format/json_fields.hpp: reading a saved document's fields from JSON without trusting them.
 // Resume files are meant to be read and sometimes edited by people, so every number is checked by
 // hand: nlohmann's get<std::uint64_t>() would wrap a negative number and cast a float (undefined
 // behaviour when it is out of range), and value() throws its own type_error for a mistyped field.
@@ -14,7 +14,7 @@
 
 #include <feedline/error.hpp>
 
-namespace feedline::detail {
+namespace feedline {
 
 // The "format" string of a parsed document: empty when it is not an object, has no "format" or
 // the field is not a string.
@@ -67,5 +67,5 @@ private:
     std::string what_;
 };
 
-}  // namespace feedline::detail
+}  // namespace feedline
 #endif

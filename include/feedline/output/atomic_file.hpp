@@ -1,8 +1,9 @@
-// feedline/detail/output_file.hpp: a buffered output file that appears under its final name only when
-// complete. Writers of shards and caches use it so an interrupted or failed write (signal, disk full)
-// never leaves a file that passes validation: data goes to "<name>.tmp-<pid>-<random>", created with
-// O_EXCL | O_NOFOLLOW (a name planted in a shared directory, or a symlink there, is never written
-// through), is synced, renamed by commit(), and the directory is synced so the rename survives a crash.
+// feedline/output/atomic_file.hpp: a buffered output file that appears under its final name only when
+// complete. Writers of shards and caches (and tools: checkpoints, trained models) use it so an
+// interrupted or failed write (signal, disk full) never leaves a file that passes validation: data goes
+// to "<name>.tmp-<pid>-<random>", created with O_EXCL | O_NOFOLLOW (a name planted in a shared
+// directory, or a symlink there, is never written through), is synced, renamed by commit(), and the
+// directory is synced so the rename survives a crash.
 #pragma once
 
 #include <fcntl.h>
@@ -23,13 +24,12 @@
 #include <string_view>
 #include <vector>
 
-#include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
 
-namespace feedline::detail {
+namespace feedline {
 
 // 64 unpredictable bits as hex (getrandom), for temporary names another user cannot guess.
-inline std::string random_suffix() {
+inline std::string unpredictable_suffix() {
     std::uint64_t bits = 0;
     if (::getrandom(&bits, sizeof bits, 0) != static_cast<ssize_t>(sizeof bits))
         bits = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9E3779B97F4A7C15ull;
@@ -67,22 +67,22 @@ inline std::optional<file_identity> identity_of(const std::string& path) {
     return file_identity{static_cast<std::uint64_t>(st.st_size), static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
-class output_file {
+class atomic_file {
 public:
     // Creates the temporary file. `tag` names it ("<final>.tmp-<tag>"): a writer holding an output
-    // lock passes the lock's tag (detail/output_lock.hpp), so a later writer can prove what a killed
+    // lock passes the lock's tag (output/output_lock.hpp), so a later writer can prove what a killed
     // one left; without one it is "<pid>-<64 random bits>". Throws io_error.
-    explicit output_file(std::string final_path, std::size_t buffer_bytes = 1u << 20, const std::string& tag = {})
+    explicit atomic_file(std::string final_path, std::size_t buffer_bytes = 1u << 20, const std::string& tag = {})
         : final_path_(std::move(final_path)),
-          temp_path_(final_path_ + ".tmp-" + (tag.empty() ? std::to_string(::getpid()) + "-" + random_suffix() : tag)) {
+          temp_path_(final_path_ + ".tmp-" + (tag.empty() ? std::to_string(::getpid()) + "-" + unpredictable_suffix() : tag)) {
         fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd_ < 0) throw io_error(final_path_, errno, "cannot create " + temp_path_);
         buffer_.reserve(buffer_bytes);
     }
-    output_file(const output_file&) = delete;
-    output_file& operator=(const output_file&) = delete;
+    atomic_file(const atomic_file&) = delete;
+    atomic_file& operator=(const atomic_file&) = delete;
     // Removes the temporary file unless commit() succeeded. Never throws.
-    ~output_file() {
+    ~atomic_file() {
         if (fd_ >= 0) ::close(fd_);
         if (!committed_) ::unlink(temp_path_.c_str());
     }
@@ -166,4 +166,4 @@ private:
     bool committed_ = false;
 };
 
-}  // namespace feedline::detail
+}  // namespace feedline

@@ -29,15 +29,18 @@
 #include <utility>
 #include <vector>
 
-#include "../tool_main.hpp"
+#include <feedline/doctor/diagnose.hpp>
+
 #include "checkpoint.hpp"
-#include "diagnose.hpp"
 #include "communicator.hpp"
 #include "cpu_backend.hpp"
 #include "model.hpp"
+#include "tool_main.hpp"
 #ifdef FEEDLINE_TRAINER_CUDA
 #include "cuda_backend.hpp"
 #endif
+
+namespace doctor = feedline::doctor;
 
 namespace {
 

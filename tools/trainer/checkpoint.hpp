@@ -31,8 +31,8 @@
 #include <utility>
 #include <vector>
 
-#include <feedline/detail/json_fields.hpp>
-#include <feedline/detail/output_file.hpp>
+#include <feedline/format/json_fields.hpp>
+#include <feedline/output/atomic_file.hpp>
 #include <feedline/pipeline/state.hpp>
 
 #include "model.hpp"
@@ -152,14 +152,14 @@ struct manifest_entry {
 inline std::vector<manifest_entry> parse_manifest(const std::string& text, const std::string& what) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded()) throw checkpoint_error(what + ": not JSON");
-    if (feedline::detail::json_format_of(j) != detail::manifest_format) throw checkpoint_error(what + ": not a feedline-train checkpoint manifest");
+    if (feedline::json_format_of(j) != detail::manifest_format) throw checkpoint_error(what + ": not a feedline-train checkpoint manifest");
     try {
-        const feedline::detail::json_fields f(j, what);
+        const feedline::json_fields f(j, what);
         if (f.u64("version") != 1) f.fail("unknown version (expected 1)");
         std::vector<manifest_entry> out;
         for (const auto& e : f.array("files")) {
             if (!e.is_object()) f.fail("files[] is not an object");
-            const feedline::detail::json_fields ef(e, what);
+            const feedline::json_fields ef(e, what);
             const auto& name = ef.field("name");
             if (!name.is_string()) ef.fail("files[].name is not a string");
             manifest_entry m{name.get<std::string>(), ef.u64("bytes"), ef.u32("crc32")};
@@ -203,13 +203,13 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
     const auto j = nlohmann::json::parse(json_text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) throw checkpoint_error(json_path + ": not a JSON object");
     try {
-        const feedline::detail::json_fields f(j, json_path);
+        const feedline::json_fields f(j, json_path);
         const auto& format = f.field("format");
         if (!format.is_string() || format.get<std::string>() != "feedline-train checkpoint" || f.u64("version") != 1)
             f.fail("not a version 1 feedline-train checkpoint");
         c.step = f.u64("step");
         c.tokens = f.u64("tokens");
-        const feedline::detail::json_fields m(f.field("model"), json_path + " model");
+        const feedline::json_fields m(f.field("model"), json_path + " model");
         const std::uint64_t limit = std::uint64_t(1) << 31;  // no dimension of the sample model comes near
         auto dim = [&](const char* name) { return static_cast<std::uint32_t>(m.whole(m.field(name), name, limit)); };
         c.model = {dim("vocab"), dim("context"), dim("embed"), dim("hidden")};
@@ -294,7 +294,7 @@ inline lineage lineage_of(const std::filesystem::path& dir) {
     if (!j.is_object()) throw checkpoint_error(path.string() + ": not a JSON object");
     lineage l;
     try {
-        const feedline::detail::json_fields f(j, path.string());
+        const feedline::json_fields f(j, path.string());
         l.step = f.u64("step");
         if (j.contains("generation")) {
             l.generation = f.u64("generation");
@@ -382,7 +382,7 @@ inline void check_checkpoint_root(const std::filesystem::path& root) {
     std::error_code ec;
     std::filesystem::create_directories(root, ec);
     if (ec) throw checkpoint_error(root.string() + ": cannot create the checkpoint directory (" + ec.message() + ")");
-    const auto probe = root / (".partial-probe-" + feedline::detail::random_suffix());
+    const auto probe = root / (".partial-probe-" + feedline::unpredictable_suffix());
     if (::mkdir(probe.c_str(), 0755) != 0) throw checkpoint_error(root.string() + ": checkpoints cannot be written here (" + std::strerror(errno) + ")");
     ::rmdir(probe.c_str());
 }
@@ -404,7 +404,7 @@ inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const
     namespace fs = std::filesystem;
     fs::create_directories(root);
     const fs::path final_dir = root / detail::step_name(c.step);
-    saved_checkpoint saved{final_dir, feedline::detail::random_suffix(), c.parent, 1, {}};
+    saved_checkpoint saved{final_dir, feedline::unpredictable_suffix(), c.parent, 1, {}};
     std::vector<std::pair<lineage, fs::path>> existing;
     for (const auto& dir : step_directories(root)) {
         try {
@@ -418,7 +418,7 @@ inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const
     for (const auto& [l, dir] : existing)
         if (dir == final_dir && !l.id.empty() && l.id == saved.parent) saved.parent = l.parent;
     // Fresh and private: mkdir fails if the name exists, so nothing planted there is written through.
-    const fs::path work = root / (".partial-" + detail::step_name(c.step) + "-" + feedline::detail::random_suffix());
+    const fs::path work = root / (".partial-" + detail::step_name(c.step) + "-" + feedline::unpredictable_suffix());
     if (::mkdir(work.c_str(), 0755) != 0) throw checkpoint_error(work.string() + ": cannot create (" + std::strerror(errno) + ")");
     try {
         const nlohmann::json j = {{"format", "feedline-train checkpoint"},

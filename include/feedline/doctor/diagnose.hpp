@@ -1,4 +1,4 @@
-// doctor/diagnose.hpp: why a GPU waits, from what was measured. The observations come from a scenario
+// feedline/doctor/diagnose.hpp: why a GPU waits, from what was measured. The observations come from a scenario
 // file (a documented schema a user fills from nvidia-smi and free by hand) or from a run's JSON-lines
 // log (feedline-train --json); the rules turn them into findings with stable codes, the numbers they
 // read, and what to do. Thresholds and their reasons are in docs/sizing.md.
@@ -23,7 +23,7 @@
 #include <feedline/exec/topology.hpp>
 #include <feedline/format/jsonl_field.hpp>
 
-namespace doctor {
+namespace feedline::doctor {
 
 struct gpu_observation {
     std::optional<double> memory_total_mib, memory_used_mib, utilization;
@@ -400,4 +400,4 @@ inline bool needs_action(const std::vector<finding>& f) {
     return std::any_of(f.begin(), f.end(), [](const finding& x) { return x.severity == "action"; });
 }
 
-}  // namespace doctor
+}  // namespace feedline::doctor

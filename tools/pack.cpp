@@ -79,7 +79,7 @@ private:
 // removed on every way out; a killed pack's is removed by the next pack into the output (output_lock).
 class training_directory {
 public:
-    training_directory(const std::string& output, const feedline::detail::output_lock& lock) : path_(output + ".spm-train.tmp-" + lock.tag()) {
+    training_directory(const std::string& output, const feedline::output_lock& lock) : path_(output + ".spm-train.tmp-" + lock.tag()) {
         if (::mkdir(path_.c_str(), 0700) != 0) throw feedline::io_error(path_, errno, "cannot create the model training directory");
     }
     ~training_directory() {
@@ -96,11 +96,11 @@ private:
 // OUTPUT.model and OUTPUT.vocab (renamed into place: a planted symlink there is replaced, never
 // written through). Returns the model's path.
 std::string train_model(const options& o, const std::vector<std::string>& files, const feedline::text_options& topt,
-                        const feedline::detail::output_lock& lock) {
+                        const feedline::output_lock& lock) {
     const training_directory work(o.output, lock);
     const std::string text_path = work / "input.txt";
     {
-        feedline::detail::output_file out(text_path, 1u << 20);
+        feedline::atomic_file out(text_path, 1u << 20);
         document_source src(files, topt);
         std::vector<std::string> batch;
         while (src.next_batch(batch, 4096, 16 << 20)) {
@@ -127,7 +127,7 @@ std::string train_model(const options& o, const std::vector<std::string>& files,
         const std::string from = work / (std::string("model") + ext), to = o.output + ext;
         if (::rename(from.c_str(), to.c_str()) != 0) throw feedline::io_error(to, errno, "cannot publish the trained model");
     }
-    feedline::detail::sync_parent_directory(o.output);
+    feedline::sync_parent_directory(o.output);
     return o.output + ".model";
 }
 
@@ -135,7 +135,7 @@ std::string train_model(const options& o, const std::vector<std::string>& files,
 // pack's output lock.
 class shard_output {
 public:
-    shard_output(const options& o, feedline::token_dtype dt, std::uint32_t delimiter, const feedline::detail::output_lock& lock) {
+    shard_output(const options& o, feedline::token_dtype dt, std::uint32_t delimiter, const feedline::output_lock& lock) {
         if (o.format == "llmc") {
             std::uint64_t tokens = o.shard_size ? std::max<std::uint64_t>(1, (o.shard_size - std::min<std::uint64_t>(o.shard_size, 1024)) /
                                                                                   feedline::dtype_size(dt))
@@ -188,7 +188,7 @@ int run(const options& o) {
     auto files = feedline::resolve_text_inputs(o.inputs);
     // One pack per output prefix at a time, held from the model's training to the last rename; what a
     // killed pack into this prefix left under temporary names goes now.
-    const feedline::detail::output_lock lock(o.output);
+    const feedline::output_lock lock(o.output);
     if (!o.quiet && !lock.removed_temporaries().empty())
         fmt::print(stderr, "removed {} temporary file(s) a killed pack into {} left\n", lock.removed_temporaries().size(), o.output);
     std::string model_path = o.model.empty() ? train_model(o, files, topt, lock) : o.model;

@@ -1,4 +1,4 @@
-// feedline/detail/output_lock.hpp: one writer at a time per output prefix, and the cleanup of what a
+// feedline/output/output_lock.hpp: one writer at a time per output prefix, and the cleanup of what a
 // killed writer left. A writer of shards (format/megatron.hpp, format/llmc.hpp, feedline-pack) holds
 // an exclusive flock on "<prefix>.lock" while it writes: a second writer of the same prefix is refused
 // at once, naming the holder's pid, instead of both publishing and leaving one dataset that mixes two.
@@ -22,11 +22,12 @@
 #include <utility>
 #include <vector>
 
-#include <feedline/detail/output_file.hpp>
+#include <feedline/output/atomic_file.hpp>
 #include <feedline/error.hpp>
 
-namespace feedline::detail {
+namespace feedline {
 
+namespace detail {
 // "<final>.tmp-<pid>-<token>" -> true when `name` is a temporary name made with `tag` ("<pid>-<token>")
 // for a final name starting with `stem` (a prefix's file name).
 inline bool is_temporary_of(std::string_view name, std::string_view stem, std::string_view tag) {
@@ -34,6 +35,7 @@ inline bool is_temporary_of(std::string_view name, std::string_view stem, std::s
     return name.size() > stem.size() + suffix.size() && name.substr(0, stem.size()) == stem &&
            name.substr(name.size() - suffix.size()) == suffix;
 }
+}  // namespace detail
 
 class output_lock {
 public:
@@ -41,7 +43,7 @@ public:
     // another process holds it (errno EBUSY, with its pid) or it cannot be created; a symlink or
     // anything but a regular file at that name is refused, never followed. When a killed writer's lock
     // file is found, the temporary files its token names are removed. Never blocks.
-    explicit output_lock(std::string prefix) : prefix_(std::move(prefix)), path_(prefix_ + ".lock"), token_(random_suffix()) {
+    explicit output_lock(std::string prefix) : prefix_(std::move(prefix)), path_(prefix_ + ".lock"), token_(unpredictable_suffix()) {
         for (int attempt = 0;; ++attempt) {
             fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
             if (fd_ < 0)
@@ -122,7 +124,7 @@ private:
         std::error_code ec;
         for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
             const std::string name = it->path().filename().string();
-            if (!is_temporary_of(name, stem, tag)) continue;
+            if (!detail::is_temporary_of(name, stem, tag)) continue;
             struct stat st {};
             const std::string path = (fs::path(dir) / name).string();
             if (::lstat(path.c_str(), &st) != 0) continue;
@@ -138,4 +140,4 @@ private:
     std::vector<std::string> removed_;
 };
 
-}  // namespace feedline::detail
+}  // namespace feedline

@@ -15,14 +15,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <feedline/detail/paths.hpp>
+#include <feedline/storage/file.hpp>
 #include <feedline/error.hpp>
 
-#include "check.hpp"
-#include "diagnose.hpp"
-#include "measure.hpp"
-#include "plan.hpp"
-#include "../tool_main.hpp"
+#include <feedline/doctor/check.hpp>
+#include <feedline/doctor/diagnose.hpp>
+#include <feedline/doctor/measure.hpp>
+#include <feedline/doctor/plan.hpp>
+#include "tool_main.hpp"
+
+namespace doctor = feedline::doctor;
 
 namespace {
 
@@ -66,7 +68,7 @@ nlohmann::json to_json(const std::vector<doctor::figure>& figures) {
 std::vector<std::string> config_arguments(const std::string& path) {
     std::string text;
     try {
-        text = feedline::detail::read_regular_file(path, std::uint64_t(1) << 20);  // a FIFO is refused, not waited on
+        text = feedline::read_regular_file(path, std::uint64_t(1) << 20);  // a FIFO is refused, not waited on
     } catch (const feedline::io_error& e) {
         throw feedline::config_error("config", e.what());
     }
@@ -110,7 +112,7 @@ constexpr std::uint64_t max_scenario_bytes = std::uint64_t(16) << 20;
 int run_diagnose(const std::string& path, bool json) {
     // A regular file only: a FIFO without a writer would block the open forever, /dev/zero would be
     // read until memory ran out.
-    feedline::detail::require_regular_file(path);
+    feedline::require_regular_file(path);
     std::ifstream f(path, std::ios::binary);
     if (!f) throw feedline::io_error(path, errno, "cannot open");
     std::error_code ec;
@@ -118,7 +120,7 @@ int run_diagnose(const std::string& path, bool json) {
     doctor::observations o;
     bool scenario = false;
     if (!ec && size <= max_scenario_bytes) {
-        o = doctor::parse_input(feedline::detail::read_regular_file(path, max_scenario_bytes), path, scenario);
+        o = doctor::parse_input(feedline::read_regular_file(path, max_scenario_bytes), path, scenario);
     } else {
         o = doctor::parse_log(f, path);
     }
