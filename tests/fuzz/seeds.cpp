@@ -120,9 +120,9 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     const std::string deep = "{\"step\": 1, \"stall_fraction\": 0.1, \"x\": " + std::string(70, '[') + std::string(70, ']') + "}\n";
     const std::string cut = log + "{\"step\": 2, \"stall_fra";
     for (const auto& [which, text] : {std::pair{0, scenario}, std::pair{1, log}, std::pair{0, deep}, std::pair{1, deep}, std::pair{0, cut}}) {
-        std::vector<std::uint8_t> seed{static_cast<std::uint8_t>(which)};
-        seed.insert(seed.end(), text.begin(), text.end());
-        seeds.push_back(seed);
+        std::vector<std::uint8_t> seed(text.size() + 1, static_cast<std::uint8_t>(which));
+        std::memcpy(seed.data() + 1, text.data(), text.size());
+        seeds.push_back(std::move(seed));
     }
 #else
     for (auto [magic, version, width] : {std::tuple{20240520, 1, 2}, std::tuple{20240801, 7, 4}}) {

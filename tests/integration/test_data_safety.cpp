@@ -356,7 +356,7 @@ TEST_CASE("DataSafety.Paths.AModelThatIsAFifoOrADirectoryIsRefusedAtOnce") {
     for (const std::string& model : {fifo, directory}) {
         CAPTURE(model);
         // `timeout` ends a hang with 124; an abort would be 134.
-        for (const std::string cmd : {bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " + model + " --output " + (c.dir / "x"),
+        for (const std::string& cmd : {bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " + model + " --output " + (c.dir / "x"),
                                       bin + "/feedline-iterate --tokenizer " + model + " --batches 2 " + c.jsonl,
                                       bin + "/feedline-train --data " + (c.dir / "d") + " --tokenizer " + model + " --max-steps 2",
                                       bin + "/feedline-doctor check --data " + c.jsonl + " --tokenizer " + model + " --seconds 1"}) {

@@ -736,8 +736,8 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
         REQUIRE_MESSAGE(st.ok(), st.ToString());
         return dir / (name + ".model");
     };
-    for (const std::string& type : {"unigram", "bpe"}) {
-        for (const std::string& norm : {"nmt_nfkc", "identity"}) {
+    for (const std::string type : {"unigram", "bpe"}) {
+        for (const std::string norm : {"nmt_nfkc", "identity"}) {
             CAPTURE(type);
             CAPTURE(norm);
             const std::string model = train(type + "-" + norm, " --model_type=" + type + " --normalization_rule_name=" + norm);

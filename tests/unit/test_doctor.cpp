@@ -779,5 +779,5 @@ TEST_CASE("Doctor.Faults.HostileInputsAreRefusedNeverACrashOrAHang") {
     }
     auto measured = run("check --json --seconds 0.2 --max-workers 1 --seq-len 64 --data '" + odd + "/part'");
     REQUIRE_MESSAGE(measured.code != 2, measured.err);
-    CHECK_NOTHROW((void)nlohmann::json::parse(measured.out));
+    CHECK(nlohmann::json::parse(measured.out).is_object());
 }
