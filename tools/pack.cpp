@@ -193,9 +193,9 @@ int run(const options& o) {
         fmt::print(stderr, "removed {} temporary file(s) a killed pack into {} left\n", lock.removed_temporaries().size(), o.output);
     std::string model_path = o.model.empty() ? train_model(o, files, topt, lock) : o.model;
 
-    const feedline::tokenizer probe({.model = model_path, .add_eos = false}, "model");
-    const auto vocab = static_cast<std::uint64_t>(probe.vocab_size());
-    const int eos = probe.eos_id();
+    const auto probe = feedline::make_tokenizer({.model = model_path, .add_eos = false}, "model");
+    const auto vocab = static_cast<std::uint64_t>(probe->vocab_size());
+    const int eos = probe->eos_id();
     if (o.append_eos && eos < 0) throw feedline::config_error("append-eos", "the model has no end-of-sentence piece");
     feedline::token_dtype dt;
     if (o.dtype == "auto")
@@ -204,7 +204,7 @@ int run(const options& o) {
     else
         dt = feedline::parse_dtype(o.dtype);
     // llm.c documents begin with a delimiter: the model's end-of-text piece, as llm.c uses GPT-2's.
-    auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, probe.bos_id()));
+    auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, probe->bos_id()));
     shard_output out(o, dt, delimiter, lock);
 
     // A reader thread, o.threads tokenizers (one sentencepiece processor each) and this thread writing

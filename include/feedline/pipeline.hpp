@@ -41,4 +41,8 @@
 #include <feedline/transform/collate.hpp>
 #include <feedline/transform/tokenize_in_order.hpp>
 #include <feedline/transform/tokenizer.hpp>
+#include <feedline/transform/tokenizers.hpp>
+#include <feedline/output/atomic_file.hpp>
+#include <feedline/output/output_lock.hpp>
+#include <feedline/format/json_fields.hpp>
 #include <feedline/version.hpp>

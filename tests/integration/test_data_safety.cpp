@@ -365,6 +365,6 @@ TEST_CASE("DataSafety.Paths.AModelThatIsAFifoOrADirectoryIsRefusedAtOnce") {
             CHECK_MESSAGE(r.code == (cmd.find("doctor") != std::string::npos ? 2 : 1), r.err);
             CHECK_MESSAGE(r.err.find(model) != std::string::npos, r.err);
         }
-        CHECK_THROWS_AS(tokenizer({.model = model}), config_error);
+        CHECK_THROWS_AS(make_tokenizer({.model = model}), config_error);
     }
 }

@@ -741,8 +741,8 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
             CAPTURE(type);
             CAPTURE(norm);
             const std::string model = train(type + "-" + norm, " --model_type=" + type + " --normalization_rule_name=" + norm);
-            tokenizer whole({.model = model, .piece_bytes = std::uint64_t(1) << 30});
-            tokenizer pieces({.model = model, .piece_bytes = 1000});
+            sentencepiece_tokenizer whole({.model = model, .piece_bytes = std::uint64_t(1) << 30});
+            sentencepiece_tokenizer pieces({.model = model, .piece_bytes = 1000});
             REQUIRE(pieces.pieces_are_exact());
             std::vector<std::int32_t> a, b;
             REQUIRE(whole.encode(long_doc, a).empty());
@@ -756,7 +756,7 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
             ref.push_back(spm.eos_id());
             CHECK(std::vector<std::int32_t>(ref.begin(), ref.end()) == a);
             // Split at every space of a shorter stretch too: each piece as small as it gets.
-            tokenizer smallest({.model = model, .piece_bytes = 1});
+            sentencepiece_tokenizer smallest({.model = model, .piece_bytes = 1});
             const std::string part = long_doc.substr(0, 20000);
             REQUIRE(whole.encode(part, a).empty());
             REQUIRE(smallest.encode(part, b).empty());
@@ -765,7 +765,7 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
     }
     // A run without a space longer than may be given at once: refused, saying where.
     const std::string model = dir / "unigram-nmt_nfkc.model";
-    tokenizer bounded({.model = model, .piece_bytes = 1000, .max_unsplit_bytes = 4000});
+    sentencepiece_tokenizer bounded({.model = model, .piece_bytes = 1000, .max_unsplit_bytes = 4000});
     std::vector<std::int32_t> ids;
     const std::string run = "start " + std::string(5000, 'x') + " end";
     const std::string problem = bounded.encode(run, ids);
@@ -774,7 +774,7 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
     std::atomic<bool> cancel{true};
     CHECK(bounded.encode(long_doc, ids, &cancel) == "interrupted");
     // A model that keeps runs of spaces cannot be split exactly: whole up to the bound, refused past it.
-    tokenizer kept({.model = train("kept", " --remove_extra_whitespaces=false"), .piece_bytes = 1000, .max_unsplit_bytes = 20000});
+    sentencepiece_tokenizer kept({.model = train("kept", " --remove_extra_whitespaces=false"), .piece_bytes = 1000, .max_unsplit_bytes = 20000});
     CHECK_FALSE(kept.pieces_are_exact());
     CHECK(kept.encode(long_doc.substr(0, 15000), ids).empty());
     CHECK(kept.encode(long_doc.substr(0, 25000), ids).find("longer than the 20000") != std::string::npos);

@@ -14,9 +14,6 @@
 
 #include <feedline/pipeline.hpp>
 
-#if FEEDLINE_HAS_SENTENCEPIECE
-#include <sentencepiece_processor.h>
-#endif
 
 #include <chrono>
 #include <cmath>
@@ -85,13 +82,7 @@ void add_telemetry(nlohmann::json& j, const std::optional<feedline::gpu_interval
 std::uint32_t vocabulary_from(const options& o) {
     if (o.model.vocab) return o.model.vocab;
     if (!o.tokenizer.empty()) {
-#if FEEDLINE_HAS_SENTENCEPIECE
-        sentencepiece::SentencePieceProcessor spm;
-        feedline::load_sentencepiece_model(spm, o.tokenizer, "--tokenizer");
-        return static_cast<std::uint32_t>(spm.GetPieceSize());
-#else
-        throw feedline::config_error("--tokenizer", "this build has no sentencepiece; pass --vocab-size");
-#endif
+        return static_cast<std::uint32_t>(feedline::make_tokenizer({.model = o.tokenizer, .add_eos = false}, "--tokenizer")->vocab_size());
     }
     throw feedline::config_error("--vocab-size", "unknown: pass --vocab-size V or --tokenizer MODEL (the sentencepiece model the data was packed with)");
 }

@@ -79,15 +79,10 @@ struct weighted_source {
 };
 
 // Opens what a spec names: token shards, or JSONL/text tokenized with config.text. Throws io_error /
-// format_error naming the file, config_error for text without a tokenizer (or without sentencepiece).
+// format_error naming the file, config_error for text without a tokenizer (or none built).
 inline std::shared_ptr<batch_source> open_source(const std::string& spec, const pipeline_config& config) {
     if (detect_source(spec) == source_kind::tokens) return std::make_shared<shard_source>(spec);
-#if FEEDLINE_HAS_SENTENCEPIECE
     return std::make_shared<text_source>(std::vector<std::string>{spec}, config.text);
-#else
-    (void)config;
-    throw config_error("text.tokenizer", "'" + spec + "' is text: tokenizing it needs sentencepiece, which this build of feedline lacks (pack it with feedline-pack)");
-#endif
 }
 
 inline std::vector<weighted_source> open_sources(const std::vector<weighted_spec>& blend, const pipeline_config& config) {
@@ -298,11 +293,9 @@ private:
             if (config_.text.tokenizer != text_config{}.tokenizer) throw config_error("text.tokenizer", "set, but the data has no JSONL/text (shards are tokenized already)");
             if (config_.text != text_config{}) throw config_error("text", "text options set, but the data has no JSONL/text");
         }
-#if FEEDLINE_HAS_SENTENCEPIECE
         for (const auto& s : sources_)
             if (const auto* t = dynamic_cast<const text_source*>(s.source.get()); t && config_.text != text_config{} && config_.text != t->config())
                 throw config_error("text", "differs from the options the text source was opened with");
-#endif
     }
 
     // Picks the number of slots within the budget (the config's prefetch if given). Throws config_error

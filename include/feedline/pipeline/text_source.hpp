@@ -3,143 +3,34 @@
 // so text gets everything shards get: the three shuffle modes (a file is a shard), windows and packed
 // rows with the same packing function, tail drop/pad, rank slices that join to the one-rank batch,
 // exact resume anywhere (mid-document included) and blending with any other source.
-// The counts come from one tokenizing pass when the corpus is first opened with a tokenizer, run on
-// all usable cores and kept in a cache file (format/token_lengths.hpp) keyed by the tokenizer, the
-// options and each file's identity, so later opens read 4 bytes per document instead.
-// Samples stay in the epoch's document order (documents are shuffled, windows are not shuffled across
-// the epoch): a batch then covers consecutive tokens, so a worker tokenizes each of its documents once;
-// the documents a batch shares with its neighbours (its first and last, and any longer than a sample),
-// which other workers need too, are tokenized once and shared through a bounded cache. Each worker has its own sentencepiece processor (transform/tokenizer.hpp).
+// The counts come from one tokenizing pass when the corpus is first opened, kept in a cache file
+// (pipeline/detail/text_token_counts.hpp). Samples stay in the epoch's document order (documents are
+// shuffled, windows are not shuffled across the epoch): a batch then covers consecutive tokens, so a
+// worker tokenizes each of its documents once; the documents a batch shares with its neighbours (its
+// first and last, and any longer than a sample), which other workers need too, are tokenized once and
+// shared through a bounded cache (pipeline/detail/document_cache.hpp). Each worker has its own
+// tokenizer (transform/tokenizer.hpp: any registered kind).
 // Fed by format/text_corpus.hpp; feeds the pipeline's workers (pipeline/pipeline.hpp).
 #pragma once
 
-#include <sys/stat.h>
-
-#include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <exception>
-#include <filesystem>
-#include <fstream>
-#include <future>
-#include <list>
+#include <cstring>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <system_error>
-#include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include <feedline/exec/topology.hpp>
 #include <feedline/format/text_corpus.hpp>
-#include <feedline/format/token_lengths.hpp>
 #include <feedline/pipeline/defaults.hpp>
+#include <feedline/pipeline/detail/document_cache.hpp>
+#include <feedline/pipeline/detail/text_token_counts.hpp>
 #include <feedline/pipeline/source.hpp>
-#include <feedline/transform/tokenizer.hpp>
+#include <feedline/transform/tokenizers.hpp>
 
 namespace feedline {
 
-namespace detail {
 
-// Tokens of long documents, shared by the workers of every pipeline over one text source: a document
-// longer than a sample spans batches that different workers make, and each would tokenize all of it.
-// The first worker to ask tokenizes it; workers asking meanwhile wait for that result instead of
-// tokenizing it again. Least recently used entries go once the cache holds more than `capacity` bytes
-// (the newest entry always stays, so a document larger than the cache costs one copy).
-class document_cache {
-public:
-    using tokens = std::shared_ptr<const std::vector<std::int32_t>>;
-    explicit document_cache(std::uint64_t capacity) : capacity_(capacity) {}
-
-    // The document's tokens: cached, being made by another thread (waited for; its error rethrown),
-    // or made here by `make()` (returns std::vector<std::int32_t>).
-    template <class Make>
-    tokens get(std::uint64_t document, Make&& make) {
-        std::unique_lock lock(mutex_);
-        if (auto it = entries_.find(document); it != entries_.end()) {
-            order_.splice(order_.begin(), order_, it->second.position);
-            std::shared_future<tokens> value = it->second.value;
-            lock.unlock();
-            return value.get();
-        }
-        std::promise<tokens> promise;
-        order_.push_front(document);
-        entries_.emplace(document, entry{promise.get_future().share(), order_.begin(), 0});
-        lock.unlock();
-        tokens made;
-        try {
-            made = std::make_shared<const std::vector<std::int32_t>>(make());
-        } catch (...) {
-            promise.set_exception(std::current_exception());
-            lock.lock();
-            erase(document);
-            throw;
-        }
-        promise.set_value(made);
-        lock.lock();
-        if (auto it = entries_.find(document); it != entries_.end()) {
-            it->second.bytes = made->size() * sizeof(std::int32_t) + sizeof(entry);
-            used_ += it->second.bytes;
-            evict(document);
-        }
-        return made;
-    }
-
-    std::uint64_t capacity() const noexcept { return capacity_; }
-    // Bytes held now (approximate: for stats and tests).
-    std::uint64_t used() const {
-        std::lock_guard lock(mutex_);
-        return used_;
-    }
-
-private:
-    struct entry {
-        std::shared_future<tokens> value;
-        std::list<std::uint64_t>::iterator position;
-        std::uint64_t bytes = 0;  // 0 while being made: never evicted then
-    };
-    void erase(std::uint64_t document) {
-        auto it = entries_.find(document);
-        if (it == entries_.end()) return;
-        used_ -= it->second.bytes;
-        order_.erase(it->second.position);
-        entries_.erase(it);
-    }
-    void evict(std::uint64_t keep) {
-        for (auto it = order_.end(); used_ > capacity_ && it != order_.begin();) {
-            --it;
-            const std::uint64_t doc = *it;
-            auto& e = entries_.at(doc);
-            if (doc == keep || e.bytes == 0) continue;
-            ++it;  // erase() invalidates the element only
-            erase(doc);
-        }
-    }
-
-    std::uint64_t capacity_;
-    mutable std::mutex mutex_;
-    std::unordered_map<std::uint64_t, entry> entries_;
-    std::list<std::uint64_t> order_;  // most recently used first
-    std::uint64_t used_ = 0;
-};
-
-// The directory for feedline's caches: `configured`, else $FEEDLINE_CACHE_DIR, else
-// $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; empty for "none" or when none can be named.
-inline std::string cache_directory(const std::string& configured) {
-    if (configured == "none") return {};
-    if (!configured.empty()) return configured;
-    if (const char* d = std::getenv("FEEDLINE_CACHE_DIR"); d && *d) return d;
-    if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/feedline";
-    if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/feedline";
-    return {};
-}
-
-}  // namespace detail
-
-#if FEEDLINE_HAS_SENTENCEPIECE
 class text_source final : public batch_source {
 public:
     // Opens `corpus` with `config.tokenizer` and its token-length index (cached, or computed by
@@ -148,11 +39,13 @@ public:
     text_source(std::shared_ptr<const text_corpus> corpus, text_config config, unsigned threads = 0)
         : corpus_(std::move(corpus)), config_(std::move(config)) {
         if (!corpus_) throw config_error("dataset", "no text corpus given");
-        const tokenizer probe(tokenizer_config());
-        vocab_ = probe.vocab_size();
+        const auto probe = make_tokenizer(tokenizer_config());
+        vocab_ = probe->vocab_size();
         for (std::uint64_t d = 0; d < corpus_->document_count(); ++d)
             if (d == 0 || corpus_->document(d).file != corpus_->document(d - 1).file) block_starts_.push_back(d);
-        load_or_count_lengths(threads);
+        auto counts = detail::load_or_count_tokens(*corpus_, tokenizer_config(), *probe, config_.cache_dir, threads);
+        lengths_ = std::move(counts.lengths);
+        lengths_origin_ = std::move(counts.origin);
         for (std::uint32_t n : lengths_) tokens_ += n;
         // Never more than the whole corpus's tokens: a small corpus does not reserve the full default.
         cache_ = std::make_unique<detail::document_cache>(std::min<std::uint64_t>(defaults::document_cache_bytes, tokens_ * sizeof(std::int32_t)));
@@ -194,125 +87,17 @@ public:
 private:
     tokenizer_options tokenizer_config() const { return {.model = config_.tokenizer, .add_bos = config_.add_bos, .add_eos = config_.add_eos}; }
 
-    // What the cached lengths are valid for: the format, the tokenizer file's identity and bytes, the
-    // options, and each text file's identity (path, size, modification time, inode).
-    std::string lengths_key() const {
-        std::string key = "feedline.token_lengths 1\n";
-        auto identity = [](const std::string& path) {
-            struct stat st {};
-            if (::stat(path.c_str(), &st) != 0) throw io_error(path, errno, "cannot stat");
-            std::error_code ec;
-            const auto canonical = std::filesystem::weakly_canonical(path, ec);
-            return (ec ? path : canonical.string()) + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
-                   std::to_string(st.st_mtim.tv_nsec) + " " + std::to_string(st.st_ino);
-        };
-        const file model(config_.tokenizer);
-        std::vector<std::byte> bytes(model.size());
-        pread_exact(model.fd(), model.path(), bytes.data(), bytes.size(), 0);
-        boost::crc_32_type crc;
-        crc.process_bytes(bytes.data(), bytes.size());
-        key += "tokenizer " + identity(config_.tokenizer) + " crc32 " + std::to_string(crc.checksum()) + "\n";
-        const text_options& o = corpus_->options();
-        key += "bos " + std::to_string(config_.add_bos) + " eos " + std::to_string(config_.add_eos) + " field " + o.field + " split " +
-               std::to_string(static_cast<int>(o.split)) + " skip_invalid " + std::to_string(o.skip_invalid) + " max_line_bytes " + std::to_string(o.max_line_bytes) + "\n";
-        for (std::size_t f = 0; f < corpus_->file_count(); ++f) key += "file " + identity(corpus_->file_at(f).path()) + "\n";
-        key += "documents " + std::to_string(corpus_->document_count()) + "\n";
-        return key;
-    }
-
-    void load_or_count_lengths(unsigned threads) {
-        const std::string key = lengths_key();
-        const std::string dir = detail::cache_directory(config_.cache_dir);
-        std::string path;
-        if (!dir.empty()) {
-            boost::crc_32_type crc;
-            crc.process_bytes(key.data(), key.size());
-            char name[32];
-            std::snprintf(name, sizeof name, "tokens-%08x.lengths", static_cast<unsigned>(crc.checksum()));
-            path = (std::filesystem::path(dir) / name).string();
-            try {
-                if (auto cached = token_lengths::read(path, key); cached && cached->size() == corpus_->document_count()) {
-                    lengths_ = std::move(*cached);
-                    lengths_origin_ = "read from " + path;
-                    return;
-                }
-            } catch (const error& e) {  // damaged or unreadable: counted again and rewritten below
-                lengths_origin_ = std::string("cache unusable (") + e.what() + "); ";
-            }
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        const unsigned n = count_lengths(threads);
-        lengths_origin_ += "computed by " + std::to_string(n) + " thread(s) in " +
-                           std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s";
-        if (path.empty()) {
-            lengths_origin_ += ", not cached (cache_dir none)";
-            return;
-        }
-        try {
-            std::error_code ec;
-            std::filesystem::create_directories(dir, ec);
-            token_lengths{key, lengths_}.write(path);
-            lengths_origin_ += ", cached in " + path;
-        } catch (const error& e) {  // a read-only home, a full disk: the run goes on, the next open counts again
-            lengths_origin_ += std::string(", not cached: ") + e.what();
-        }
-    }
-
-    // Every document's token count, on `threads` threads with a tokenizer each. Returns the threads used.
-    unsigned count_lengths(unsigned threads) {
-        const std::uint64_t n = corpus_->document_count();
-        if (threads == 0) threads = static_cast<unsigned>(std::max(1.0, read_topology().usable_cores()));
-        threads = static_cast<unsigned>(std::clamp<std::uint64_t>(n / 64, 1, threads));
-        lengths_.assign(n, 0);
-        constexpr std::uint64_t chunk = 64;  // documents claimed at once
-        std::atomic<std::uint64_t> next{0};
-        std::atomic<bool> failed{false};
-        std::exception_ptr failure;
-        std::mutex failure_mutex;
-        auto count = [&] {
-            try {
-                tokenizer tok(tokenizer_config());
-                text_corpus::scratch scratch;
-                std::string text;
-                std::vector<std::int32_t> ids;
-                for (std::uint64_t first; !failed.load(std::memory_order_relaxed) && (first = next.fetch_add(chunk)) < n;)
-                    for (std::uint64_t d = first; d < std::min(n, first + chunk); ++d) {
-                        corpus_->document_text(d, scratch, text);
-                        encode(tok, d, text, ids);
-                        if (ids.size() > UINT32_MAX) {
-                            const auto& ref = corpus_->document(d);
-                            throw format_error(corpus_->file_of(ref).path(), ref.offset, "a document of more than 2^32 tokens");
-                        }
-                        lengths_[d] = static_cast<std::uint32_t>(ids.size());
-                    }
-            } catch (...) {
-                std::lock_guard lock(failure_mutex);
-                if (!failure) failure = std::current_exception();
-                failed.store(true);
-            }
-        };
-        std::vector<std::thread> pool;
-        try {
-            for (unsigned t = 1; t < threads; ++t) pool.emplace_back(count);
-        } catch (const std::system_error&) {  // no more threads (a pids limit): count with those there are
-        }
-        count();
-        for (auto& t : pool) t.join();
-        if (failure) std::rethrow_exception(failure);
-        return static_cast<unsigned>(pool.size()) + 1;
-    }
-
     void encode(tokenizer& tok, std::uint64_t d, const std::string& text, std::vector<std::int32_t>& ids) const {
         if (std::string problem = tok.encode(text, ids); !problem.empty()) {
             const auto& ref = corpus_->document(d);
-            throw format_error(corpus_->file_of(ref).path(), ref.offset, "sentencepiece could not encode this document: " + problem);
+            throw format_error(corpus_->file_of(ref).path(), ref.offset, "the tokenizer could not encode this document: " + problem);
         }
     }
 
     class worker final : public source_worker {
     public:
         worker(text_source& s, const pipeline_config& c, source_counters& counters)
-            : source_(s), counters_(counters), windows_(c.mode == sample_mode::windows), long_document_(c.seq_len), tokenizer_(s.tokenizer_config()) {}
+            : source_(s), counters_(counters), windows_(c.mode == sample_mode::windows), long_document_(c.seq_len), tokenizer_(make_tokenizer(s.tokenizer_config())) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
             std::uint64_t assemble_ns = 0;
@@ -370,7 +155,7 @@ private:
             const auto t0 = std::chrono::steady_clock::now();
             source_.corpus_->document_text(d, scratch_, text_);
             const auto t1 = std::chrono::steady_clock::now();
-            source_.encode(tokenizer_, d, text_, out);
+            source_.encode(*tokenizer_, d, text_, out);
             read_ns_ += detail::elapsed_ns(t0, t1);
             tokenize_ns_ += detail::elapsed_ns(t1);
             bytes_read_ += text_.size();
@@ -386,7 +171,7 @@ private:
         source_counters& counters_;
         bool windows_;
         std::uint64_t long_document_;  // longer than a sample: shared through the cache
-        tokenizer tokenizer_;
+        std::unique_ptr<tokenizer> tokenizer_;
         text_corpus::scratch scratch_;
         std::string text_;
         std::vector<std::int32_t> own_;
@@ -405,6 +190,5 @@ private:
     std::string lengths_origin_;
     std::unique_ptr<detail::document_cache> cache_;
 };
-#endif
 
 }  // namespace feedline

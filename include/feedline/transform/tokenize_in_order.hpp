@@ -21,22 +21,37 @@
 #include <feedline/error.hpp>
 #include <feedline/exec/queue.hpp>
 #include <feedline/exec/reorder.hpp>
-#include <feedline/transform/tokenizer.hpp>
+#include <feedline/transform/tokenizers.hpp>
 
 namespace feedline {
 
-#if FEEDLINE_HAS_SENTENCEPIECE
+// A document the tokenizer could not encode: its position in the input (0-based, in the order read)
+// and the tokenizer's reason. Callers that know where documents come from turn it into a format_error
+// naming the file and offset.
+class encode_error : public error {
+public:
+    encode_error(std::uint64_t document, std::string problem)
+        : error("document " + std::to_string(document) + ": the tokenizer could not encode it: " + problem), document_(document), problem_(std::move(problem)) {}
+    std::uint64_t document() const noexcept { return document_; }
+    const std::string& problem() const noexcept { return problem_; }
+
+private:
+    std::uint64_t document_;
+    std::string problem_;
+};
+
 // `read(std::vector<std::string>& docs) -> bool` fills the next chunk, false when there is no more
 // (documents it filled then are still tokenized and written); called on the reader thread. `write(const std::vector<std::string>& docs, const std::vector<std::vector<std::int32_t>>& ids)`
 // receives every chunk's documents and ids, in input order, on the calling thread. The first failure
-// anywhere (reading, a document sentencepiece cannot encode, writing) stops every thread and is
-// rethrown here with its type; every thread is joined before this returns or throws. `stop`, when
+// anywhere (reading, a document the tokenizer cannot encode: encode_error, writing) stops every thread
+// and is rethrown here with its type; every thread is joined before this returns or throws. `stop`, when
 // given, is watched every 100 ms: once set, every thread stops within about a second (tokenizers
 // between documents and between the pieces of a long one) and an error "interrupted" is thrown.
 template <class Read, class Write>
 void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&& read, Write&& write, const std::atomic<bool>* stop = nullptr) {
     struct chunk {
         std::uint64_t seq = 0;
+        std::uint64_t first_document = 0;  // the position of docs[0] in the input
         bool last = false;  // the end marker, after the last chunk of documents
         std::vector<std::string> docs;
         std::vector<std::vector<std::int32_t>> ids;
@@ -68,10 +83,11 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
     try {
         reader = std::thread([&] {
             try {
-                for (std::uint64_t seq = 0;;) {
-                    chunk c{.seq = seq};
+                for (std::uint64_t seq = 0, documents = 0;;) {
+                    chunk c{.seq = seq, .first_document = documents};
                     const bool more = read(c.docs);
                     if (!c.docs.empty()) {
+                        documents += c.docs.size();
                         if (!todo.push(std::move(c))) return;  // not pushed: stopped by a failure
                         ++seq;
                     }
@@ -87,14 +103,14 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
         for (unsigned t = 0; t < threads; ++t)
             tokenizers.emplace_back([&] {
                 try {
-                    tokenizer tok(options);
+                    const auto tok = make_tokenizer(options);
                     while (auto c = todo.pop()) {
                         c->ids.resize(c->docs.size());
                         for (std::size_t i = 0; i < c->docs.size(); ++i) {
                             if (stopping.load(std::memory_order_relaxed)) return;
-                            if (const std::string problem = tok.encode(c->docs[i], c->ids[i], &stopping); !problem.empty()) {
+                            if (const std::string problem = tok->encode(c->docs[i], c->ids[i], &stopping); !problem.empty()) {
                                 if (stopping.load()) return;
-                                throw error("sentencepiece could not encode a document: " + problem);
+                                throw encode_error(c->first_document + i, problem);
                             }
                         }
                         const std::uint64_t seq = c->seq;
@@ -132,6 +148,5 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
     join_all();
     if (failure) std::rethrow_exception(failure);
 }
-#endif
 
 }  // namespace feedline

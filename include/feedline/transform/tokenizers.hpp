@@ -1,0 +1,9 @@
+// feedline/transform/tokenizers.hpp: every tokenizer kind this build has, registered. One #include line
+// per implementation: each header registers its kind with the tokenizer registry when included
+// (transform/tokenizer.hpp), and is empty when its library was not found. Include this, not an
+// implementation, to make tokenizers with make_tokenizer().
+#pragma once
+
+#include <feedline/transform/tokenizer.hpp>
+
+#include <feedline/transform/sentencepiece_tokenizer.hpp>
