@@ -92,7 +92,7 @@ double residency(const feedline::file& f) {
 void warm(const feedline::token_dataset& ds) {
     std::vector<char> buf(8 << 20);
     for (std::size_t s = 0; s < ds.shard_count(); ++s) {
-        int fd = ds.shard(s).bin->fd();
+        int fd = ds.shard(s).bin->local_file()->fd();
         for (off_t off = 0; ::pread(fd, buf.data(), buf.size(), off) > 0; off += static_cast<off_t>(buf.size())) {
         }
     }
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
     const std::size_t warm_windows = 200'000;
     auto starts = window_starts(ds, warm_windows, 1);
     std::vector<feedline::file_mapping> maps;
-    for (std::size_t s = 0; s < ds.shard_count(); ++s) maps.emplace_back(*ds.shard(s).bin, feedline::access_pattern::random);
+    for (std::size_t s = 0; s < ds.shard_count(); ++s) maps.emplace_back(*ds.shard(s).bin->local_file(), feedline::access_pattern::random);
     auto memcpy_windows = [&] {
         // The baseline: memcpy straight out of the resident mapping, same windows, same destinations.
         auto t0 = clock_type::now();
@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
 
     warm(ds);
     double resident = 0;
-    for (std::size_t s = 0; s < ds.shard_count(); ++s) resident += residency(*ds.shard(s).bin) / static_cast<double>(ds.shard_count());
+    for (std::size_t s = 0; s < ds.shard_count(); ++s) resident += residency(*ds.shard(s).bin->local_file()) / static_cast<double>(ds.shard_count());
     std::printf("page cache residency before warm cases: %.0f%%\n", resident * 100);
     for (int rep = 0; rep < a.repeats; ++rep) {
         warm(ds);  // the page cache here drops idle files within a minute: re-warm every round

@@ -73,7 +73,7 @@ struct fixture {
 
     void check(const std::vector<read_request>& reqs) {
         for (const auto& r : reqs) {
-            std::size_t f = static_cast<std::size_t>(r.source - files.data());
+            std::size_t f = static_cast<std::size_t>(r.source->local_file() - files.data());
             REQUIRE(std::equal(r.dest, r.dest + r.length, contents[f].begin() + static_cast<std::ptrdiff_t>(r.offset)));
         }
     }

@@ -39,10 +39,12 @@ inline std::vector<std::string> files_of(const std::string& dataset) {
     std::vector<std::string> out;
     for (const auto& w : feedline::parse_data_spec(dataset)) {
         const std::string& s = w.spec;
-        if (feedline::detail::path_exists(s + ".bin")) out.push_back(s + ".bin");
-        else if (feedline::detail::has_glob_chars(s)) for (auto& f : feedline::detail::glob_paths(s)) out.push_back(f);
-        else if (feedline::detail::is_directory(s)) for (auto& f : feedline::detail::regular_files_in(s)) out.push_back(f);
-        else out.push_back(s);
+        if (feedline::scheme_for(s).exists(s + ".bin")) {
+            out.push_back(s + ".bin");  // a Megatron prefix: its data
+            continue;
+        }
+        const auto where = feedline::expand_location(s);
+        out.insert(out.end(), where.entries.begin(), where.entries.end());
     }
     return out;
 }

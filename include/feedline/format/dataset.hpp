@@ -21,6 +21,7 @@
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
 #include <feedline/storage/read_request.hpp>
+#include <feedline/storage/storage_scheme.hpp>
 
 namespace feedline {
 
@@ -59,11 +60,11 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
         have_format = true;
         out.shards.push_back(std::move(shard));
     };
-    auto add_files = [&](const std::vector<std::string>& files, const std::string& spec) {
+    auto add_files = [&](const storage_scheme& scheme, const std::vector<std::string>& files, const std::string& spec) {
         std::vector<std::string> prefixes, lone_bins;
         for (const auto& p : files) {
             if (detail::ends_with(p, ".idx")) prefixes.push_back(detail::strip_suffix(p, ".idx"));
-            else if (detail::ends_with(p, ".bin") && !detail::path_exists(detail::strip_suffix(p, ".bin") + ".idx")) lone_bins.push_back(p);
+            else if (detail::ends_with(p, ".bin") && !scheme.exists(detail::strip_suffix(p, ".bin") + ".idx")) lone_bins.push_back(p);
             else if (detail::ends_with(p, ".bin")) prefixes.push_back(detail::strip_suffix(p, ".bin"));
         }
         std::sort(prefixes.begin(), prefixes.end());
@@ -82,23 +83,21 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
         if (prefixes.empty() && lone_bins.empty()) throw io_error(spec, ENOENT, "no Megatron .idx/.bin or llm.c .bin shards found");
     };
     for (const auto& spec : specs) {
-        if (detail::has_glob_chars(spec)) {
-            auto files = detail::glob_paths(spec);
-            if (files.empty()) throw io_error(spec, ENOENT, "pattern matches no file");
-            add_files(files, spec);
-        } else if (detail::is_directory(spec)) {
-            add_files(detail::regular_files_in(spec), spec);
-        } else if (detail::path_exists(spec + ".idx")) {
+        const storage_scheme& scheme = scheme_for(spec);
+        const expanded_location where = expand_location(spec);
+        if (where.kind != expanded_location::form::single) {
+            add_files(scheme, where.entries, spec);
+        } else if (scheme.exists(spec + ".idx")) {
             add(dataset_format::megatron, spec, spec);
         } else if (detail::ends_with(spec, ".idx")) {
             add(dataset_format::megatron, detail::strip_suffix(spec, ".idx"), spec);
-        } else if (detail::ends_with(spec, ".bin") && detail::path_exists(detail::strip_suffix(spec, ".bin") + ".idx")) {
+        } else if (detail::ends_with(spec, ".bin") && scheme.exists(detail::strip_suffix(spec, ".bin") + ".idx")) {
             add(dataset_format::megatron, detail::strip_suffix(spec, ".bin"), spec);
-        } else if (detail::path_exists(spec)) {
+        } else if (scheme.exists(spec)) {
             add(dataset_format::llmc, spec, spec);  // validated (magic, size) when opened
-        } else if (detail::path_exists(spec + ".bin") || detail::path_exists(spec + ".lock")) {
-            throw io_error(spec + ".idx", ENOENT, detail::path_exists(spec + ".lock") ? "missing: a pack is writing this prefix (" + spec + ".lock)"
-                                                                                     : "missing: " + spec + ".bin has no index beside it");
+        } else if (scheme.exists(spec + ".bin") || scheme.exists(spec + ".lock")) {
+            throw io_error(spec + ".idx", ENOENT, scheme.exists(spec + ".lock") ? "missing: a pack is writing this prefix (" + spec + ".lock)"
+                                                                                : "missing: " + spec + ".bin has no index beside it");
         } else {
             throw io_error(spec, ENOENT, "no such dataset (expected a Megatron prefix with .idx/.bin, an llm.c .bin, a directory or a glob)");
         }
@@ -113,7 +112,7 @@ class token_dataset {
 public:
     struct shard_info {
         std::string path;  // Megatron prefix or llm.c file
-        const file* bin = nullptr;
+        const byte_source* bin = nullptr;
         std::uint64_t tokens = 0;
         std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
     };
@@ -160,6 +159,10 @@ public:
     std::size_t shard_count() const noexcept { return shards_.size(); }
     const shard_info& shard(std::size_t i) const { return shards_.at(i); }
     std::uint64_t total_tokens() const noexcept { return total_tokens_; }
+    // Whether every shard is a local file (readers' zero-copy paths map them).
+    bool all_local() const noexcept {
+        return std::all_of(shards_.begin(), shards_.end(), [](const shard_info& s) { return s.bin->local_file() != nullptr; });
+    }
     // The llm.c document delimiter (from the first shard's header, or llm.c's default for its magic).
     std::uint32_t delimiter() const noexcept { return delimiter_; }
     // Replaces the llm.c delimiter before the document index is built. Throws config_error afterwards.
@@ -289,16 +292,16 @@ private:
         if (llmc_indexed_.load(std::memory_order_relaxed)) return;
         std::vector<std::uint64_t> starts;
         std::vector<std::uint64_t> counts(shards_.size(), 0);
-        // Read with pread in chunks rather than mapped: a shard truncated meanwhile is a format_error
-        // from pread_exact, not a SIGBUS, and the chunk stays in cache for the scan.
+        // Read in chunks through the byte source (pread for a local file) rather than mapped: a shard
+        // truncated meanwhile is a format_error, not a SIGBUS, and the chunk stays in cache for the scan.
         const std::size_t item = dtype_size(dtype_);
         const std::uint64_t chunk_tokens = (std::uint64_t(1) << 20) / item;
         std::vector<std::byte> chunk(chunk_tokens * item);
         for (std::uint32_t s = 0; s < shards_.size(); ++s) {
-            const file& bin = *shards_[s].bin;
+            const byte_source& bin = *shards_[s].bin;
             for (std::uint64_t first = 0; first < shards_[s].tokens; first += chunk_tokens) {
                 const std::uint64_t n = std::min(chunk_tokens, shards_[s].tokens - first);
-                pread_exact(bin.fd(), bin.path(), chunk.data(), n * item, token_byte_offset(first));
+                bin.read_at(chunk.data(), n * item, token_byte_offset(first));
                 for (std::uint64_t k = 0; k < n; ++k)
                     if (load_token<std::uint32_t>(chunk.data(), dtype_, k) == delimiter_ || starts.empty()) {
                         starts.push_back(shard_first_token_[s] + first + k);

@@ -23,6 +23,7 @@
 #include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/storage/file.hpp>
+#include <feedline/storage/storage_scheme.hpp>
 
 namespace feedline {
 
@@ -89,13 +90,14 @@ inline llmc_header parse_llmc_header(std::span<const std::byte> bytes, std::uint
 // One llm.c shard opened and validated (header only: O(1), no pass over the tokens).
 class llmc_shard {
 public:
-    explicit llmc_shard(const std::string& path) : bin_(path) {
+    // Opens `path` through its storage scheme. Throws io_error (missing), format_error (bad header).
+    explicit llmc_shard(const std::string& path) : bin_(open_byte_source(path)) {
         std::array<std::byte, llmc_layout::header_bytes> buf{};
-        std::uint64_t n = std::min<std::uint64_t>(bin_.size(), buf.size());
-        pread_exact(bin_.fd(), bin_.path(), buf.data(), n, 0);
-        header_ = parse_llmc_header(std::span<const std::byte>(buf.data(), n), bin_.size(), bin_.path());
+        std::uint64_t n = std::min<std::uint64_t>(bin_->size(), buf.size());
+        bin_->read_at(buf.data(), n, 0);
+        header_ = parse_llmc_header(std::span<const std::byte>(buf.data(), n), bin_->size(), bin_->name());
     }
-    const file& bin() const noexcept { return bin_; }
+    const byte_source& bin() const noexcept { return *bin_; }
     const llmc_header& header() const noexcept { return header_; }
     std::uint64_t tokens() const noexcept { return header_.tokens; }
     // Byte offset of token `i` in the file.
@@ -104,7 +106,7 @@ public:
     }
 
 private:
-    file bin_;
+    std::unique_ptr<byte_source> bin_;
     llmc_header header_;
 };
 

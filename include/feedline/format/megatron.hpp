@@ -29,6 +29,7 @@
 #include <feedline/storage/file.hpp>
 #include <feedline/storage/guarded_copy.hpp>
 #include <feedline/storage/mmap_reader.hpp>
+#include <feedline/storage/storage_scheme.hpp>
 
 namespace feedline {
 
@@ -185,48 +186,55 @@ private:
     bool has_modes_ = false;
 };
 
-// One Megatron shard opened for reading: <prefix>.idx mapped and validated, <prefix>.bin open.
+// One Megatron shard opened for reading: <prefix>.idx held in memory (mapped, for a local file) and
+// validated, <prefix>.bin open, both through their storage scheme (storage/storage_scheme.hpp).
 // Immutable after construction; thread-safe to share between readers.
 class megatron_shard {
 public:
     // Throws io_error when a file is missing and format_error when the index is invalid or does not
-    // describe the .bin beside it. The two files are checked to be one pair: after both are open, the
-    // names must still lead to them (a pack publishing the prefix meanwhile is waited out, up to about
-    // two seconds, never paired across), and the index must cover the .bin exactly (a .bin longer than
-    // its index says was not written with it).
+    // describe the .bin beside it. The two files are checked to be one pair: after both local files are
+    // open, the names must still lead to them (a pack publishing the prefix meanwhile is waited out, up
+    // to about two seconds, never paired across), and the index must cover the .bin exactly (a .bin
+    // longer than its index says was not written with it).
     explicit megatron_shard(const std::string& prefix) : megatron_shard(prefix, open_pair(prefix)) {}
 
     const std::string& prefix() const noexcept { return prefix_; }
     const megatron_index_view& index() const noexcept { return index_; }
-    const file& bin() const noexcept { return bin_; }
+    const byte_source& bin() const noexcept { return *bin_; }
     token_dtype dtype() const noexcept { return index_.dtype(); }
 
 private:
-    // The .idx is mapped and its descriptor closed with `pair` (the mapping stays): a shard holds one
+    using source_pair = std::pair<std::unique_ptr<byte_source>, std::unique_ptr<byte_source>>;
+
+    // The .idx is loaded (a local one mapped) and its source closed with `pair`: a shard holds one
     // descriptor, its .bin's.
-    megatron_shard(const std::string& prefix, std::pair<file, file> pair)
-        : prefix_(prefix), idx_path_(pair.first.path()), bin_(std::move(pair.second)), idx_map_(pair.first, access_pattern::sequential),
-          index_(idx_map_.bytes(), idx_path_, bin_.size()) {
-        if (index_.data_end() != bin_.size())
-            throw format_error(bin_.path(), index_.data_end(),
-                               "the .bin holds " + std::to_string(bin_.size()) + " bytes but its index (" + idx_path_ + ") ends at byte " +
+    megatron_shard(const std::string& prefix, source_pair pair)
+        : prefix_(prefix), idx_path_(pair.first->name()), bin_(std::move(pair.second)), idx_(load_whole(*pair.first)),
+          index_(idx_.bytes, idx_path_, bin_->size()) {
+        if (index_.data_end() != bin_->size())
+            throw format_error(bin_->name(), index_.data_end(),
+                               "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + idx_path_ + ") ends at byte " +
                                    std::to_string(index_.data_end()) + ": the two were not written together (a re-pack replaced one of them?)");
     }
 
-    // Is the file now at `path` the one `f` has open?
-    static bool still_at(const file& f, const std::string& path) {
+    // Is the local file now at `path` the one `s` has open? (Other sources: nothing to check.)
+    static bool still_at(const byte_source& s, const std::string& path) {
+        const file* f = s.local_file();
+        if (f == nullptr) return true;
         struct stat open_st {}, now {};
-        return ::fstat(f.fd(), &open_st) == 0 && ::stat(path.c_str(), &now) == 0 && open_st.st_ino == now.st_ino && open_st.st_dev == now.st_dev;
+        return ::fstat(f->fd(), &open_st) == 0 && ::stat(path.c_str(), &now) == 0 && open_st.st_ino == now.st_ino && open_st.st_dev == now.st_dev;
     }
     // Opens the .idx, then the .bin, then checks both names still lead to what was opened: a writer
     // publishes by removing the old .idx before renaming the new .bin in (megatron_writer::commit), so
     // an old .idx opened before a new .bin is always seen here as a changed name.
-    static std::pair<file, file> open_pair(const std::string& prefix) {
+    static source_pair open_pair(const std::string& prefix) {
         const std::string idx = prefix + ".idx", bin = prefix + ".bin";
+        const storage_scheme& scheme = scheme_for(prefix);
         for (int attempt = 0;; ++attempt) {
             try {
-                file i(idx), b(bin);
-                if (still_at(i, idx) && still_at(b, bin)) return {std::move(i), std::move(b)};
+                auto i = scheme.open(idx);
+                auto b = scheme.open(bin);
+                if (still_at(*i, idx) && still_at(*b, bin)) return {std::move(i), std::move(b)};
             } catch (const io_error& e) {
                 if (attempt == 0 || e.error_code() != ENOENT) throw;  // missing from the start: no retry
             }
@@ -238,8 +246,8 @@ private:
 
     std::string prefix_;
     std::string idx_path_;
-    file bin_;
-    file_mapping idx_map_;
+    std::unique_ptr<byte_source> bin_;
+    byte_view idx_;
     megatron_index_view index_;
 };
 

@@ -18,6 +18,7 @@
 #include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
 #include <feedline/format/jsonl_field.hpp>
+#include <feedline/storage/storage_scheme.hpp>
 
 namespace feedline {
 
@@ -243,18 +244,9 @@ private:
 inline std::vector<std::string> resolve_text_inputs(const std::vector<std::string>& inputs) {
     std::vector<std::string> out;
     for (const auto& in : inputs) {
-        if (detail::has_glob_chars(in)) {
-            auto files = detail::glob_paths(in);
-            if (files.empty()) throw io_error(in, ENOENT, "pattern matches no file");
-            out.insert(out.end(), files.begin(), files.end());
-        } else if (detail::is_directory(in)) {
-            const auto files = detail::regular_files_in(in);
-            out.insert(out.end(), files.begin(), files.end());
-        } else if (detail::path_exists(in)) {
-            out.push_back(in);
-        } else {
-            throw io_error(in, ENOENT, "no such file");
-        }
+        const expanded_location where = expand_location(in);
+        if (where.kind == expanded_location::form::single && !scheme_for(in).exists(in)) throw io_error(in, ENOENT, "no such file");
+        out.insert(out.end(), where.entries.begin(), where.entries.end());
     }
     for (const auto& f : out) require_regular_file(f);
     return out;

@@ -1,7 +1,8 @@
 // feedline/pipeline/data_spec.hpp: what DATASET means, in the API and in every tool. One spec is a
 // Megatron prefix, llm.c shards, or JSONL/text files (a file, a directory or a glob of either kind);
 // several are blended by weight, written as a list or, on a command line, in Megatron's --data-path
-// form: "0.7 data/web 0.3 code/*.jsonl". detect_source() tells what a spec names by its files.
+// form: "0.7 data/web 0.3 code/*.jsonl". detect_source() tells what kind of source a spec names by its
+// files, through the source registry.
 // Feeds pipeline/pipeline.hpp, which opens each spec as a source.
 #pragma once
 
@@ -13,7 +14,8 @@
 
 #include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
-#include <feedline/pipeline/source.hpp>
+#include <feedline/pipeline/sources.hpp>
+#include <feedline/storage/storage_scheme.hpp>
 
 namespace feedline {
 
@@ -54,25 +56,24 @@ inline std::vector<weighted_spec> parse_data_spec(const std::string& text) {
     return out;
 }
 
-// What a spec names, by its files: text when it names at least one JSONL / text file (.jsonl, .json,
-// .ndjson, .txt, .text) and no shard (.idx, .bin); tokens otherwise (a spec that matches nothing is
-// left to the token dataset, whose io_error names it).
-inline source_kind detect_source(const std::string& spec) {
-    if (detail::path_exists(spec + ".idx")) return source_kind::tokens;
-    std::vector<std::string> files;
-    if (detail::has_glob_chars(spec))
-        files = detail::glob_paths(spec);
-    else if (detail::is_directory(spec))
-        files = detail::regular_files_in(spec);
-    else
-        files.push_back(spec);
-    bool text = false;
-    for (const auto& f : files) {
-        if (detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin")) return source_kind::tokens;
-        for (std::string_view ext : {".jsonl", ".json", ".ndjson", ".txt", ".text"}) text = text || detail::ends_with(f, ext);
+// The kind of source a spec names, by its files (one expansion: storage/storage_scheme.hpp): the first
+// registered kind that claims them (token shards: a Megatron prefix or any .idx/.bin; text: JSONL/text
+// files and no shard), else the fallback kind (token shards), whose error then names what is missing.
+inline source_type source_type_of(const std::string& spec) {
+    const std::vector<source_type> types = source_registry::types();
+    // A glob that matches nothing goes to the fallback kind, which says so; a directory that cannot be
+    // listed (a symlink loop in it) is an io_error naming the entry, here already.
+    const std::vector<std::string> files = detail::has_glob_chars(spec) ? scheme_for(spec).glob(spec) : expand_location(spec).entries;
+    const source_type* fallback = nullptr;
+    for (const auto& t : types) {
+        if (t.claims(spec, files)) return t;
+        if (t.fallback) fallback = &t;
     }
-    return text ? source_kind::text : source_kind::tokens;
+    if (fallback == nullptr) throw config_error("dataset", "'" + spec + "': no kind of source is built in");
+    return *fallback;  // copied out before `types` goes
 }
+
+inline source_kind detect_source(const std::string& spec) { return source_type_of(spec).kind; }
 
 // Which kinds of data a blend names (detect_source on each spec): tools set the options of a kind only
 // when there is data of that kind (config.shards / config.text are refused otherwise).

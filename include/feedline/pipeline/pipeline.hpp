@@ -81,8 +81,7 @@ struct weighted_source {
 // Opens what a spec names: token shards, or JSONL/text tokenized with config.text. Throws io_error /
 // format_error naming the file, config_error for text without a tokenizer (or none built).
 inline std::shared_ptr<batch_source> open_source(const std::string& spec, const pipeline_config& config) {
-    if (detect_source(spec) == source_kind::tokens) return std::make_shared<shard_source>(spec);
-    return std::make_shared<text_source>(std::vector<std::string>{spec}, config.text);
+    return source_type_of(spec).open(spec, config);
 }
 
 inline std::vector<weighted_source> open_sources(const std::vector<weighted_spec>& blend, const pipeline_config& config) {

@@ -6,6 +6,7 @@
 // Fed by format/dataset.hpp; feeds the pipeline's workers (pipeline/pipeline.hpp).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <span>
@@ -66,7 +67,7 @@ private:
     public:
         worker(const shard_source& s, const pipeline_config& c, source_counters& counters)
             : data_(*s.data_), counters_(counters), streams_are_shards_(s.streams_are_shards(c)), windows_(c.mode == sample_mode::windows),
-              reader_(make_reader(s.reader_for(c))), mapped_(reader_.get_if<mmap_reader>()) {}
+              reader_(make_reader(s.reader_for(c))), mapped_(s.data_->all_local() ? reader_.get_if<mmap_reader>() : nullptr) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
             const auto t0 = std::chrono::steady_clock::now();
@@ -124,7 +125,7 @@ private:
                 std::uint64_t k = 0;  // the piece's first token within window r
                 for (std::size_t i = first; i < requests_.size(); ++i) {
                     const read_request& q = requests_[i];
-                    pieces_.push_back({mapped_->view(*q.source, q.offset, q.length), nullptr, r, k});
+                    pieces_.push_back({mapped_->view(*q.source->local_file(), q.offset, q.length), nullptr, r, k});
                     k += q.length / item;
                 }
             }
@@ -151,7 +152,7 @@ private:
                     slot.put_window_tokens(r, k, src.data(), data_.dtype(), src.size() / item);
                 }
             });
-            if (!whole) throw file_shrank_error(pieces_[at].where->source->path(), pieces_[at].where->offset);
+            if (!whole) throw file_shrank_error(pieces_[at].where->source->name(), pieces_[at].where->offset);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
@@ -205,5 +206,16 @@ private:
 
     std::shared_ptr<const token_dataset> data_;
 };
+
+// Registered as token shards: a spec that names a Megatron prefix, or any .idx or .bin (and what no
+// kind claims, so the token dataset's error names what is missing).
+inline const bool shard_source_registered = source_registry::add(
+    {.kind = source_kind::tokens,
+     .claims = [](const std::string& spec, const std::vector<std::string>& files) {
+         if (scheme_for(spec).exists(spec + ".idx")) return true;
+         return std::any_of(files.begin(), files.end(), [](const std::string& f) { return detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin"); });
+     },
+     .open = [](const std::string& spec, const pipeline_config&) -> std::shared_ptr<batch_source> { return std::make_shared<shard_source>(spec); },
+     .fallback = true});
 
 }  // namespace feedline

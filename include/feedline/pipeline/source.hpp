@@ -2,8 +2,9 @@
 // sampler needs (documents, their token counts, shard blocks, sample order) and makes, for each worker
 // thread, a source_worker that writes the tokens of planned samples into a batch's slot. Everything
 // else (config checks, ranks, workers, memory, the ring, autotuning, stats, resume) is the pipeline's,
-// so every source gets all of it. Two sources exist: token shards (pipeline/shard_source.hpp) and
-// JSONL/text tokenized on the fly (pipeline/text_source.hpp).
+// so every source gets all of it. Kinds of source register themselves with the source registry (which
+// files of a spec they claim, how to open one): token shards (pipeline/shard_source.hpp) and JSONL/text
+// tokenized on the fly (pipeline/text_source.hpp), listed in pipeline/sources.hpp.
 // An abstract class rather than a template parameter: a blend mixes kinds in one pipeline, and the
 // pipeline calls a source once per batch, never per token (the per-token loops live inside it).
 #pragma once
@@ -11,9 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/stats.hpp>
@@ -22,9 +27,18 @@
 
 namespace feedline {
 
-enum class source_kind { tokens, text };
+// A kind of source, by name. Open: a new kind is a new name (and its registration), not a new case in
+// a switch. The two built in are named here because their options are config sections of their own
+// (pipeline_config::shards, ::text).
+struct source_kind {
+    std::string_view name;
+    friend constexpr bool operator==(source_kind a, source_kind b) noexcept { return a.name == b.name; }
+    static const source_kind tokens, text;
+};
+inline constexpr source_kind source_kind::tokens{"token shards"};
+inline constexpr source_kind source_kind::text{"text"};
 
-inline std::string_view to_string(source_kind k) noexcept { return k == source_kind::tokens ? "token shards" : "text"; }
+inline std::string_view to_string(source_kind k) noexcept { return k.name; }
 
 namespace detail {
 // Nanoseconds between two steady-clock points (the second: now), for the workers' time counters.
@@ -68,6 +82,41 @@ public:
     virtual std::string prepare(const pipeline_config& config) = 0;
     // On the worker's own thread.
     virtual std::unique_ptr<source_worker> make_worker(const pipeline_config& config, source_counters& counters) = 0;
+};
+
+// A kind of source as the registry knows it: which specs it takes (by the files a spec names: a glob's
+// matches, a directory's entries, or the spec itself) and how to open one. `fallback`: the kind a spec
+// that no kind claims goes to (token shards, whose error then names what is missing).
+struct source_type {
+    source_kind kind;
+    std::function<bool(const std::string& spec, const std::vector<std::string>& files)> claims;
+    std::function<std::shared_ptr<batch_source>(const std::string& spec, const pipeline_config& config)> open;
+    bool fallback = false;
+};
+
+// The kinds this build has, in registration order. Thread-safe.
+class source_registry {
+public:
+    // Registers a kind (its header does this once, through an inline variable); returns true.
+    static bool add(source_type t) {
+        auto& r = instance();
+        std::lock_guard lock(r.mutex_);
+        r.types_.push_back(std::move(t));
+        return true;
+    }
+    static std::vector<source_type> types() {
+        auto& r = instance();
+        std::lock_guard lock(r.mutex_);
+        return r.types_;
+    }
+
+private:
+    static source_registry& instance() {
+        static source_registry r;
+        return r;
+    }
+    std::mutex mutex_;
+    std::vector<source_type> types_;
 };
 
 }  // namespace feedline

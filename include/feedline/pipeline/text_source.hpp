@@ -191,4 +191,20 @@ private:
     std::unique_ptr<detail::document_cache> cache_;
 };
 
+// Registered as text: a spec whose files include JSONL or text (.jsonl, .json, .ndjson, .txt, .text)
+// and no shard (.idx, .bin).
+inline const bool text_source_registered = source_registry::add(
+    {.kind = source_kind::text,
+     .claims = [](const std::string&, const std::vector<std::string>& files) {
+         bool text = false;
+         for (const auto& f : files) {
+             if (detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin")) return false;
+             for (std::string_view ext : {".jsonl", ".json", ".ndjson", ".txt", ".text"}) text = text || detail::ends_with(f, ext);
+         }
+         return text;
+     },
+     .open = [](const std::string& spec, const pipeline_config& c) -> std::shared_ptr<batch_source> {
+         return std::make_shared<text_source>(std::vector<std::string>{spec}, c.text);
+     }});
+
 }  // namespace feedline

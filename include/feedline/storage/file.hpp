@@ -1,6 +1,6 @@
-// feedline/storage/file.hpp: an open, read-only file with its size, owned by RAII.
-// Every reader backend works on these; datasets open one per shard at construction so a missing
-// file fails early with its name, never mid-epoch.
+// feedline/storage/file.hpp: an open, read-only local file with its size, owned by RAII: the local
+// byte source (storage/byte_source.hpp). Every reader backend works on these; datasets open one per
+// shard at construction so a missing file fails early with its name, never mid-epoch.
 #pragma once
 
 #include <fcntl.h>
@@ -15,6 +15,7 @@
 #include <utility>
 
 #include <feedline/error.hpp>
+#include <feedline/storage/byte_source.hpp>
 
 namespace feedline {
 
@@ -26,7 +27,7 @@ inline constexpr std::uint64_t direct_io_alignment = 4096;
 
 // An open read-only file descriptor and its size. Move-only. Thread-safe for concurrent reads
 // (pread/mmap/io_uring never use the shared file position).
-class file {
+class file final : public byte_source {
 public:
     file() = default;
 
@@ -58,7 +59,7 @@ public:
     }
 
     file(file&& o) noexcept
-        : fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)), direct_(o.direct_), cache_(std::move(o.cache_)) {}
+        : byte_source(), fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)), direct_(o.direct_), cache_(std::move(o.cache_)) {}
     file& operator=(file&& o) noexcept {
         if (this != &o) {
             close();
@@ -72,11 +73,15 @@ public:
     }
     file(const file&) = delete;
     file& operator=(const file&) = delete;
-    ~file() { close(); }
+    ~file() override { close(); }
 
     int fd() const noexcept { return fd_; }
-    std::uint64_t size() const noexcept { return size_; }
+    std::uint64_t size() const noexcept override { return size_; }
     const std::string& path() const noexcept { return path_; }
+    // As a byte source: named by its path, read with pread.
+    const std::string& name() const noexcept override { return path_; }
+    void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override;
+    const file* local_file() const noexcept override { return this; }
     bool is_open() const noexcept { return fd_ >= 0; }
     bool direct() const noexcept { return direct_; }
 
@@ -125,6 +130,8 @@ inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64
         done += static_cast<std::uint64_t>(n);
     }
 }
+
+inline void file::read_at(void* dest, std::uint64_t length, std::uint64_t offset) const { pread_exact(fd_, path_, dest, length, offset); }
 
 // Throws io_error naming `path` unless it is (or links to) a regular file (by stat: nothing is opened).
 inline void require_regular_file(const std::string& path) {

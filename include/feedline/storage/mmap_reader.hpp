@@ -82,23 +82,27 @@ public:
     // Allocates only when it meets a file for the first time. A file truncated by another process
     // after mapping would raise SIGBUS in a plain memcpy; the copy is guarded (storage/guarded_copy.hpp)
     // and throws format_error naming the file and offset instead.
+    // Sources that are not local files are read through their read_at.
     void read(std::span<const read_request> requests) {
         for (const auto& r : requests) {
             detail::check_in_file(r);
-            if (r.length != 0) (void)mapping_for(*r.source);  // maps what is new (may throw) before the guarded pass
+            if (r.length == 0) continue;
+            if (const file* f = r.source->local_file()) (void)mapping_for(*f);  // maps what is new (may throw) before the guarded pass
+            else r.source->read_at(r.dest, r.length, r.offset);
         }
         volatile std::size_t at = 0;  // the request being copied, for the error
         const bool whole = guarded_reads([&](sigbus_guard& guard) noexcept {
             for (std::size_t i = 0; i < requests.size(); ++i) {
                 const read_request& r = requests[i];
-                if (r.length == 0) continue;
-                const std::byte* src = mapping_for(*r.source).bytes().data() + r.offset;  // found: no allocation, no throw
+                const file* f = r.source->local_file();
+                if (r.length == 0 || f == nullptr) continue;
+                const std::byte* src = mapping_for(*f).bytes().data() + r.offset;  // found: no allocation, no throw
                 at = i;
                 guard.covering(src, r.length);
                 detail::copy_from_mapping(r.dest, src, r.length);
             }
         });
-        if (!whole) throw file_shrank_error(requests[at].source->path(), requests[at].offset);
+        if (!whole) throw file_shrank_error(requests[at].source->name(), requests[at].offset);
     }
 
     // Zero-copy access to [offset, offset + length) of `f`, valid while this reader lives. Unlike
@@ -114,7 +118,7 @@ public:
     void prefetch(std::span<const read_request> requests) {
         for (const auto& r : requests) {
             detail::check_in_file(r);
-            mapping_for(*r.source).will_need(r.offset, r.length);
+            if (const file* f = r.source->local_file()) mapping_for(*f).will_need(r.offset, r.length);
         }
     }
 

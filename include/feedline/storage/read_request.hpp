@@ -1,6 +1,7 @@
 // feedline/storage/read_request.hpp: what every storage backend is asked to do.
-// Datasets turn "tokens [a, b) of document d" into byte ranges of shard files; a backend fills
-// caller-owned buffers with exactly those bytes. Fed by format/, feeds the workers' batch assembly.
+// Datasets turn "tokens [a, b) of document d" into byte ranges of shards (byte sources: local files or
+// remote objects); a backend fills caller-owned buffers with exactly those bytes. Fed by format/, feeds
+// the workers' batch assembly.
 #pragma once
 
 #include <concepts>
@@ -9,13 +10,14 @@
 #include <span>
 #include <string_view>
 
+#include <feedline/storage/byte_source.hpp>
 #include <feedline/storage/file.hpp>
 
 namespace feedline {
 
-// One contiguous byte range of one file, to be copied into `dest` (which must hold `length` bytes).
+// One contiguous byte range of one source, to be copied into `dest` (which must hold `length` bytes).
 struct read_request {
-    const file* source = nullptr;
+    const byte_source* source = nullptr;
     std::uint64_t offset = 0;
     std::uint64_t length = 0;
     std::byte* dest = nullptr;
@@ -24,7 +26,8 @@ struct read_request {
 // How a reader expects to be used; mmap turns this into madvise hints.
 enum class access_pattern { sequential, random };
 
-// A storage backend: fills every request of a batch, in any order, before returning.
+// A storage backend: fills every request of a batch, in any order, before returning. Backends with a
+// path for local files (mmap, io_uring) read other sources through byte_source::read_at.
 // Contract for implementations: not thread-safe (one reader per worker thread); read() either fills
 // every byte of every request or throws (format_error for ranges beyond the end of a file, io_error
 // for system failures) after all in-flight I/O has finished, so no buffer is written after it returns.
@@ -41,7 +44,7 @@ namespace detail {
 inline void check_in_file(const read_request& r) {
     if (r.source == nullptr) throw config_error("read_request.source", "is null");
     if (r.offset > r.source->size() || r.length > r.source->size() - r.offset)
-        throw format_error(r.source->path(), r.offset,
+        throw format_error(r.source->name(), r.offset,
                            "read of " + std::to_string(r.length) + " bytes goes past the end of the file (size " +
                                std::to_string(r.source->size()) + ")");
 }

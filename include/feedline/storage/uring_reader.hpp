@@ -101,7 +101,9 @@ public:
         std::deque<op> pending;
         for (const auto& r : requests) {
             detail::check_in_file(r);
-            split_into_ops(r, pending);
+            if (r.length == 0) continue;
+            if (const file* f = r.source->local_file()) split_into_ops(r, *f, pending);
+            else r.source->read_at(r.dest, r.length, r.offset);  // not a local file: through its source
         }
         std::exception_ptr failure;
         std::vector<unsigned> resume;  // bounce ops that keep their slot and buffer for another read
@@ -190,27 +192,27 @@ private:
         return direct_files_.back().second.fd();
     }
 
-    void split_into_ops(const read_request& r, std::deque<op>& out) {
+    void split_into_ops(const read_request& r, const file& source, std::deque<op>& out) {
         const std::uint64_t a = direct_io_alignment;
         for (std::uint64_t done = 0; done < r.length;) {
             std::uint64_t n = std::min<std::uint64_t>(opt_.max_chunk, r.length - done);
             op o;
-            o.source = r.source;
+            o.source = &source;
             std::uint64_t off = r.offset + done;
             std::byte* dst = r.dest + done;
             bool aligned = (reinterpret_cast<std::uintptr_t>(dst) % a == 0) && off % a == 0 && n % a == 0;
             if (!opt_.direct) {
-                o.fd = r.source->fd();
+                o.fd = source.fd();
                 o.offset = off;
                 o.dest = dst;
                 o.remaining = n;
             } else if (aligned) {  // already aligned: read straight into the caller's buffer
-                o.fd = direct_fd(*r.source);
+                o.fd = direct_fd(source);
                 o.offset = off;
                 o.dest = dst;
                 o.remaining = n;
             } else {
-                o.fd = direct_fd(*r.source);
+                o.fd = direct_fd(source);
                 o.bounce = true;
                 o.aligned_offset = off & ~(a - 1);
                 o.skip = off - o.aligned_offset;

@@ -5,6 +5,10 @@
 // BOS/EOS asked for. Registers itself; absent (and unregistered) without sentencepiece.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -219,11 +223,26 @@ private:
     std::string identity_;
 };
 
-// Registered as "sentencepiece"; with kind "auto" it reads any model file but tokenizer.json (the
-// Hugging Face format a later kind reads).
+namespace detail {
+// Does `model` look like a sentencepiece model: a serialized ModelProto starts with its pieces (field
+// 1, length-delimited: byte 0x0a). What is not a regular file is claimed too, so its error is the
+// model loader's ("is a FIFO") rather than "no tokenizer recognizes it". Never blocks.
+inline bool looks_like_sentencepiece(const std::string& model) {
+    const int fd = ::open(model.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return true;
+    struct stat st {};
+    unsigned char first = 0x0a;
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    const bool read = regular && ::pread(fd, &first, 1, 0) == 1;
+    ::close(fd);
+    return !regular || !read || first == 0x0a;
+}
+}  // namespace detail
+
+// Registered as "sentencepiece"; with kind "auto" it takes a model that looks like one.
 inline const bool sentencepiece_registered = tokenizer_registry::add(
     {.name = "sentencepiece",
-     .recognizes = [](const std::string& model) { return !(model.size() >= 5 && model.compare(model.size() - 5, 5, ".json") == 0); },
+     .recognizes = [](const std::string& model) { return detail::looks_like_sentencepiece(model); },
      .make = [](const tokenizer_options& o, const std::string& field) -> std::unique_ptr<tokenizer> { return std::make_unique<sentencepiece_tokenizer>(o, field); }});
 
 }  // namespace feedline

@@ -1,0 +1,117 @@
+// feedline/storage/storage_scheme.hpp: where the bytes of a location come from. A scheme opens a
+// location as a byte source (storage/byte_source.hpp) and answers what the dataset resolvers ask of a
+// place: does it exist, is it a directory, what is in it, what a glob matches. Local paths are the
+// built-in scheme; other schemes ("s3://...") register themselves (one header and its #include line in
+// storage/schemes.hpp, docs/architecture.md "Adding a byte source"). Used by the formats
+// (format/megatron.hpp, format/llmc.hpp, format/dataset.hpp) and the spec resolver.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <feedline/detail/paths.hpp>
+#include <feedline/error.hpp>
+#include <feedline/storage/byte_source.hpp>
+#include <feedline/storage/file.hpp>
+#include <feedline/storage/mmap_reader.hpp>
+
+namespace feedline {
+
+struct storage_scheme {
+    std::string name;                                     // "file", "s3"
+    std::function<bool(std::string_view location)> owns;  // e.g. starts with "s3://"
+    // Opens a location (an object, a file) for reading. Throws io_error naming it.
+    std::function<std::unique_ptr<byte_source>(const std::string& location)> open;
+    std::function<bool(const std::string& location)> exists;        // something readable is there
+    std::function<bool(const std::string& location)> is_directory;  // a directory (or a prefix ending in '/')
+    // What is directly in a directory, sorted; what a glob (*, ?, [...]) matches, sorted (empty: none).
+    // Both throw io_error naming the place when it cannot be listed.
+    std::function<std::vector<std::string>(const std::string& location)> list_directory;
+    std::function<std::vector<std::string>(const std::string& pattern)> glob;
+};
+
+// Local paths: files through the kernel (storage/file.hpp), listed with glob(3) and readdir.
+inline const storage_scheme& local_storage() {
+    static const storage_scheme s{.name = "file",
+                                  .owns = [](std::string_view) { return true; },
+                                  .open = [](const std::string& path) -> std::unique_ptr<byte_source> { return std::make_unique<file>(path); },
+                                  .exists = [](const std::string& path) { return detail::path_exists(path); },
+                                  .is_directory = [](const std::string& path) { return detail::is_directory(path); },
+                                  .list_directory = [](const std::string& path) { return detail::regular_files_in(path); },
+                                  .glob = [](const std::string& pattern) { return detail::glob_paths(pattern); }};
+    return s;
+}
+
+// The schemes registered besides local paths. Thread-safe.
+class storage_registry {
+public:
+    // Registers a scheme (its header does this once, through an inline variable); returns true.
+    static bool add(storage_scheme s) {
+        auto& r = instance();
+        std::lock_guard lock(r.mutex_);
+        r.schemes_.push_back(std::make_shared<const storage_scheme>(std::move(s)));
+        return true;
+    }
+    // The scheme that owns `location`: the first registered one that does, else local paths.
+    static const storage_scheme& for_location(std::string_view location) {
+        auto& r = instance();
+        std::lock_guard lock(r.mutex_);
+        for (const auto& s : r.schemes_)
+            if (s->owns(location)) return *s;
+        return local_storage();
+    }
+
+private:
+    static storage_registry& instance() {
+        static storage_registry r;
+        return r;
+    }
+    std::mutex mutex_;
+    std::vector<std::shared_ptr<const storage_scheme>> schemes_;  // shared: a reference stays valid while more register
+};
+
+inline const storage_scheme& scheme_for(std::string_view location) { return storage_registry::for_location(location); }
+
+// Opens `location` through its scheme. Throws io_error naming it.
+inline std::unique_ptr<byte_source> open_byte_source(const std::string& location) { return scheme_for(location).open(location); }
+
+// What a location names, listed once through its scheme: a glob's matches, a directory's entries (one
+// level), or the location alone. The one expansion every resolver uses (token shards, text, blends,
+// feedline-doctor check's reads).
+struct expanded_location {
+    enum class form { glob, directory, single } kind = form::single;
+    std::vector<std::string> entries;  // sorted; `single`: the location itself, whether it exists or not
+};
+
+// Throws io_error naming the place when a glob matches nothing or a directory cannot be listed.
+inline expanded_location expand_location(const std::string& location) {
+    const storage_scheme& scheme = scheme_for(location);
+    if (detail::has_glob_chars(location)) {
+        auto matches = scheme.glob(location);
+        if (matches.empty()) throw io_error(location, ENOENT, "pattern matches no file");
+        return {expanded_location::form::glob, std::move(matches)};
+    }
+    if (scheme.is_directory(location)) return {expanded_location::form::directory, scheme.list_directory(location)};
+    return {expanded_location::form::single, {location}};
+}
+
+// A whole object in memory, for what is read all over (an index): a local file is mapped (shared with
+// every reader of it, with the pattern's readahead hint), another source read once into memory.
+inline byte_view load_whole(const byte_source& source, access_pattern pattern = access_pattern::sequential) {
+    if (const file* f = source.local_file()) {
+        auto mapping = f->shared_mapping([&] { return std::make_shared<const file_mapping>(*f, pattern); });
+        mapping->advise(pattern);
+        return {mapping->bytes(), mapping};
+    }
+    auto buffer = std::make_shared<std::vector<std::byte>>(source.size());
+    source.read_at(buffer->data(), buffer->size(), 0);
+    return {std::span<const std::byte>(buffer->data(), buffer->size()), buffer};
+}
+
+}  // namespace feedline

@@ -1,0 +1,183 @@
+// The extension points, each used by a second implementation defined here as a user would write one:
+// a storage scheme ("mem://": objects served from memory, as a remote store serves them) under the
+// formats and every reader backend, and a tokenizer kind ("bytes": one id per byte) under the text
+// source. Each must give exactly what the built-in implementation gives for the same data.
+#include <doctest/doctest.h>
+
+#include <feedline/pipeline.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+
+// "mem://<path>": the bytes of the local file at <path>, read once into memory when opened; listed
+// through the local directory. A byte source that is not a local file, as a remote object is not.
+class memory_source final : public byte_source {
+public:
+    memory_source(std::string name, std::vector<std::byte> bytes) : name_(std::move(name)), bytes_(std::move(bytes)) {}
+    const std::string& name() const noexcept override { return name_; }
+    std::uint64_t size() const noexcept override { return bytes_.size(); }
+    void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override {
+        reads.fetch_add(1);
+        if (offset > bytes_.size() || length > bytes_.size() - offset) throw format_error(name_, offset, "read past the end");
+        std::memcpy(dest, bytes_.data() + offset, length);
+    }
+    static inline std::atomic<std::uint64_t> reads{0};
+
+private:
+    std::string name_;
+    std::vector<std::byte> bytes_;
+};
+
+constexpr std::string_view mem = "mem://";
+std::string local(const std::string& location) { return location.substr(mem.size()); }
+std::vector<std::string> with_scheme(std::vector<std::string> paths) {
+    for (auto& p : paths) p = std::string(mem) + p;
+    return paths;
+}
+
+const bool memory_registered = storage_registry::add(
+    {.name = "mem",
+     .owns = [](std::string_view location) { return location.substr(0, mem.size()) == mem; },
+     .open = [](const std::string& location) -> std::unique_ptr<byte_source> {
+         if (!std::filesystem::is_regular_file(local(location))) throw io_error(location, ENOENT, "no such object");
+         return std::make_unique<memory_source>(location, ft::read_bytes(local(location)));
+     },
+     .exists = [](const std::string& location) { return std::filesystem::is_regular_file(local(location)); },
+     .is_directory = [](const std::string& location) { return std::filesystem::is_directory(local(location)); },
+     .list_directory = [](const std::string& location) { return with_scheme(local_storage().list_directory(local(location))); },
+     .glob = [](const std::string& pattern) { return with_scheme(local_storage().glob(local(pattern))); }});
+
+// "bytes": id = byte + 3 (0 unused, 1 BOS, 2 EOS); its model file says so in its first line.
+class byte_tokenizer final : public tokenizer {
+public:
+    explicit byte_tokenizer(const tokenizer_options& o) : o_(o) {}
+    std::string_view kind() const noexcept override { return "bytes"; }
+    std::string identity() const override { return "bytes 1 bos " + std::to_string(o_.add_bos) + " eos " + std::to_string(o_.add_eos); }
+    int vocab_size() const override { return 259; }
+    int bos_id() const override { return 1; }
+    int eos_id() const override { return 2; }
+    std::string encode(std::string_view text, std::vector<std::int32_t>& out, const std::atomic<bool>*) override {
+        out.clear();
+        if (o_.add_bos) out.push_back(1);
+        for (unsigned char c : text) out.push_back(c + 3);
+        if (o_.add_eos) out.push_back(2);
+        return {};
+    }
+
+private:
+    tokenizer_options o_;
+};
+
+const bool bytes_registered = tokenizer_registry::add(
+    {.name = "bytes",
+     .recognizes = [](const std::string& model) {
+         std::ifstream in(model);
+         std::string first;
+         return std::getline(in, first) && first == "bytes tokenizer";
+     },
+     .make = [](const tokenizer_options& o, const std::string&) -> std::unique_ptr<tokenizer> { return std::make_unique<byte_tokenizer>(o); }});
+
+std::uint64_t token_sum(pipeline& p, std::uint64_t& batches) {
+    std::uint64_t sum = 0;
+    batches = 0;
+    for (auto& b : p) {
+        for (std::int32_t t : b.host_inputs()) sum += static_cast<std::uint64_t>(t) * (batches + 1);
+        ++batches;
+    }
+    return sum;
+}
+
+}  // namespace
+
+TEST_CASE("Extensions.ByteSource.ShardsFromAnotherSchemeGiveTheSameBatchesThroughEveryReader") {
+    REQUIRE(memory_registered);
+    ft::scratch_dir dir;
+    for (int k = 0; k < 3; ++k) {
+        megatron_writer w(dir / ("part_" + std::to_string(k)), token_dtype::uint16);
+        for (std::uint32_t d = 0; d < 40; ++d) w.add_document(std::vector<std::uint32_t>(20 + (d * 7 + k) % 90, d + 100 * k + 1));
+        w.finish();
+        llmc_writer l(dir / ("stream_" + std::to_string(k)), token_dtype::uint16, 0);
+        for (std::uint32_t d = 0; d < 40; ++d) l.add_document(std::vector<std::uint32_t>(15 + d % 50, d + 7 * k + 1));
+        l.finish();
+    }
+    std::vector<io_backend> backends{io_backend::mmap, io_backend::pread};
+    if (!io_uring_unavailable_reason()) backends.push_back(io_backend::io_uring);
+    for (const std::string pattern : {"part_*.idx", "stream_*.bin"}) {
+        for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
+            CAPTURE(pattern);
+            pipeline_config c{.batch_size = 4, .seq_len = 32, .seed = 5, .mode = mode, .workers = 2, .device = device_kind::cpu, .rank = 0,
+                              .world_size = 1, .max_steps = 40};
+            std::uint64_t local_batches = 0, remote_batches = 0;
+            pipeline here(dir / pattern, c);
+            const std::uint64_t expected = token_sum(here, local_batches);
+            REQUIRE(local_batches == 40);
+            for (const io_backend backend : backends) {
+                CAPTURE(to_string(backend));
+                c.shards.backend = backend;
+                const auto reads_before = memory_source::reads.load();
+                pipeline there(std::string(mem) + (dir / pattern), c);
+                CHECK(token_sum(there, remote_batches) == expected);
+                CHECK(remote_batches == local_batches);
+                CHECK(memory_source::reads.load() > reads_before);  // the tokens came through the scheme
+                CHECK(to_json(there.state()) == to_json(here.state()));
+            }
+        }
+    }
+    // Its errors name its locations.
+    try {
+        token_dataset ds(std::string(mem) + (dir / "nothing_*.bin"));
+        FAIL("opened a glob that matches nothing");
+    } catch (const io_error& e) {
+        CHECK(e.file() == std::string(mem) + (dir / "nothing_*.bin"));
+    }
+}
+
+TEST_CASE("Extensions.Tokenizer.ARegisteredKindTokenizesTextAndKeysItsCache") {
+    REQUIRE(bytes_registered);
+    ft::scratch_dir dir;
+    ft::write_text(dir / "vocab.bytes", "bytes tokenizer\n");
+    std::ofstream out(dir / "docs.jsonl");
+    std::string all;
+    for (int d = 0; d < 30; ++d) {
+        const std::string text = "document " + std::to_string(d) + std::string(static_cast<std::size_t>(d % 7), 'x');
+        out << "{\"text\": \"" << text << "\"}\n";
+        all += text;
+    }
+    out.close();
+    CHECK(make_tokenizer({.model = dir / "vocab.bytes"})->kind() == "bytes");
+    ft::write_text(dir / "unknown.model", "no tokenizer reads this\n");
+    CHECK_THROWS_WITH_AS(make_tokenizer({.model = dir / "unknown.model"}), doctest::Contains("no tokenizer recognizes this model"), config_error);
+    CHECK_THROWS_WITH_AS(make_tokenizer({.model = dir / "vocab.bytes", .kind = "wordpiece"}), doctest::Contains("no tokenizer of kind 'wordpiece'"), config_error);
+    // In stream order (shuffle none), the windows are the documents' bytes + 3, each followed by EOS.
+    std::vector<std::int32_t> expected;
+    for (int d = 0; d < 30; ++d) {
+        const std::string text = "document " + std::to_string(d) + std::string(static_cast<std::size_t>(d % 7), 'x');
+        for (unsigned char ch : text) expected.push_back(ch + 3);
+        expected.push_back(2);
+    }
+    pipeline_config c{.batch_size = 2, .seq_len = 16, .shuffle = shuffle_mode::none, .workers = 1, .device = device_kind::cpu, .rank = 0,
+                      .world_size = 1, .max_steps = 3};
+    c.text.tokenizer = dir / "vocab.bytes";
+    c.text.cache_dir = dir / "cache";
+    pipeline p(dir / "docs.jsonl", c);
+    std::vector<std::int32_t> got;
+    for (auto& b : p) got.insert(got.end(), b.host_inputs().begin(), b.host_inputs().end());
+    REQUIRE(got.size() == 3 * 2 * 16u);
+    // Windows of 16 inputs over the stream, one after the other (a window's last target is the next
+    // one's first input).
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == expected[i]);
+    // The token counts are cached under the tokenizer's identity: a second open reads them.
+    const text_source again({dir / "docs.jsonl"}, c.text);
+    CHECK(again.lengths_origin().find("read from") == 0);
+    CHECK(again.total_tokens() == expected.size());
+}
