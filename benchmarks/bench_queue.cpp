@@ -1,13 +1,12 @@
 // bench_queue: what does the blocking layer cost, and does an idle consumer really sleep?
 //
 // Items/s through one producer and one consumer (and 2 x 2 for MPMC), capacity 1024, 8-byte items:
-//   feedline spsc_queue / mpmc_queue (blocking push/pop) vs raw Boost.Lockfree (spinning try-loops)
+//   feedline mpmc_queue (blocking push/pop) vs raw Boost.Lockfree (spinning try-loops)
 //   vs a std::mutex + std::condition_variable bounded queue, all in the same run.
 // Wake-up latency: a consumer asleep in pop() (idle long enough to reach the futex), the producer
 // pushes a timestamp; p50/p99 of push -> pop returned. Idle CPU: CPU time of a consumer blocked in
 // pop() for one second. Last line: one JSON object.
 #include <boost/lockfree/queue.hpp>
-#include <boost/lockfree/spsc_queue.hpp>
 
 #include <ctime>
 #include <thread>
@@ -102,9 +101,6 @@ int main() {
     std::printf("bench_queue: %llu items of 8 bytes, capacity %zu, 1 producer + 1 consumer unless named\n\n",
                 static_cast<unsigned long long>(items), capacity);
     interleaved cases;
-    cases.add("spsc/feedline (blocking)", [] { return feedline_rate<spsc_queue<std::uint64_t>>(1, 1); });
-    cases.add("spsc/boost spsc_queue (spinning)", [] { return boost_rate<boost::lockfree::spsc_queue<std::uint64_t>>(1, 1); });
-    cases.add("spsc/mutex+condvar", [] { return mutex_rate(1, 1); });
     cases.add("mpmc/feedline (blocking)", [] { return feedline_rate<mpmc_queue<std::uint64_t>>(1, 1); });
     cases.add("mpmc/boost queue (spinning)", [] {
         return boost_rate<boost::lockfree::queue<std::uint64_t, boost::lockfree::fixed_sized<true>>>(1, 1);
@@ -115,7 +111,7 @@ int main() {
     auto r = cases.run(5, "items/s");
 
     // Wake-up latency of a sleeping consumer.
-    spsc_queue<clock_type::time_point> q(16);
+    mpmc_queue<clock_type::time_point> q(16);
     std::vector<double> lat_us;
     std::thread consumer([&] {
         while (auto t = q.pop()) lat_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - *t).count());
@@ -130,7 +126,7 @@ int main() {
     double p50 = lat_us[lat_us.size() / 2], p99 = lat_us[lat_us.size() * 99 / 100];
 
     // CPU burnt by an idle consumer blocked in pop() for one second.
-    spsc_queue<int> idle(4);
+    mpmc_queue<int> idle(4);
     double cpu = 0;
     std::thread sleeper([&] {
         double c0 = thread_cpu_seconds();
@@ -142,9 +138,8 @@ int main() {
     std::printf("\nwake-up latency (sleeping consumer): p50 %.1f us, p99 %.1f us\n", p50, p99);
     std::printf("idle consumer CPU: %.3f ms per second\n", cpu * 1e3);
     auto m = [&](const char* k) { return r[k].median; };
-    std::printf("{\"spsc_vs_boost\": %.3f, \"spsc_vs_mutex\": %.3f, \"mpmc_vs_boost\": %.3f, \"mpmc_vs_mutex\": %.3f, "
+    std::printf("{\"mpmc_vs_boost\": %.3f, \"mpmc_vs_mutex\": %.3f, "
                 "\"mpmc_2x2_vs_mutex\": %.3f, \"wake_p50_us\": %.1f, \"wake_p99_us\": %.1f, \"idle_cpu_ms_per_s\": %.3f}\n",
-                m("spsc/feedline (blocking)") / m("spsc/boost spsc_queue (spinning)"), m("spsc/feedline (blocking)") / m("spsc/mutex+condvar"),
                 m("mpmc/feedline (blocking)") / m("mpmc/boost queue (spinning)"), m("mpmc/feedline (blocking)") / m("mpmc/mutex+condvar"),
                 m("mpmc 2x2/feedline (blocking)") / m("mpmc 2x2/mutex+condvar"), p50, p99, cpu * 1e3);
     return 0;

@@ -20,7 +20,7 @@ namespace {
 
 struct inspect_options {
     bool json = false, dump = false, deep = false;
-    std::string backend = "auto";
+    feedline::io_backend backend = feedline::io_backend::automatic;
     std::int64_t delimiter = -1;
 };
 
@@ -36,7 +36,7 @@ nlohmann::json inspect_shards(const std::vector<std::string>& paths, const inspe
         largest = std::max(largest, len);
     }
     if (o.dump || o.deep) {
-        auto reader = feedline::make_reader({.backend = feedline::parse_io_backend(o.backend), .pattern = feedline::access_pattern::sequential});
+        auto reader = feedline::make_reader({.backend = o.backend, .pattern = feedline::access_pattern::sequential});
         std::vector<std::uint32_t> tokens;
         for (std::uint64_t d = 0; d < docs; ++d) {
             auto span = ds.document(d);
@@ -100,9 +100,11 @@ int main(int argc, char** argv) {
     app.add_flag("--json", o.json, "print the summary as one JSON object (a blend: an array, one object per dataset with its weight)");
     app.add_flag("--dump-tokens", o.dump, "write every token as little-endian uint32 to stdout (no summary)");
     app.add_flag("--deep", o.deep, "also read every token through the storage backend");
-    app.add_option("--backend", o.backend, "storage backend for reading tokens")->check(CLI::IsMember({"auto", "io_uring", "mmap", "pread"}))->capture_default_str();
+    feedline::pipeline_config read_with;  // --io-backend (or --backend): how --deep and --dump-tokens read
+    tools::add_pipeline_options(app, read_with, {.only = {"io_backend"}, .aliases = {{"io_backend", "--backend"}}});
     app.add_option("--delimiter", o.delimiter, "llm.c document delimiter token (default: from the shard header)");
-    CLI11_PARSE(app, argc, argv);
+    if (const int code = tools::parse_command_line("feedline-inspect", 1, app, argc, argv); code >= 0) return code;
+    o.backend = read_with.shards.backend;
 
     return tools::run_tool("feedline-inspect", 1, [&] {
         const auto blend = paths.size() == 1 ? feedline::parse_data_spec(paths[0]) : std::vector<feedline::weighted_spec>{};

@@ -34,11 +34,13 @@ constexpr unsigned max_threads = 1024;
 
 struct options {
     std::vector<std::string> inputs;
-    std::string model, output, format = "megatron", dtype = "auto", field = "text", split = "file", model_type = "unigram";
+    std::string model, output, format = "megatron", dtype = "auto", model_type = "unigram";
     std::uint64_t train_vocab = 0, shard_size = 0;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-    bool append_eos = false, skip_invalid = false, quiet = false;
-    std::uint64_t max_line_bytes = feedline::text_options{}.max_line_bytes;
+    bool append_eos = false, quiet = false;
+    // What a document is: the pipeline's text options (field, skip_invalid, text_split, max_line_bytes),
+    // flags from their one declaration.
+    feedline::pipeline_config text;
 };
 
 // Reads documents from every input file in order, in batches.
@@ -168,14 +170,7 @@ private:
 int run(const options& o) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
-    feedline::text_options topt{.field = o.field,
-                                .skip_invalid = o.skip_invalid,
-                                .split = o.split == "blank"  ? feedline::text_split::blank_lines
-                                         : o.split == "line" ? feedline::text_split::lines
-                                                             : feedline::text_split::whole_file,
-                                .max_line_bytes = o.max_line_bytes};
-    if (o.split != "file" && o.split != "blank" && o.split != "line")
-        throw feedline::config_error("text-split", "expected file, blank or line, got '" + o.split + "'");
+    const feedline::text_options topt = o.text.text.documents;
     if (o.format != "megatron" && o.format != "llmc")
         throw feedline::config_error("format", "expected megatron or llmc, got '" + o.format + "'");
     if (o.model.empty() == (o.train_vocab == 0))
@@ -260,12 +255,9 @@ int main(int argc, char** argv) {
     app.add_flag("--append-eos", o.append_eos, "append the model's end-of-sentence id to every document");
     app.add_option("--shard-size", o.shard_size, "start a new shard after this many bytes (0: Megatron one shard, llm.c 10^8 tokens)");
     app.add_option("--threads", o.threads, "tokenizer threads")->capture_default_str();
-    app.add_option("--field", o.field, "JSONL field holding the text")->capture_default_str();
-    app.add_flag("--skip-invalid", o.skip_invalid, "skip (and count) JSONL lines that are invalid or lack the field (or are longer than --max-line-bytes)");
-    app.add_option("--max-line-bytes", o.max_line_bytes, "longest line (or whole-file document) to read, in bytes; 0: no limit")->capture_default_str();
-    app.add_option("--text-split", o.split, "plain text documents: file, blank (blank-line separated) or line")->capture_default_str();
+    tools::add_pipeline_options(app, o.text, {.only = {"field", "skip_invalid", "text_split", "max_line_bytes"}});
     app.add_flag("--quiet", o.quiet, "no progress or summary");
-    CLI11_PARSE(app, argc, argv);
+    if (const int code = tools::parse_command_line("feedline-pack", 1, app, argc, argv); code >= 0) return code;
     if (o.threads == 0) o.threads = 1;
     // A closed terminal (SIGHUP) stops a pack like Ctrl-C: nothing half-written is left. A file-size
     // limit (SIGXFSZ would kill the process with its temporary files in place) makes write() fail

@@ -2,23 +2,72 @@
 // with one line on stderr and an exit code that says what happened (never an abort): `failure` (1; 2
 // for feedline-doctor, whose 1 means "findings that need action") for bad data, a bad config, an I/O
 // error or a resource limit (out of memory, no threads or file descriptors left). JSON a tool prints
-// never fails on text that is not UTF-8 (a file name): such bytes print as U+FFFD.
+// never fails on text that is not UTF-8 (a file name): such bytes print as U+FFFD. The pipeline's options
+// become flags from their one declaration (feedline/pipeline/options.hpp): add_pipeline_options.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <new>
 #include <string>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 #include <feedline/error.hpp>
+#include <feedline/pipeline/options.hpp>
 
 namespace tools {
 
 // One JSON value as text, invalid UTF-8 replaced rather than thrown on (nlohmann's type_error 316).
 inline std::string json_text(const nlohmann::json& j, int indent = -1) {
     return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Which of the pipeline's options a tool offers as flags: all but `except` (options the tool defines with
+// a meaning of its own), or only `only` when given; `aliases` adds spellings ("io_backend" -> "--backend").
+struct option_selection {
+    std::vector<std::string_view> only, except;
+    std::map<std::string_view, std::string> aliases;
+};
+
+// Adds a flag per selected option of `config`, its help from the declaration and its default from
+// `config` as it is now (a tool may set its own defaults first). A flag given on the command line goes
+// through feedline::set_option, so it is parsed like JSON and Python values and counts as set by the
+// user (an option for data the run does not have is then refused, naming it). Booleans are flags that
+// also take a value: --add-eos, --add-eos=false.
+inline void add_pipeline_options(CLI::App& app, feedline::pipeline_config& config, const option_selection& which = {}) {
+    feedline::for_each_option([&](const auto& o) {
+        const auto in = [&](const std::vector<std::string_view>& list) { return std::find(list.begin(), list.end(), o.name) != list.end(); };
+        if ((!which.only.empty() && !in(which.only)) || in(which.except)) return;
+        std::string names = o.flag();
+        if (const auto a = which.aliases.find(o.name); a != which.aliases.end()) names += "," + a->second;
+        const std::string name(o.name);
+        std::string help = std::string(o.doc);
+        if (o.scope != feedline::data_scope::any) help += " [" + std::string(feedline::name_of(o.scope)) + "]";
+        using T = std::remove_cvref_t<decltype(o.value(config))>;
+        if constexpr (std::is_same_v<T, bool>) {
+            app.add_flag_function(names, [&config, name](std::int64_t count) { feedline::set_option(config, name, count > 0 ? "true" : "false"); }, help)
+                ->default_str(feedline::option_text(o.value(config)));
+        } else {
+            auto* opt = app.add_option_function<std::string>(names, [&config, name](const std::string& v) { feedline::set_option(config, name, v); }, help);
+            opt->default_str(feedline::option_text(o.value(config)));
+            if constexpr (feedline::named_enum<T>) opt->type_name(feedline::choices_of<T>());
+        }
+    });
+}
+
+// "text.tokenizer (--tokenizer)": a config field as the user of a tool typed it.
+inline std::string with_flag(const std::string& field) {
+    std::string out = field;
+    feedline::for_each_option([&](const auto& o) {
+        if (o.path == field || o.name == field) out = field + " (" + o.flag() + ")";
+    });
+    return out;
 }
 
 // Runs `body` (returning the exit code) and turns any exception into "NAME: what" on stderr and
@@ -28,6 +77,11 @@ template <class Body>
 int run_tool(const char* name, int failure, Body&& body) {
     try {
         return body();
+    } catch (const feedline::config_error& e) {
+        std::string what = e.what();
+        if (const std::string named = with_flag(e.field()); named != e.field() && what.rfind("config " + e.field(), 0) == 0)
+            what = "config " + named + what.substr(7 + e.field().size());
+        std::fprintf(stderr, "%s: %s\n", name, what.c_str());
     } catch (const feedline::error& e) {
         std::fprintf(stderr, "%s: %s\n", name, e.what());
     } catch (const std::bad_alloc&) {
@@ -39,6 +93,19 @@ int run_tool(const char* name, int failure, Body&& body) {
         std::fprintf(stderr, "%s: %s\n", name, e.what());
     }
     return failure;
+}
+
+// Parses the command line: usage errors as CLI11 reports them (--help: 0), a flag's bad value (a
+// config_error from set_option) like any other error. Returns the exit code to end with, or -1 to go on.
+inline int parse_command_line(const char* name, int failure, CLI::App& app, int argc, char** argv) {
+    try {
+        app.parse(argc, argv);
+        return -1;
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (...) {
+        return run_tool(name, failure, []() -> int { throw; });
+    }
 }
 
 }  // namespace tools

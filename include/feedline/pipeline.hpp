@@ -27,6 +27,7 @@
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/data_spec.hpp>
 #include <feedline/pipeline/defaults.hpp>
+#include <feedline/pipeline/options.hpp>
 #include <feedline/pipeline/pipeline.hpp>
 #include <feedline/pipeline/shard_source.hpp>
 #include <feedline/pipeline/source.hpp>

@@ -58,23 +58,6 @@ void translate(const std::exception_ptr& p, void*) {
     }
 }
 
-feedline::sample_mode parse_mode(const std::string& s) {
-    if (s == "windows") return feedline::sample_mode::windows;
-    if (s == "packed") return feedline::sample_mode::packed;
-    throw feedline::config_error("mode", "'" + s + "' (expected windows or packed)");
-}
-feedline::shuffle_mode parse_shuffle(const std::string& s) {
-    if (s == "global") return feedline::shuffle_mode::global;
-    if (s == "shard_blocks") return feedline::shuffle_mode::shard_blocks;
-    if (s == "none") return feedline::shuffle_mode::none;
-    throw feedline::config_error("shuffle", "'" + s + "' (expected global, shard_blocks or none)");
-}
-feedline::tail_policy parse_tail(const std::string& s) {
-    if (s == "drop") return feedline::tail_policy::drop;
-    if (s == "pad") return feedline::tail_policy::pad;
-    throw feedline::config_error("tail", "'" + s + "' (expected drop or pad)");
-}
-
 class py_pipeline;
 
 // One step's batch: owns its slot until released.
@@ -248,6 +231,20 @@ NB_MODULE(_feedline, m) {
 
     m.def("cuda_devices", [] { return feedline::gpu_probe().devices; });  // 0 without a GPU or without CUDA in this build
     m.def("version", [] { return std::to_string(FEEDLINE_VERSION_MAJOR) + "." + std::to_string(FEEDLINE_VERSION_MINOR); });
+    // The pipeline's options as their declarations say: for Pipeline's docstring and keyword checks.
+    m.def("options", [] {
+        nb::list out;
+        const feedline::pipeline_config defaults{};
+        feedline::for_each_option([&](const auto& o) {
+            nb::dict d;
+            d["name"] = std::string(o.name);
+            d["doc"] = std::string(o.doc);
+            d["default"] = feedline::option_text(o.value(defaults));
+            d["data"] = std::string(feedline::name_of(o.scope));
+            out.append(d);
+        });
+        return out;
+    });
 
     nb::class_<py_batch>(m, "Batch")
         .def_prop_ro("step", &py_batch::step)
@@ -257,44 +254,25 @@ NB_MODULE(_feedline, m) {
 
     nb::class_<py_pipeline>(m, "Engine")
         .def("__init__",
-             [](py_pipeline* self, const std::vector<std::pair<double, std::string>>& data, std::uint64_t batch_size, std::uint64_t seq_len,
-                std::uint64_t seed, const std::string& mode, const std::string& shuffle, const std::string& tail, unsigned workers,
-                unsigned max_workers, std::size_t prefetch, std::uint64_t memory_budget, const std::string& device, int rank, int world_size,
-                std::uint64_t max_steps, const std::string& stats_jsonl, std::uint64_t stats_every, const std::string& io_backend,
-                const std::string& tokenizer, bool add_bos, bool add_eos, const std::string& field, bool skip_invalid,
-                std::uint64_t max_line_bytes, const std::string& cache_dir) {
-                 feedline::pipeline_config c{.batch_size = batch_size,
-                                             .seq_len = seq_len,
-                                             .seed = seed,
-                                             .mode = parse_mode(mode),
-                                             .shuffle = parse_shuffle(shuffle),
-                                             .tail = parse_tail(tail),
-                                             .workers = workers,
-                                             .max_workers = max_workers,
-                                             .prefetch = prefetch,
-                                             .memory_budget = memory_budget,
-                                             .device = feedline::parse_device(device),
-                                             .rank = rank,
-                                             .world_size = world_size,
-                                             .max_steps = max_steps,
-                                             .stats_jsonl = stats_jsonl,
-                                             .stats_every = stats_every};
-                 const auto kinds = feedline::kinds_of(to_blend(data));
-                 // Options of a kind of data that is absent keep their defaults unless set (the engine
-                 // refuses a set one, naming it).
-                 if (kinds.tokens || io_backend != "auto") c.shards.backend = feedline::parse_io_backend(io_backend);
-                 c.text.tokenizer = tokenizer;
-                 c.text.add_bos = add_bos;
-                 c.text.add_eos = add_eos;
-                 c.text.documents.field = field;
-                 c.text.documents.skip_invalid = skip_invalid;
-                 c.text.documents.max_line_bytes = max_line_bytes;
-                 c.text.cache_dir = cache_dir;
+             [](py_pipeline* self, const std::vector<std::pair<double, std::string>>& data, const nb::dict& options) {
+                 // Every keyword through the options' one declaration (feedline/pipeline/options.hpp):
+                 // parsed as a command line's flag is, set by the user, and refused by name.
+                 feedline::pipeline_config c;
+                 for (auto [key, value] : options) {
+                     const std::string name = nb::cast<std::string>(key);
+                     if (value.is_none()) continue;  // None: the default
+                     std::string text;
+                     if (nb::isinstance<nb::bool_>(value)) text = nb::cast<bool>(value) ? "true" : "false";
+                     else if (nb::isinstance<nb::int_>(value)) text = nb::str(value).c_str();
+                     else if (nb::isinstance<nb::str>(value)) text = nb::cast<std::string>(value);
+                     else
+                         throw feedline::config_error(name, std::string("expected a whole number, a string or True/False, got ") +
+                                                                nb::inst_name(value).c_str() + " " + nb::repr(value).c_str());
+                     feedline::set_option(c, name, text);
+                 }
                  new (self) py_pipeline(data, c);
              },
-             "data"_a, "batch_size"_a, "seq_len"_a, "seed"_a, "mode"_a, "shuffle"_a, "tail"_a, "workers"_a, "max_workers"_a, "prefetch"_a,
-             "memory_budget"_a, "device"_a, "rank"_a, "world_size"_a, "max_steps"_a, "stats_jsonl"_a, "stats_every"_a, "io_backend"_a,
-             "tokenizer"_a, "add_bos"_a, "add_eos"_a, "field"_a, "skip_invalid"_a, "max_line_bytes"_a, "cache_dir"_a)
+             "data"_a, "options"_a)
         .def("next", [](nb::handle self, nb::handle stream_of) { return nb::cast<py_pipeline&>(self).next(self, stream_of); }, "stream_of"_a = nb::none())
         .def("state_json", &py_pipeline::state_json)
         .def("restore_json", &py_pipeline::restore_json, "state"_a)

@@ -267,3 +267,46 @@ TEST_CASE("Tools.Inspect.JsonlIsInspectedAsTextNotReadAsAShard") {
     CHECK(j["documents"] == 300);
     CHECK(c.inspect("--dump-tokens " + c.jsonl).code == 1);
 }
+
+namespace {
+
+// The lines of `path` between the line holding `begin` and the one holding `end`.
+std::string between(const std::string& path, const std::string& begin, const std::string& end) {
+    std::ifstream in(path);
+    std::string line, out;
+    bool inside = false;
+    while (std::getline(in, line)) {
+        if (line.find(end) != std::string::npos) break;
+        if (inside) out += line + "\n";
+        if (line.find(begin) != std::string::npos) inside = true;
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("Tools.Options.TheDocsTableAndPythonsTypesAreTheDeclarationsAndFlagsNameTheirOption") {
+    ft::scratch_dir dir;
+    const std::string src = FEEDLINE_SOURCE_DIR;
+    const auto table = run(bin + "/feedline-options --markdown", dir);
+    REQUIRE(table.code == 0);
+    CHECK_MESSAGE(between(src + "/docs/options.md", "BEGIN feedline-options --markdown", "END feedline-options --markdown") == table.out,
+                  "docs/options.md is not current: regenerate its table with feedline-options --markdown");
+    const auto python = run(bin + "/feedline-options --python", dir);
+    REQUIRE(python.code == 0);
+    CHECK_MESSAGE(between(src + "/python/feedline/__init__.py", "# BEGIN PipelineOptions", "# END PipelineOptions") == python.out,
+                  "python/feedline/__init__.py's PipelineOptions is not current: regenerate it with feedline-options --python");
+    // A tool's flags are the declarations': a bad value names the option and its flag.
+    corpus c;
+    REQUIRE(c.pack("--output " + (c.dir / "d")).code == 0);
+    auto r = run(bin + "/feedline-iterate --batches 2 --mode sideways " + (c.dir / "d"), c.dir);
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find("config mode (--mode): 'sideways' (expected windows or packed)") != std::string::npos, r.err);
+    r = run(bin + "/feedline-iterate --batches 2 --field content " + (c.dir / "d"), c.dir);  // a text option for shards
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find("text.documents.field (--field): set, but the data has no JSONL/text") != std::string::npos, r.err);
+    r = run(bin + "/feedline-iterate --batches 2 --skip-invalid=false --tokenizer " + c.model + " --seq-len 16 --batch-size 2 " + c.jsonl, c.dir);
+    CHECK_MESSAGE(r.code == 0, r.err);
+    r = run(bin + "/feedline-train --data " + (c.dir / "d") + " --vocab-size 400 --max-steps 2 --shuffle none --tail pad --seq-len 16 --batch-size 2", c.dir);
+    CHECK_MESSAGE(r.code == 0, r.err);
+}

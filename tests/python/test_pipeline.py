@@ -149,6 +149,21 @@ def test_bad_input_raises_feedlines_error_types_with_file_and_offset(data, tmp_p
         feedline.Pipeline(data["megatron"], mode="sideways", **{k: v for k, v in CONFIG.items()})
 
 
+def test_keywords_are_checked_by_name_as_the_tools_check_their_flags(data):
+    # Each keyword goes through the option's one declaration: a bad one is named, never a signature dump.
+    for kwargs, field, words in [(dict(batch_sise=4), "batch_sise", "did you mean batch_size"),
+                                 (dict(batch_size=-3), "batch_size", "whole number"),
+                                 (dict(seq_len=1.5), "seq_len", "whole number"),
+                                 (dict(workers="many"), "workers", "whole number"),
+                                 (dict(tail="sideways"), "tail", "drop or pad"),
+                                 (dict(tokenizer=data["model"]), "text.tokenizer", "no JSONL/text")]:
+        with pytest.raises(feedline.ConfigError) as e:
+            feedline.Pipeline(data["megatron"], **dict(CONFIG, **kwargs))
+        assert e.value.field == field, (kwargs, str(e.value))
+        assert words in str(e.value), (kwargs, str(e.value))
+    assert "batch_size" in feedline.PipelineOptions.__annotations__  # typed, from the same declarations
+
+
 def test_a_shard_truncated_under_the_loop_is_a_format_error_from_next(data, tmp_path):
     prefix = tmp_path / "copy"
     for ext in (".bin", ".idx"):

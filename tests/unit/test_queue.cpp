@@ -16,10 +16,10 @@
 using namespace feedline;
 namespace ft = feedline::test;
 
-TEST_CASE("Queue.Spsc.StressItemsArriveInOrder") {
+TEST_CASE("Queue.OneProducerOneConsumer.StressItemsArriveInOrder") {
     for (std::size_t capacity : {1ul, 3ul, 1024ul}) {
         CAPTURE(capacity);
-        spsc_queue<std::uint64_t> q(capacity);
+        mpmc_queue<std::uint64_t> q(capacity);
         const std::uint64_t n = capacity == 1024 ? ft::stress_items : ft::stress_items / 10;
         std::thread producer([&] {
             for (std::uint64_t i = 0; i < n; ++i) REQUIRE(q.push(i));
@@ -89,7 +89,7 @@ TEST_CASE("Queue.Mpmc.StressExactlyOnce.1x4") { mpmc_stress(1, 4, 16, ft::stress
 TEST_CASE("Queue.Mpmc.StressExactlyOnce.4x1") { mpmc_stress(4, 1, 16, ft::stress_items / 4); }
 
 TEST_CASE("Queue.MoveOnly.UniquePointersTravelThroughSlots") {
-    spsc_queue<std::unique_ptr<std::uint64_t>> s(2);
+    mpmc_queue<std::unique_ptr<std::uint64_t>> s(2);
     mpmc_queue<std::unique_ptr<std::uint64_t>> m(3);
     const std::uint64_t n = 100'000;
     std::thread ps([&] {
@@ -108,7 +108,7 @@ TEST_CASE("Queue.MoveOnly.UniquePointersTravelThroughSlots") {
     CHECK(sum_s == n * (n - 1) / 2);
     CHECK(sum_m == n * (n - 1) / 2);
     // A failed try_push leaves the value with the caller.
-    spsc_queue<std::unique_ptr<int>> full(1);
+    mpmc_queue<std::unique_ptr<int>> full(1);
     REQUIRE(full.try_push(std::make_unique<int>(1)));
     auto keep = std::make_unique<int>(2);
     CHECK_FALSE(full.try_push(std::move(keep)));
@@ -131,7 +131,7 @@ TEST_CASE("Queue.Close.DrainsThenReportsClosed") {
 
 TEST_CASE("Queue.Close.WakesBlockedConsumersAndProducers") {
     for (int round = 0; round < 50; ++round) {
-        spsc_queue<int> empty(2);
+        mpmc_queue<int> empty(2);
         mpmc_queue<int> full(1);
         REQUIRE(full.push(0));
         std::optional<int> got = 7;
@@ -172,7 +172,7 @@ TEST_CASE("Queue.Close.RaceLosesNoAcceptedItem") {
 }
 
 TEST_CASE("Queue.Timed.TimeoutsReturnWithoutAnItem") {
-    spsc_queue<int> q(1);
+    mpmc_queue<int> q(1);
     CHECK_FALSE(q.pop_for(std::chrono::milliseconds(5)).has_value());
     REQUIRE(q.push_for(1, std::chrono::milliseconds(5)));
     CHECK_FALSE(q.push_for(2, std::chrono::milliseconds(5)));
@@ -181,7 +181,7 @@ TEST_CASE("Queue.Timed.TimeoutsReturnWithoutAnItem") {
 }
 
 TEST_CASE("Queue.Capacity.ZeroOrTooLargeIsAConfigError") {
-    CHECK_THROWS_AS(spsc_queue<int>(0), config_error);
+    CHECK_THROWS_AS(mpmc_queue<int>(0), config_error);
     CHECK_THROWS_AS(mpmc_queue<int>(100000), config_error);
 }
 

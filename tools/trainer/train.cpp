@@ -49,6 +49,7 @@ struct options {
     double max_seconds = 0;
     std::uint64_t log_every = 10, eval_every = 100, eval_batches = 8, checkpoint_every = 0;
     std::size_t keep_checkpoints = 2;
+    feedline::pipeline_config data_options;  // the pipeline options not above, from the command line
     unsigned workers = 1;
     bool json = false;
     trainer::model_config model;
@@ -193,15 +194,16 @@ int run(options o, trainer::communicator& comm) {
     // One pipeline config for training and evaluation data: shards, text tokenized on the fly (with
     // --tokenizer), or a blend of both in Megatron's --data-path form.
     auto data_config = [&](const std::string& spec, std::uint64_t seed, unsigned workers, std::uint64_t max_steps) {
-        feedline::pipeline_config c{.batch_size = o.batch_size,
-                                    .seq_len = o.seq_len,
-                                    .seed = seed,
-                                    .mode = mode,
-                                    .workers = workers,
-                                    .device = feedline::parse_device(device),
-                                    .rank = comm.rank(),
-                                    .world_size = comm.size(),
-                                    .max_steps = max_steps};
+        feedline::pipeline_config c = o.data_options;
+        c.batch_size = o.batch_size;
+        c.seq_len = o.seq_len;
+        c.seed = seed;
+        c.mode = mode;
+        c.workers = workers;
+        c.device = feedline::parse_device(device);
+        c.rank = comm.rank();
+        c.world_size = comm.size();
+        c.max_steps = max_steps;
         if (feedline::kinds_of(feedline::parse_data_spec(spec)).text) c.text.tokenizer = o.tokenizer;
         return c;
     };
@@ -438,7 +440,11 @@ int main(int argc, char** argv) {
     app.add_option("--checkpoint-every", o.checkpoint_every, "also save every N steps (0: only at the end)")->capture_default_str();
     app.add_option("--resume", o.resume, "continue from a --checkpoint directory (its newest intact checkpoint) or one DIR/step-N (same model and batch shape)");
     app.add_flag("--json", o.json, "progress as JSON lines (step, loss, tokens_per_s, stall_fraction, ...)");
-    CLI11_PARSE(app, argc, argv);
+    // The pipeline's other options (shuffle, tail, prefetch, io_backend, text options, ...) as they are
+    // declared; the ones above are the trainer's own.
+    tools::add_pipeline_options(app, o.data_options,
+                                {.except = {"batch_size", "seq_len", "seed", "mode", "workers", "device", "rank", "world_size", "max_steps", "tokenizer"}});
+    if (const int code = tools::parse_command_line("feedline-train", 1, app, argc, argv); code >= 0) return code;
     std::unique_ptr<trainer::communicator> comm;
     try {
         comm = std::make_unique<trainer::communicator>(&argc, &argv);

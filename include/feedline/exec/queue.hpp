@@ -1,6 +1,6 @@
-// feedline/exec/queue.hpp: bounded queues between threads, lock-free at the core, blocking on top.
-// The core is Boost.Lockfree (spsc_queue for one producer and one consumer, queue for many); the
-// blocking layer spins briefly, yields, then sleeps on a futex, so an idle pipeline burns no CPU.
+// feedline/exec/queue.hpp: a bounded queue between any number of threads, lock-free at the core,
+// blocking on top. The core is Boost.Lockfree's queue; the blocking layer spins briefly, yields, then
+// sleeps on a futex, so an idle pipeline burns no CPU.
 // Move-only payloads travel as slot indices through the lock-free core (Boost needs trivially
 // copyable types). Used by transform/tokenize_in_order.hpp (a reader thread handing chunks of documents
 // to tokenizing threads); the pipeline needs no queue: its workers claim step numbers and the staging
@@ -8,7 +8,6 @@
 #pragma once
 
 #include <boost/lockfree/queue.hpp>
-#include <boost/lockfree/spsc_queue.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -24,28 +23,11 @@
 
 namespace feedline {
 
-enum class queue_kind { spsc, mpmc };
-
 namespace detail {
 
 // The lock-free core for a trivially copyable type.
-template <class T, queue_kind Kind>
-class lockfree_core;
-
 template <class T>
-class lockfree_core<T, queue_kind::spsc> {
-public:
-    explicit lockfree_core(std::size_t capacity) : q_(capacity) {}
-    bool push(const T& v) noexcept { return q_.push(v); }
-    bool pop(T& v) noexcept { return q_.pop(v); }
-    bool empty() noexcept { return q_.read_available() == 0; }
-
-private:
-    boost::lockfree::spsc_queue<T> q_;
-};
-
-template <class T>
-class lockfree_core<T, queue_kind::mpmc> {
+class lockfree_core {
 public:
     // Boost's fixed-size queue keeps one node as a dummy: reserve one more than the capacity.
     explicit lockfree_core(std::size_t capacity) : q_(capacity + 1), capacity_(capacity) {}
@@ -79,27 +61,26 @@ inline constexpr bool lockfree_storable =
 
 }  // namespace detail
 
-// A bounded queue of T. `Kind` says how many threads may push and pop concurrently: spsc = one pusher
-// and one popper (any threads, one at a time each), mpmc = any number. Capacity is fixed at
-// construction; nothing grows. close() wakes every waiter: later pushes fail, pops drain what is left
+// A bounded queue of T that any number of threads push to and pop from concurrently. Capacity is fixed
+// at construction; nothing grows. close() wakes every waiter: later pushes fail, pops drain what is left
 // and then report closed (nullopt).
-template <class T, queue_kind Kind = queue_kind::mpmc>
-class bounded_queue {
+template <class T>
+class mpmc_queue {
     static constexpr bool direct = detail::lockfree_storable<T>;
-    // Boost's fixed-size MPMC queue addresses nodes with 16-bit indices.
-    static constexpr std::size_t max_capacity = Kind == queue_kind::mpmc ? 65534 : (std::size_t(1) << 31);
+    // Boost's fixed-size queue addresses nodes with 16-bit indices.
+    static constexpr std::size_t max_capacity = 65534;
 
 public:
     // Allocates all storage. Throws config_error when capacity is 0 or too large.
-    explicit bounded_queue(std::size_t capacity)
+    explicit mpmc_queue(std::size_t capacity)
         : capacity_(capacity), items_(checked(capacity)), free_(direct ? 1 : capacity) {
         if constexpr (!direct) {
             slots_ = std::make_unique<std::optional<T>[]>(capacity);
             for (std::uint32_t i = 0; i < capacity; ++i) free_.push(i);
         }
     }
-    bounded_queue(const bounded_queue&) = delete;
-    bounded_queue& operator=(const bounded_queue&) = delete;
+    mpmc_queue(const mpmc_queue&) = delete;
+    mpmc_queue& operator=(const mpmc_queue&) = delete;
 
     // Never blocks. False when full or closed; `value` is then left untouched. Never allocates.
     bool try_push(T&& value) { return push_impl(value); }
@@ -159,7 +140,7 @@ private:
         // flight, so a push that saw the queue open is never stranded behind the consumer's last look.
         pushes_in_flight_.fetch_add(1);
         struct leave {
-            bounded_queue* q;
+            mpmc_queue* q;
             ~leave() {
                 q->pushes_in_flight_.fetch_sub(1);
                 q->not_empty_.notify();
@@ -218,10 +199,9 @@ private:
 
     using index_or_value = std::conditional_t<direct, T, std::uint32_t>;
     std::size_t capacity_;
-    detail::lockfree_core<index_or_value, Kind> items_;
-    // Free slot indices for move-only payloads. Pushers take, poppers return: with one of each (spsc)
-    // that is again one producer and one consumer.
-    detail::lockfree_core<std::uint32_t, Kind> free_;
+    detail::lockfree_core<index_or_value> items_;
+    // Free slot indices for move-only payloads. Pushers take, poppers return.
+    detail::lockfree_core<std::uint32_t> free_;
     std::unique_ptr<std::optional<T>[]> slots_;
     std::atomic<bool> closed_{false};
     // Written by pushers only / poppers only, on separate cache lines: a shared counter written from
@@ -231,10 +211,5 @@ private:
     alignas(64) std::atomic<std::uint64_t> popped_{0};
     detail::wait_point not_empty_, not_full_;
 };
-
-template <class T>
-using spsc_queue = bounded_queue<T, queue_kind::spsc>;
-template <class T>
-using mpmc_queue = bounded_queue<T, queue_kind::mpmc>;
 
 }  // namespace feedline

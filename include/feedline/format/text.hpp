@@ -18,6 +18,7 @@
 #include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
 #include <feedline/format/jsonl_field.hpp>
+#include <feedline/names.hpp>
 #include <feedline/storage/storage_scheme.hpp>
 
 namespace feedline {
@@ -31,6 +32,12 @@ struct text_document {
 };
 
 enum class text_split { whole_file, blank_lines, lines };
+
+template <>
+struct enum_names<text_split> {
+    static constexpr std::array values{std::pair{text_split::whole_file, std::string_view("file")}, std::pair{text_split::blank_lines, std::string_view("blank")},
+                                       std::pair{text_split::lines, std::string_view("line")}};
+};
 
 struct text_options {
     std::string field = "text";     // JSONL field that holds the document

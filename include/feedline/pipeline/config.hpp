@@ -1,12 +1,13 @@
 // feedline/pipeline/config.hpp: everything a pipeline is told, as one aggregate for designated
 // initializers. The top-level fields apply to every kind of data; `shards` and `text` hold what only
 // token shards or only JSONL/text corpora use, and setting one for data that has none of that kind is
-// a config_error naming the field. Choices are enums (io_backend, device_choice); strings from a
-// command line or JSON are parsed once at that boundary (parse_io_backend, parse_device), with errors
-// that list the choices. Checked before any thread starts: a config that cannot work throws
+// a config_error naming the field. Choices are enums (io_backend, device_choice); every option is
+// declared once in pipeline/options.hpp, from which strings of a command line, JSON or Python are
+// parsed, with errors that list the choices. Checked before any thread starts: a config that cannot work throws
 // config_error naming the field and the numbers.
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <string>
 
@@ -55,6 +56,11 @@ struct pipeline_config {
                                        // to spare (exec/trainer_cpu.hpp); false leaves placement to the kernel
     shard_options shards;              // token shards only
     text_config text;                  // JSONL / text only
+    // Options set explicitly (by set_option: a command line, JSON, Python), one bit per declaration in
+    // pipeline/options.hpp; a config written in C++ leaves it empty and counts as set what differs
+    // from the default.
+    std::bitset<64> set_by_user;
+    friend bool operator==(const pipeline_config&, const pipeline_config&) = default;
 };
 
 // How the budget is spent. Slots are the big item; the rest is per worker or fixed.

@@ -60,14 +60,14 @@ inline std::vector<weighted_spec> parse_data_spec(const std::string& text) {
 // registered kind that claims them (token shards: a Megatron prefix or any .idx/.bin; text: JSONL/text
 // files and no shard), else the fallback kind (token shards), whose error then names what is missing.
 inline source_type source_type_of(const std::string& spec) {
-    const std::vector<source_type> types = source_registry::types();
+    const auto types = source_registry::entries();
     // A glob that matches nothing goes to the fallback kind, which says so; a directory that cannot be
     // listed (a symlink loop in it) is an io_error naming the entry, here already.
     const std::vector<std::string> files = detail::has_glob_chars(spec) ? scheme_for(spec).glob(spec) : expand_location(spec).entries;
     const source_type* fallback = nullptr;
     for (const auto& t : types) {
-        if (t.claims(spec, files)) return t;
-        if (t.fallback) fallback = &t;
+        if (t->claims(spec, files)) return *t;
+        if (t->fallback) fallback = t.get();
     }
     if (fallback == nullptr) throw config_error("dataset", "'" + spec + "': no kind of source is built in");
     return *fallback;  // copied out before `types` goes

@@ -40,7 +40,9 @@
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/data_spec.hpp>
 #include <feedline/pipeline/defaults.hpp>
-#include <feedline/pipeline/detail/ring_consumer.hpp>
+#include <feedline/pipeline/detail/delivery.hpp>
+#include <feedline/pipeline/detail/telemetry.hpp>
+#include <feedline/pipeline/options.hpp>
 #include <feedline/pipeline/shard_source.hpp>
 #include <feedline/pipeline/source.hpp>
 #include <feedline/pipeline/state.hpp>
@@ -122,7 +124,7 @@ public:
         std::vector<sampler_dataset> datasets;
         std::vector<double> weights;
         for (const auto& s : sources_) {
-            datasets.push_back(s.source->sampling(config_));
+            datasets.push_back(s.source->sampling(source_context::of(config_)));
             weights.push_back(s.weight);
         }
         sampler_config sc{.seq_len = config_.seq_len,
@@ -152,15 +154,15 @@ public:
         std::uint64_t worker_bytes = 0, index_bytes = sampler_bytes * (own_planners_ ? workers.workers + 1 : 1);
         for (std::size_t i = 1; i < sources_.size(); ++i) index_bytes += sampler_->stream(i).memory_bytes();
         for (const auto& s : sources_) {
-            worker_bytes += s.source->worker_bytes(config_);
-            index_bytes += s.source->index_bytes(config_);
+            worker_bytes += s.source->worker_bytes(source_context::of(config_));
+            index_bytes += s.source->index_bytes(source_context::of(config_));
         }
         memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes);
         all_rows_.resize(config_.batch_size);
         for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
         counters_ = std::make_unique<source_counters[]>(sources_.size());
-        consumer_.set_state(sampler_->state());
-        consumer_.open_log(config_);
+        delivery_.set_state(sampler_->state());
+        telemetry_.open(config_);
     }
 
     pipeline(const pipeline&) = delete;
@@ -175,7 +177,6 @@ public:
     int rank() const noexcept { return sampler_->rank(); }
     int world_size() const noexcept { return sampler_->world_size(); }
     const std::vector<weighted_source>& sources() const noexcept { return sources_; }
-    // Why this many workers (choose_workers), for logs.
 
     // One line for logs: the data, or each blended source with its weight.
     std::string describe() const {
@@ -190,11 +191,23 @@ public:
     // shard or a bad JSONL line found mid-epoch arrives here as the format_error naming file and
     // offset), after which the pipeline is stopped.
     std::optional<batch> next() {
-        if (!consumer_.started()) start();
-        auto h = consumer_.next(config_, [this] { stop(); }, [this] { return stats(); });
-        if (!h) return std::nullopt;
+        if (!delivery_.started()) start();
+        std::optional<batch_handle> h;
+        try {
+            h = delivery_.next();
+        } catch (const wait_interrupted&) {
+            throw;  // the consumer's own check: the pipeline runs on, and next() may be called again
+        } catch (...) {
+            stop();  // a producer failed: the others stop, then its error reaches the trainer
+            throw;
+        }
+        if (!h) {
+            if (telemetry_.end_due()) log_line(/*final=*/true);
+            return std::nullopt;
+        }
+        if (telemetry_.due(delivery_.delivered())) log_line(/*final=*/false);
         const unsigned n = active_workers();
-        if (const unsigned want = consumer_.tune(n); want != n) {
+        if (const unsigned want = delivery_.tune(n); want != n) {
             target_workers_.store(want, std::memory_order_relaxed);
             parked_.notify();
         }
@@ -206,29 +219,29 @@ public:
     // consumer that must stay responsive while the data is late: the Python binding checks for
     // Ctrl-C this way. Call before the first next().
     void set_wait_check(std::function<bool()> check, std::chrono::milliseconds every = std::chrono::milliseconds(100)) {
-        consumer_.set_wait_check(std::move(check), every);
+        delivery_.set_wait_check(std::move(check), every);
     }
 
     // Workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
-    unsigned active_workers() const noexcept { return consumer_.started() ? target_workers_.load(std::memory_order_relaxed) : memory_.workers; }
+    unsigned active_workers() const noexcept { return delivery_.started() ? target_workers_.load(std::memory_order_relaxed) : memory_.workers; }
     // Batches the workers may run ahead of the trainer now (raised by the autotuner when prefetch = 0).
-    std::size_t prefetch_depth() const noexcept { return consumer_.prefetch_depth(memory_); }
+    std::size_t prefetch_depth() const noexcept { return delivery_.prefetch_depth(memory_); }
 
     // Where the trainer is: restoring this continues with the batch after the last one returned.
-    const pipeline_state& state() const noexcept { return consumer_.state(); }
+    const pipeline_state& state() const noexcept { return delivery_.state(); }
 
     // Continues from a saved state (any worker count; any world size with the same global batch).
     // Only before the first next(). Throws config_error when the state does not belong here.
     void restore(const pipeline_state& s) {
-        if (consumer_.started()) throw config_error("restore", "call restore() before the first next()");
+        if (delivery_.started()) throw config_error("restore", "call restore() before the first next()");
         sampler_->restore(s);
-        consumer_.set_state(sampler_->state());
+        delivery_.set_state(sampler_->state());
     }
 
     // Workers stop and join. Batches already published can still be taken with next(); nothing new is
     // made. Idempotent.
     void stop() noexcept {
-        consumer_.close();
+        delivery_.close();
         parked_.notify();
         for (auto& t : threads_)
             if (t.joinable()) t.join();
@@ -237,7 +250,8 @@ public:
     // A snapshot of the counters. Call from the consumer's thread (the one calling next()).
     pipeline_stats stats() const {
         pipeline_stats s;
-        consumer_.fill(s, config_, memory_);
+        delivery_.fill(s, config_, memory_);
+        telemetry_.fill(s);
         for (std::size_t i = 0; i < sources_.size(); ++i) {
             const source_counters& c = counters_[i];
             s.bytes_read += c.bytes_read.load(std::memory_order_relaxed);
@@ -286,12 +300,13 @@ private:
         auto has = [&](source_kind k) {
             return std::any_of(sources_.begin(), sources_.end(), [&](const weighted_source& s) { return s.source->kind() == k; });
         };
-        if (!has(source_kind::tokens) && config_.shards != shard_options{})
-            throw config_error("shards.backend", "set, but the data has no token shards (text is read with pread)");
-        if (!has(source_kind::text)) {
-            if (config_.text.tokenizer != text_config{}.tokenizer) throw config_error("text.tokenizer", "set, but the data has no JSONL/text (shards are tokenized already)");
-            if (config_.text != text_config{}) throw config_error("text", "text options set, but the data has no JSONL/text");
-        }
+        // Set explicitly (a command line, JSON, Python) or, in C++, to other than the default.
+        if (!has(source_kind::tokens))
+            if (const auto set = options_set_for(config_, data_scope::tokens); !set.empty())
+                throw config_error(set.front(), "set, but the data has no token shards (text is read with pread)");
+        if (!has(source_kind::text))
+            if (const auto set = options_set_for(config_, data_scope::text); !set.empty())
+                throw config_error(set.front(), "set, but the data has no JSONL/text (shards are tokenized already)");
         for (const auto& s : sources_)
             if (const auto* t = dynamic_cast<const text_source*>(s.source.get()); t && config_.text != text_config{} && config_.text != t->config())
                 throw config_error("text", "differs from the options the text source was opened with");
@@ -317,11 +332,17 @@ private:
         return p;
     }
 
+    // One stats line: the GPU's figures since the last line, then the snapshot.
+    void log_line(bool final) {
+        telemetry_.sample_gpu();
+        telemetry_.write(stats(), final);
+    }
+
     void start() {
         // What can throw comes before the ring exists: once started() is true, next() waits on producers.
         std::string reasons;
         for (const auto& s : sources_) {
-            const std::string r = s.source->prepare(config_);
+            const std::string r = s.source->prepare(source_context::of(config_));
             if (reasons.find(r) == std::string::npos) reasons += (reasons.empty() ? "" : "; ") + r;
         }
         io_reason_ = std::move(reasons);
@@ -339,7 +360,8 @@ private:
         c.device = device_ = resolve_device(config_.device);
         if (c.device.kind != device_kind::cpu && gpu_probe()) worker_cpus_ = worker_cpus_for_gpu(read_topology(), gpu_pci_bus_id(c.device.index));
         try {
-            consumer_.start(c, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
+            delivery_.start(c, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
+            telemetry_.start(delivery_.on_device(), c.device.index);
         } catch (const std::bad_alloc&) {
             throw resource_error("the staging ring (" + std::to_string(memory_.slots) + " slots of " + std::to_string(layout_.bytes) +
                                  " bytes) could not be allocated: a memory limit (ulimit -v, a cgroup) was reached; lower memory_budget, "
@@ -354,11 +376,11 @@ private:
             const auto failure = std::make_exception_ptr(resource_error(
                 "worker thread " + std::to_string(threads_.size() + 1) + " of " + std::to_string(memory_.workers) + " could not be started (" + e.what() +
                 "): a process or thread limit (ulimit -u, a container's pids limit) was reached; use fewer workers or raise the limit"));
-            consumer_.ring().fail(failure);
+            delivery_.ring().fail(failure);
             stop();
             std::rethrow_exception(failure);
         } catch (...) {
-            consumer_.ring().fail(std::current_exception());
+            delivery_.ring().fail(std::current_exception());
             stop();
             throw;
         }
@@ -366,11 +388,11 @@ private:
 
     void work(unsigned index) {
         detail::name_this_thread("feedline-w" + std::to_string(index));
-        staging_ring& ring = consumer_.ring();
+        staging_ring& ring = delivery_.ring();
         try {
             if (!worker_cpus_.empty()) pin_to(worker_cpus_);
             std::vector<std::unique_ptr<source_worker>> writers;
-            for (std::size_t i = 0; i < sources_.size(); ++i) writers.push_back(sources_[i].source->make_worker(config_, counters_[i]));
+            for (std::size_t i = 0; i < sources_.size(); ++i) writers.push_back(sources_[i].source->make_worker(source_context::of(config_), counters_[i]));
             std::vector<std::vector<std::uint32_t>> rows_of(sources_.size());
             batch_plan plan;  // reused: no allocation per batch once warm
             sampler_state after;
@@ -379,13 +401,13 @@ private:
             for (;;) {
                 // Parked by the autotuner: only timing changes, never which batch holds what.
                 parked_.wait([&] { return index < target_workers_.load(std::memory_order_relaxed) || ring.closed() || planned_all_.load(); });
-                consumer_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
+                delivery_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
                 const auto t0 = std::chrono::steady_clock::now();
                 if (!plan_next(index, plan, after, ring)) break;
                 plan_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
                 std::byte* slot = ring.acquire(plan.step);
                 if (slot == nullptr) break;
-                consumer_.set_slot_state(plan.step, after);
+                delivery_.set_slot_state(plan.step, after);
                 const slot_view view(slot, layout_);
                 for (std::uint32_t r = 0; r < plan.samples.size(); ++r) view.datasets[r] = static_cast<std::int32_t>(plan.samples[r].dataset);
                 if (writers.size() == 1) {
@@ -455,7 +477,8 @@ private:
     bool autotune_ = false;
     std::string workers_reason_, io_reason_;
     std::vector<int> worker_cpus_;                    // the GPU's local CPUs on a multi-node machine, else empty
-    detail::ring_consumer consumer_;
+    detail::delivery delivery_;    // the ring and the hand-off to the trainer
+    detail::telemetry telemetry_;  // the stats log and the GPU's figures
     std::vector<std::thread> threads_;
     std::atomic<unsigned> active_{0};
     std::atomic<unsigned> target_workers_{0};  // workers not parked (written by next())

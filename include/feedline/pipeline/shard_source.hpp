@@ -36,36 +36,36 @@ public:
                std::string(to_string(data_->format())) + " shard(s) (" + std::string(to_string(data_->dtype())) + ")";
     }
 
-    sampler_dataset sampling(const pipeline_config& c) const override {
+    sampler_dataset sampling(const source_context& c) const override {
         const token_dataset* d = data_.get();
         if (streams_are_shards(c))  // a shard is one "document": the sampler cuts windows across llm.c's documents
             return {.documents = d->shard_count(), .length = [d](std::uint64_t i) { return d->shard(i).tokens; }, .block_starts = {}};
         return {.documents = d->document_count(), .length = [d](std::uint64_t i) { return d->document_length(i); }, .block_starts = d->shard_document_starts()};
     }
-    std::uint64_t index_bytes(const pipeline_config& c) const override {
+    std::uint64_t index_bytes(const source_context& c) const override {
         // llm.c's document index, built for packed mode (Megatron's .idx is mapped, not copied).
         return data_->format() == dataset_format::llmc && !streams_are_shards(c) ? data_->document_count() * sizeof(std::uint64_t) : 0;
     }
-    std::uint64_t worker_bytes(const pipeline_config& c) const override {
+    std::uint64_t worker_bytes(const source_context& c) const override {
         return c.batch_size * (c.seq_len + 1) * dtype_size(data_->dtype()) + defaults::shard_scratch_extra_bytes;
     }
-    std::string prepare(const pipeline_config& c) override {
+    std::string prepare(const source_context& c) override {
         auto probe = make_reader(reader_for(c));
         return std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
     }
-    std::unique_ptr<source_worker> make_worker(const pipeline_config& c, source_counters& counters) override {
+    std::unique_ptr<source_worker> make_worker(const source_context& c, source_counters& counters) override {
         return std::make_unique<worker>(*this, c, counters);
     }
 
 private:
-    bool streams_are_shards(const pipeline_config& c) const noexcept { return data_->format() == dataset_format::llmc && c.mode == sample_mode::windows; }
-    reader_options reader_for(const pipeline_config& c) const {
+    bool streams_are_shards(const source_context& c) const noexcept { return data_->format() == dataset_format::llmc && c.mode == sample_mode::windows; }
+    reader_options reader_for(const source_context& c) const {
         return {.backend = c.shards.backend, .dataset_bytes = data_->total_tokens() * dtype_size(data_->dtype())};
     }
 
     class worker final : public source_worker {
     public:
-        worker(const shard_source& s, const pipeline_config& c, source_counters& counters)
+        worker(const shard_source& s, const source_context& c, source_counters& counters)
             : data_(*s.data_), counters_(counters), streams_are_shards_(s.streams_are_shards(c)), windows_(c.mode == sample_mode::windows),
               reader_(make_reader(s.reader_for(c))), mapped_(s.data_->all_local() ? reader_.get_if<mmap_reader>() : nullptr) {}
 

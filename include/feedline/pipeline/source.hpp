@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <feedline/detail/registry.hpp>
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/stats.hpp>
 #include <feedline/sampling/sampler.hpp>
@@ -47,6 +47,17 @@ inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point from, std:
 }
 }  // namespace detail
 
+// What a source is told about the run: the batch's shape on this rank, how samples are made, and the
+// options of token shards. Narrow on purpose: a source does not see the pipeline's workers, memory,
+// device or logging, and a new option reaches a source only by being added here.
+struct source_context {
+    std::uint64_t batch_size = 8;  // samples per step on this rank
+    std::uint64_t seq_len = 1024;
+    sample_mode mode = sample_mode::windows;
+    shard_options shards;
+    static source_context of(const pipeline_config& c) { return {c.batch_size, c.seq_len, c.mode, c.shards}; }
+};
+
 // Counters a pipeline's workers keep per run (relaxed atomics; summed into pipeline_stats). Owned by
 // the pipeline, so two pipelines over one source count separately.
 struct source_counters {
@@ -71,17 +82,17 @@ public:
     virtual source_kind kind() const noexcept = 0;
     // One line for logs: what the data is ("9363 tokens in 3 Megatron shards", "120 text documents ...").
     virtual std::string describe() const = 0;
-    // The source as the sampler sees it. `config` says the mode (llm.c shards are one stream per
+    // The source as the sampler sees it. The context says the mode (llm.c shards are one stream per
     // shard in windows mode). The lengths function refers to the source: it must outlive the sampler.
-    virtual sampler_dataset sampling(const pipeline_config& config) const = 0;
+    virtual sampler_dataset sampling(const source_context& run) const = 0;
     // Bytes held for the run (indexes, caches) and per worker (scratch), for the memory plan.
-    virtual std::uint64_t index_bytes(const pipeline_config& config) const = 0;
-    virtual std::uint64_t worker_bytes(const pipeline_config& config) const = 0;
+    virtual std::uint64_t index_bytes(const source_context& run) const = 0;
+    virtual std::uint64_t worker_bytes(const source_context& run) const = 0;
     // Before any worker starts (at the first next()): whatever can fail early (probing a reader,
     // loading a tokenizer). Returns one line on how it reads, for stats (io_backend).
-    virtual std::string prepare(const pipeline_config& config) = 0;
+    virtual std::string prepare(const source_context& run) = 0;
     // On the worker's own thread.
-    virtual std::unique_ptr<source_worker> make_worker(const pipeline_config& config, source_counters& counters) = 0;
+    virtual std::unique_ptr<source_worker> make_worker(const source_context& run, source_counters& counters) = 0;
 };
 
 // A kind of source as the registry knows it: which specs it takes (by the files a spec names: a glob's
@@ -94,29 +105,7 @@ struct source_type {
     bool fallback = false;
 };
 
-// The kinds this build has, in registration order. Thread-safe.
-class source_registry {
-public:
-    // Registers a kind (its header does this once, through an inline variable); returns true.
-    static bool add(source_type t) {
-        auto& r = instance();
-        std::lock_guard lock(r.mutex_);
-        r.types_.push_back(std::move(t));
-        return true;
-    }
-    static std::vector<source_type> types() {
-        auto& r = instance();
-        std::lock_guard lock(r.mutex_);
-        return r.types_;
-    }
-
-private:
-    static source_registry& instance() {
-        static source_registry r;
-        return r;
-    }
-    std::mutex mutex_;
-    std::vector<source_type> types_;
-};
+// The kinds this build has, in registration order (detail/registry.hpp).
+using source_registry = detail::registry<source_type>;
 
 }  // namespace feedline

@@ -68,19 +68,19 @@ public:
         return std::to_string(corpus_->document_count()) + " text documents (" + std::to_string(corpus_->text_bytes()) + " bytes, " +
                std::to_string(tokens_) + " tokens), tokenized on the fly";
     }
-    sampler_dataset sampling(const pipeline_config&) const override {
+    sampler_dataset sampling(const source_context&) const override {
         const std::vector<std::uint32_t>* lengths = &lengths_;
         return {.documents = lengths_.size(),
                 .length = [lengths](std::uint64_t i) { return std::uint64_t((*lengths)[i]); },
                 .block_starts = block_starts_,
                 .in_stream_order = true};
     }
-    std::uint64_t index_bytes(const pipeline_config&) const override {
+    std::uint64_t index_bytes(const source_context&) const override {
         return corpus_->memory_bytes() + lengths_.capacity() * sizeof(std::uint32_t) + cache_->capacity();
     }
-    std::uint64_t worker_bytes(const pipeline_config& c) const override { return defaults::text_worker_bytes + (c.seq_len + 1) * sizeof(std::int32_t); }
-    std::string prepare(const pipeline_config&) override { return "pread (text documents, tokenized by the workers)"; }
-    std::unique_ptr<source_worker> make_worker(const pipeline_config& c, source_counters& counters) override {
+    std::uint64_t worker_bytes(const source_context& c) const override { return defaults::text_worker_bytes + (c.seq_len + 1) * sizeof(std::int32_t); }
+    std::string prepare(const source_context&) override { return "pread (text documents, tokenized by the workers)"; }
+    std::unique_ptr<source_worker> make_worker(const source_context& c, source_counters& counters) override {
         return std::make_unique<worker>(*this, c, counters);
     }
 
@@ -96,7 +96,7 @@ private:
 
     class worker final : public source_worker {
     public:
-        worker(text_source& s, const pipeline_config& c, source_counters& counters)
+        worker(text_source& s, const source_context& c, source_counters& counters)
             : source_(s), counters_(counters), windows_(c.mode == sample_mode::windows), long_document_(c.seq_len), tokenizer_(make_tokenizer(s.tokenizer_config())) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {

@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <initializer_list>
 #include <tuple>
 #include <type_traits>
 #include <memory>
@@ -70,6 +69,11 @@ inline launch_info launch_from_environment() {
 enum class tail_policy {
     drop,  // the last incomplete global batch of an epoch is dropped (count reported)
     pad,   // it is completed with samples from the start of the same epoch (count reported)
+};
+
+template <>
+struct enum_names<tail_policy> {
+    static constexpr std::array values{std::pair{tail_policy::drop, std::string_view("drop")}, std::pair{tail_policy::pad, std::string_view("pad")}};
 };
 
 struct sampler_config {
@@ -346,8 +350,11 @@ public:
             if (a != b) throw config_error("state." + field, "saved " + to_text(a) + ", this sampler has " + to_text(b));
         };
         // Enumerations by name: "saved packed, this sampler has windows", not "saved 1, ... 0".
-        auto differs_named = [&](const std::string& field, std::uint32_t a, std::uint32_t b, std::initializer_list<const char*> names) {
-            auto name = [&](std::uint32_t v) { return v < names.size() ? std::string(names.begin()[v]) : "unknown value " + std::to_string(v); };
+        auto differs_named = [&]<class E>(const std::string& field, std::uint32_t a, std::uint32_t b, E) {
+            auto name = [](std::uint32_t v) {
+                const std::string_view n = name_of(static_cast<E>(v));
+                return n == "?" ? "unknown value " + std::to_string(v) : std::string(n);
+            };
             if (a != b) throw config_error("state." + field, "saved " + name(a) + ", this sampler has " + name(b));
         };
         if (s.version != sampler_state::current_version)
@@ -355,10 +362,10 @@ public:
         differs("seed", s.seed, state_.seed);
         differs("seq_len", s.seq_len, state_.seq_len);
         differs("global_batch", s.global_batch, state_.global_batch);
-        differs_named("mode", s.mode, state_.mode, {"windows", "packed"});
-        differs_named("shuffle", s.shuffle, state_.shuffle, {"none", "global", "shard_blocks"});
-        differs_named("shuffle_samples", s.shuffle_samples, state_.shuffle_samples, {"false", "true"});
-        differs_named("tail", s.tail, state_.tail, {"drop", "pad"});
+        differs_named("mode", s.mode, state_.mode, sample_mode{});
+        differs_named("shuffle", s.shuffle, state_.shuffle, shuffle_mode{});
+        differs("shuffle_samples", s.shuffle_samples, state_.shuffle_samples);
+        differs_named("tail", s.tail, state_.tail, tail_policy{});
         differs("datasets", s.dataset_documents.size(), state_.dataset_documents.size());
         const std::size_t n = state_.dataset_documents.size();
         if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)

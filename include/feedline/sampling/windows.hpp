@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <feedline/error.hpp>
+#include <feedline/names.hpp>
 #include <feedline/sampling/permutation.hpp>
 
 namespace feedline {
@@ -34,6 +35,16 @@ enum class shuffle_mode {
                    // reads one shard at a time)
 };
 enum class sample_mode { windows, packed };
+
+template <>
+struct enum_names<shuffle_mode> {
+    static constexpr std::array values{std::pair{shuffle_mode::none, std::string_view("none")}, std::pair{shuffle_mode::global, std::string_view("global")},
+                                       std::pair{shuffle_mode::shard_blocks, std::string_view("shard_blocks")}};
+};
+template <>
+struct enum_names<sample_mode> {
+    static constexpr std::array values{std::pair{sample_mode::windows, std::string_view("windows")}, std::pair{sample_mode::packed, std::string_view("packed")}};
+};
 
 // Tokens [offset, offset + length) of document `document` (a dataset document number).
 struct segment {

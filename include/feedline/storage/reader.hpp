@@ -12,6 +12,7 @@
 #include <variant>
 
 #include <feedline/exec/host_memory.hpp>
+#include <feedline/names.hpp>
 #include <feedline/storage/mmap_reader.hpp>
 #include <feedline/storage/pread_reader.hpp>
 #include <feedline/storage/read_request.hpp>
@@ -21,24 +22,17 @@ namespace feedline {
 
 enum class io_backend { automatic, io_uring, mmap, pread };
 
-inline std::string_view to_string(io_backend b) noexcept {
-    switch (b) {
-        case io_backend::automatic: return "auto";
-        case io_backend::io_uring: return "io_uring";
-        case io_backend::mmap: return "mmap";
-        case io_backend::pread: return "pread";
-    }
-    return "?";
-}
+template <>
+struct enum_names<io_backend> {
+    static constexpr std::array values{std::pair{io_backend::automatic, std::string_view("auto")}, std::pair{io_backend::io_uring, std::string_view("io_uring")},
+                                       std::pair{io_backend::mmap, std::string_view("mmap")}, std::pair{io_backend::pread, std::string_view("pread")},
+                                       std::pair{io_backend::io_uring, std::string_view("uring")}};
+};
 
-// Parses "auto", "io_uring" (or "uring"), "mmap", "pread". Throws config_error naming the value.
-inline io_backend parse_io_backend(std::string_view s) {
-    if (s == "auto") return io_backend::automatic;
-    if (s == "io_uring" || s == "uring") return io_backend::io_uring;
-    if (s == "mmap") return io_backend::mmap;
-    if (s == "pread") return io_backend::pread;
-    throw config_error("io_backend", "unknown backend '" + std::string(s) + "' (expected auto, io_uring, mmap or pread)");
-}
+inline std::string_view to_string(io_backend b) noexcept { return name_of(b); }
+
+// "auto", "io_uring" (or "uring"), "mmap", "pread". Throws config_error naming the value.
+inline io_backend parse_io_backend(std::string_view s) { return parse_enum<io_backend>(s, "io_backend"); }
 
 struct reader_options {
     io_backend backend = io_backend::automatic;

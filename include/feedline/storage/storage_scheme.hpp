@@ -10,12 +10,12 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <feedline/detail/paths.hpp>
+#include <feedline/detail/registry.hpp>
 #include <feedline/error.hpp>
 #include <feedline/storage/byte_source.hpp>
 #include <feedline/storage/file.hpp>
@@ -48,35 +48,16 @@ inline const storage_scheme& local_storage() {
     return s;
 }
 
-// The schemes registered besides local paths. Thread-safe.
-class storage_registry {
-public:
-    // Registers a scheme (its header does this once, through an inline variable); returns true.
-    static bool add(storage_scheme s) {
-        auto& r = instance();
-        std::lock_guard lock(r.mutex_);
-        r.schemes_.push_back(std::make_shared<const storage_scheme>(std::move(s)));
-        return true;
-    }
-    // The scheme that owns `location`: the first registered one that does, else local paths.
-    static const storage_scheme& for_location(std::string_view location) {
-        auto& r = instance();
-        std::lock_guard lock(r.mutex_);
-        for (const auto& s : r.schemes_)
-            if (s->owns(location)) return *s;
-        return local_storage();
-    }
+// The schemes registered besides local paths (detail/registry.hpp).
+using storage_registry = detail::registry<storage_scheme>;
 
-private:
-    static storage_registry& instance() {
-        static storage_registry r;
-        return r;
-    }
-    std::mutex mutex_;
-    std::vector<std::shared_ptr<const storage_scheme>> schemes_;  // shared: a reference stays valid while more register
-};
-
-inline const storage_scheme& scheme_for(std::string_view location) { return storage_registry::for_location(location); }
+// The scheme that owns `location`: the first registered one that does, else local paths. The reference
+// stays valid for the process's life.
+inline const storage_scheme& scheme_for(std::string_view location) {
+    for (const auto& s : storage_registry::entries())
+        if (s->owns(location)) return *s;
+    return local_storage();
+}
 
 // Opens `location` through its scheme. Throws io_error naming it.
 inline std::unique_ptr<byte_source> open_byte_source(const std::string& location) { return scheme_for(location).open(location); }

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <feedline/detail/registry.hpp>
 #include <feedline/error.hpp>
 
 namespace feedline {
@@ -74,47 +74,23 @@ struct tokenizer_kind {
     std::function<std::unique_ptr<tokenizer>(const tokenizer_options&, const std::string& field)> make;
 };
 
-// The kinds this build has, in registration order. Thread-safe.
-class tokenizer_registry {
-public:
-    // Registers a kind (an implementation's header does this once, through an inline variable).
-    // Returns true, so it can initialise one. A second kind of the same name replaces the first.
-    static bool add(tokenizer_kind kind) {
-        auto& r = instance();
-        std::lock_guard lock(r.mutex_);
-        for (auto& k : r.kinds_)
-            if (k.name == kind.name) return (k = std::move(kind), true);
-        r.kinds_.push_back(std::move(kind));
-        return true;
-    }
-    static std::vector<tokenizer_kind> kinds() {
-        auto& r = instance();
-        std::lock_guard lock(r.mutex_);
-        return r.kinds_;
-    }
-
-private:
-    static tokenizer_registry& instance() {
-        static tokenizer_registry r;
-        return r;
-    }
-    std::mutex mutex_;
-    std::vector<tokenizer_kind> kinds_;
-};
+// The kinds this build has, in registration order (detail/registry.hpp). A kind registered again under
+// a name already taken is found after the first: the first registered wins.
+using tokenizer_registry = detail::registry<tokenizer_kind>;
 
 // A tokenizer for `o`: of kind `o.kind`, or with "auto" the first registered kind that recognizes the
 // model. Throws config_error naming `field` when no model is given, the kind is unknown or not built,
 // or the model cannot be loaded.
 inline std::unique_ptr<tokenizer> make_tokenizer(const tokenizer_options& o, const std::string& field = "text.tokenizer") {
     if (o.model.empty()) throw config_error(field, "text input needs a tokenizer model");
-    const auto kinds = tokenizer_registry::kinds();
+    const auto kinds = tokenizer_registry::entries();
     std::string built;
-    for (const auto& k : kinds) built += (built.empty() ? "" : ", ") + k.name;
+    for (const auto& k : kinds) built += (built.empty() ? "" : ", ") + k->name;
     if (kinds.empty())
         throw config_error(field, o.model + ": this build of feedline has no tokenizer (sentencepiece was not found when it was configured); "
                                             "pack the text into token shards elsewhere");
     for (const auto& k : kinds)
-        if (o.kind == k.name || (o.kind == "auto" && k.recognizes(o.model))) return k.make(o, field);
+        if (o.kind == k->name || (o.kind == "auto" && k->recognizes(o.model))) return k->make(o, field);
     throw config_error(field, o.model + ": " + (o.kind == "auto" ? "no tokenizer recognizes this model" : "no tokenizer of kind '" + o.kind + "'") +
                                   " (this build has: " + built + ")");
 }

@@ -1,9 +1,12 @@
-// feedline/pipeline/detail/ring_consumer.hpp: the trainer's side of the pipeline's staging ring. It
-// holds the ring, each slot's resume state (written by the worker that fills the slot, taken over when
-// the trainer receives that batch), the count of batches delivered, the autotuner fed from the ring's
-// clocks, the trainer's CPU placement and the JSON-lines stats log. Used by pipeline/pipeline.hpp.
+// feedline/pipeline/detail/delivery.hpp: the hand-off of batches to the trainer. It holds the staging
+// ring, each slot's resume state (written by the worker that fills the slot, taken over when the
+// trainer receives that batch), the count of batches delivered, the autotuner fed from the ring's
+// clocks and the trainer's CPU placement. It knows nothing of logs or of how the pipeline stops: a
+// producer's error is rethrown to the pipeline, which stops itself (pipeline/pipeline.hpp). Stats are
+// filled here for what delivery measures; the log is pipeline/detail/telemetry.hpp's.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -13,7 +16,6 @@
 #include <vector>
 
 #include <feedline/device/make_ring.hpp>
-#include <feedline/device/nvml.hpp>
 #include <feedline/exec/trainer_cpu.hpp>
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/defaults.hpp>
@@ -23,18 +25,13 @@
 
 namespace feedline::detail {
 
-class ring_consumer {
+class delivery {
 public:
-    // Opens the stats log the config names, if any. Throws config_error (no interval) or io_error.
-    void open_log(const pipeline_config& c) {
-        if (c.stats_jsonl.empty()) return;
-        if (c.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
-        log_ = std::make_unique<stats_jsonl_log>(c.stats_jsonl);
-    }
-
     bool started() const noexcept { return ring_ != nullptr; }
     staging_ring& ring() noexcept { return *ring_; }
     std::size_t prefetch_depth(const memory_plan& m) const noexcept { return ring_ ? ring_->depth() : m.depth; }
+    std::uint64_t delivered() const noexcept { return delivered_; }
+    bool on_device() const noexcept { return ring_ && ring_->on_device(); }
 
     // Where the trainer is: the state after the last batch returned (or the restored one).
     const sampler_state& state() const noexcept { return state_; }
@@ -58,12 +55,6 @@ public:
         slot_states_.assign(m.slots, state_);
         ring_->set_depth(m.depth);
         if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
-        // The GPU's utilization and memory for the log's lines (doctor diagnose reads them): sampled
-        // on a side thread, only where there is a log and batches go to a GPU.
-        if (log_ && ring_->on_device()) {
-            gpu_sampler_ = gpu_sampler::for_gpu(gpu_pci_bus_id(c.device.index), &gpu_telemetry_);
-            if (gpu_sampler_) gpu_telemetry_ = "nvml";
-        }
         tuner_ = autotuner({.tune_workers = tune_workers, .tune_depth = c.prefetch == 0 && m.depth < m.slots, .max_workers = m.workers, .max_depth = m.slots},
                            start_time_);
     }
@@ -75,21 +66,11 @@ public:
         if (ring_) ring_->set_wait_check(wait_check_, wait_check_every_);
     }
 
-    // The next batch, in step order, or empty at the end (then the log gets its last line). A
-    // producer's error is rethrown after `stop` (the pipeline's shutdown) ran. `snapshot` gives the
-    // pipeline's stats for the log.
-    template <class Stop, class Snapshot>
-    std::optional<batch_handle> next(const pipeline_config& c, Stop&& stop, Snapshot&& snapshot) {
+    // The next batch, in step order, or empty at the end. A producer's error is rethrown as it was
+    // thrown (the caller stops the producers); wait_interrupted leaves everything running.
+    std::optional<batch_handle> next() {
         const auto entered = std::chrono::steady_clock::now();
-        std::optional<batch_handle> h;
-        try {
-            h = ring_->next();
-        } catch (const wait_interrupted&) {
-            throw;  // the consumer's own check: the pipeline runs on, and next() may be called again
-        } catch (...) {
-            stop();
-            throw;
-        }
+        std::optional<batch_handle> h = ring_->next();
         // The trainer's CPU counts when the trainer keeps it busy: on average (over ~8 batches) at
         // least a quarter as long outside next() (its step) as inside (waiting). A data-bound trainer
         // that does nothing between batches mostly sleeps in next() and is woken by a producer, often
@@ -105,13 +86,9 @@ public:
             if (busy_s_ > defaults::busy_trainer_ratio * waiting_s_) placement_.note();
         }
         returned_ = left;
-        if (!h) {
-            if (!final_logged_) log(snapshot), final_logged_ = true;
-            return std::nullopt;
-        }
+        if (!h) return std::nullopt;
         state_ = slot_states_[h->slot()];
         ++delivered_;
-        if (delivered_ % c.stats_every == 0) log(snapshot);
         return h;
     }
 
@@ -124,8 +101,8 @@ public:
         return k.workers;
     }
 
-    // The counters the ring and the consumer keep: batches, tokens, time, the ring's waits and
-    // occupancy, memory, depth, device and placement.
+    // What delivery counts: batches, tokens, time, the ring's waits and occupancy, memory, depth,
+    // device and placement.
     void fill(pipeline_stats& s, const pipeline_config& c, const memory_plan& m) const {
         s.batches = delivered_;
         s.tokens = delivered_ * c.batch_size * c.seq_len;
@@ -141,20 +118,12 @@ public:
         s.stall_fraction = s.seconds > 0 ? std::min(1.0, s.stall_s / s.seconds) : 0;
         s.slots = m.slots;
         s.workers = m.workers;
-        fill_memory_telemetry(s);
-        if (gpu_interval_) {
-            s.gpu_utilization = gpu_interval_->utilization;  // may be empty (MIG): then absent
-            s.gpu_memory_used_bytes = gpu_interval_->memory_used;
-            s.gpu_memory_total_bytes = gpu_interval_->memory_total;
-        }
-        s.gpu_telemetry = gpu_telemetry_;
         s.pinned_bytes = ring_ && ring_->pinned() ? m.slots * m.slot_bytes : 0;
         s.memory_budget = m.budget;
         s.planned_bytes = m.total();
         s.prefetch_depth = prefetch_depth(m);
         s.device = device_reason_;
         s.worker_placement = started() ? placement_.describe() : "";
-        s.stats_log_error = log_error_;
         s.trainer_cpu = placement_.trainer();
     }
 
@@ -167,21 +136,6 @@ public:
     }
 
 private:
-    // A log that cannot be written (a full disk) stops logging, with the reason in stats; it never
-    // costs the trainer its batch.
-    template <class Snapshot>
-    void log(Snapshot&& snapshot) {
-        if (!log_) return;
-        if (gpu_sampler_)
-            if (auto g = gpu_sampler_->take()) gpu_interval_ = g;
-        try {
-            log_->write(snapshot());
-        } catch (const std::exception& e) {
-            log_error_ = e.what();
-            log_.reset();
-        }
-    }
-
     std::unique_ptr<staging_ring> ring_;
     std::function<bool()> wait_check_;
     std::chrono::milliseconds wait_check_every_{100};
@@ -193,12 +147,6 @@ private:
     std::uint64_t delivered_ = 0;
     std::chrono::steady_clock::time_point start_time_, returned_;  // returned_: when next() last returned
     double busy_s_ = 0, waiting_s_ = 0;  // moving averages of the trainer's time outside and inside next()
-    std::unique_ptr<stats_jsonl_log> log_;
-    std::string log_error_;
-    std::unique_ptr<gpu_sampler> gpu_sampler_;
-    std::optional<gpu_interval> gpu_interval_;  // the mean over the interval before the last log line
-    std::string gpu_telemetry_;                  // "nvml", or why the GPU is not sampled
-    bool final_logged_ = false;
 };
 
 }  // namespace feedline::detail
