@@ -45,7 +45,7 @@ TEST_CASE("Options.Declarations.EveryOptionParsesAndRoundTripsThroughJson") {
 
 TEST_CASE("Options.Declarations.BadValuesAreRefusedNamingTheFieldAndWhatWasExpected") {
     pipeline_config c;
-    auto refused = [&](const char* name, const char* value, const std::string& field, const std::string& words) {
+    auto refused = [&](const std::string name, const std::string value, const std::string& field, const std::string& words) {
         CAPTURE(name);
         CAPTURE(value);
         try {

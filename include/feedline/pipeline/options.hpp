@@ -9,6 +9,7 @@
 // checked to be current by a test). Adding an option: its field in config.hpp, one declaration here.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -147,14 +148,27 @@ inline int option_index(std::string_view name) {
     return found;
 }
 
-// The nearest names to an unknown one, for "did you mean": same prefix or contained in it.
+// The nearest name to an unknown one, for "did you mean": the fewest single-letter edits (at most a
+// third of the name's length), else "".
 inline std::string option_suggestion(std::string_view name) {
+    auto distance = [](std::string_view a, std::string_view b) {
+        std::vector<std::size_t> row(b.size() + 1);
+        for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+        for (std::size_t i = 1; i <= a.size(); ++i) {
+            std::size_t diagonal = row[0];
+            row[0] = i;
+            for (std::size_t j = 1; j <= b.size(); ++j) {
+                const std::size_t above = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+                diagonal = above;
+            }
+        }
+        return row[b.size()];
+    };
     std::string best;
+    std::size_t best_distance = name.size() / 3 + 1;
     for_each_option([&](const auto& o) {
-        if (!best.empty()) return;
-        const std::string_view n = o.name;
-        if (n.find(name) != std::string_view::npos || name.find(n) != std::string_view::npos || (name.size() > 3 && n.substr(0, 3) == name.substr(0, 3)))
-            best = std::string(n);
+        if (const std::size_t d = distance(name, o.name); d < best_distance) best_distance = d, best = std::string(o.name);
     });
     return best.empty() ? std::string() : " (did you mean " + best + "?)";
 }
