@@ -30,6 +30,9 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// GB/s for `bytes` moved since t0.
+double gb_per_s(double bytes, clock_type::time_point t0) { return bytes / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9; }
 constexpr std::uint64_t window_tokens = 1025;
 constexpr std::uint64_t window_bytes = window_tokens * 2;
 constexpr std::uint64_t batch_windows = 32;
@@ -207,7 +210,7 @@ int main(int argc, char** argv) {
                 std::memcpy(r.dest, maps[shard].bytes().data() + r.offset, r.length);
             }
         }
-        return static_cast<double>(warm_windows * window_bytes) / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9;
+        return gb_per_s(static_cast<double>(warm_windows * window_bytes), t0);
     };
     auto reader_windows = [&](feedline::any_reader& reader) {
         auto t0 = clock_type::now();
@@ -216,7 +219,7 @@ int main(int argc, char** argv) {
             window_requests(ds, starts, b, batch_windows, batch.p, reqs);
             reader.read(reqs);
         }
-        return static_cast<double>(warm_windows * window_bytes) / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9;
+        return gb_per_s(static_cast<double>(warm_windows * window_bytes), t0);
     };
     std::vector<std::pair<std::string, feedline::any_reader>> readers;
     readers.emplace_back("mmap", feedline::make_reader({.backend = feedline::io_backend::mmap}));
@@ -243,7 +246,7 @@ int main(int argc, char** argv) {
                 read_chunk(s, off, n);
                 bytes += n;
             }
-        return static_cast<double>(bytes) / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9;
+        return gb_per_s(static_cast<double>(bytes), t0);
     };
     for (int rep = 0; rep < a.repeats; ++rep) {
         warm(ds);
@@ -278,8 +281,7 @@ int main(int argc, char** argv) {
                     direct.read(reqs);
                     bytes += n;
                 }
-            gbps["cold_scan/io_uring_direct"].push_back(static_cast<double>(bytes) /
-                                                        std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9);
+            gbps["cold_scan/io_uring_direct"].push_back(gb_per_s(static_cast<double>(bytes), t0));
         }
         // Cold random windows: O_DIRECT pread one at a time vs io_uring with 32 in flight.
         const std::size_t cold_windows = 4096;
@@ -301,22 +303,18 @@ int main(int argc, char** argv) {
                     std::memcpy(r.dest, bounce.p + (r.offset - begin), r.length);
                 }
             }
-            gbps["cold_random/pread_qd1"].push_back(static_cast<double>(cold_windows * window_bytes) /
-                                                    std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9);
-            t0 = clock_type::now();
-            for (std::size_t b = 0; b < cold_windows; b += 256) {
-                window_requests(ds, cold_starts, b, 256, cold_batch.p, reqs);
-                direct.read(reqs);
-            }
-            gbps["cold_random/io_uring_qd32"].push_back(static_cast<double>(cold_windows * window_bytes) /
-                                                        std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9);
-            t0 = clock_type::now();
-            for (std::size_t b = 0; b < cold_windows; b += 256) {
-                window_requests(ds, cold_starts, b, 256, cold_batch.p, reqs);
-                direct64.read(reqs);
-            }
-            gbps["cold_random/io_uring_qd64"].push_back(static_cast<double>(cold_windows * window_bytes) /
-                                                        std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9);
+            gbps["cold_random/pread_qd1"].push_back(gb_per_s(static_cast<double>(cold_windows * window_bytes), t0));
+            // Batches of 256 windows through the library's io_uring reader.
+            const auto batched = [&](auto& reader, const char* name) {
+                t0 = clock_type::now();
+                for (std::size_t b = 0; b < cold_windows; b += 256) {
+                    window_requests(ds, cold_starts, b, 256, cold_batch.p, reqs);
+                    reader.read(reqs);
+                }
+                gbps[name].push_back(gb_per_s(static_cast<double>(cold_windows * window_bytes), t0));
+            };
+            batched(direct, "cold_random/io_uring_qd32");
+            batched(direct64, "cold_random/io_uring_qd64");
         }
         for (int fd : direct_fds) ::close(fd);
     }

@@ -30,20 +30,16 @@ struct synthetic_dataset {
     std::uint64_t document_length(std::uint64_t i) const { return 1 + mix64(i) % (2 * mean - 1); }  // mean ~ `mean`
 };
 
-double peak_rss_mib() {
+// A "Key:   N kB" line of /proc/self/status, in MiB: VmHWM (peak resident set) or VmRSS (now).
+double status_mib(const std::string& key) {
     std::ifstream in("/proc/self/status");
     std::string line;
     while (std::getline(in, line))
-        if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+        if (line.rfind(key + ":", 0) == 0) return std::stod(line.substr(key.size() + 1)) / 1024.0;
     return 0;
 }
-double rss_mib() {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-    return 0;
-}
+double peak_rss_mib() { return status_mib("VmHWM"); }
+double rss_mib() { return status_mib("VmRSS"); }
 void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 // What a Megatron-style GPT dataset builds before the first sample: O(documents + samples) arrays.

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   cmake ninja-build pkg-config g++ clang libclang-rt-14-dev   # build; clang for the sanitizer build and its libFuzzer targets
   libboost-dev doctest-dev                                    # core + tests
-  liburing-dev libsentencepiece-dev sentencepiece libnuma-dev libhwloc-dev   # optional parts
+  liburing-dev libsentencepiece-dev sentencepiece libnuma-dev   # optional parts
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev  # JSONL input, tools
   libopenblas-dev libopenmpi-dev openmpi-bin                  # sample trainer, MPI tests
   util-linux strace python3 python3-venv python3-numpy python3-torch # fincore; crash-point tests; Megatron interop test

@@ -67,7 +67,7 @@ nlohmann::json inspect_shards(const std::vector<std::string>& paths, const inspe
     return summary;
 }
 
-// JSONL / text in a blend: every line parsed as the pipeline would (tokens are counted by the pipeline).
+// JSONL / text (alone or in a blend): every line parsed as the pipeline would (tokens are counted by the pipeline).
 nlohmann::json inspect_text(const std::string& spec) {
     const feedline::text_corpus corpus({spec});
     return {{"format", "text"}, {"files", corpus.file_count()}, {"documents", corpus.document_count()}, {"text_bytes", corpus.text_bytes()}, {"valid", true}};

@@ -1,6 +1,6 @@
-// feedline-pack: JSONL or plain text -> token shards (Megatron .bin/.idx or llm.c), tokenized with
-// sentencepiece on worker threads. Output order equals input order whatever the thread count; ids equal
-// `spm_encode --output_format=id`. Files appear under their final names only when the whole pack
+// feedline-pack: JSONL or plain text -> token shards (Megatron .bin/.idx or llm.c), tokenized on worker
+// threads (a tokenizer each, from make_tokenizer; --train-model trains a sentencepiece model first).
+// Output order equals input order whatever the thread count; ids equal `spm_encode --output_format=id`. Files appear under their final names only when the whole pack
 // succeeded: an interrupted or failed pack (signal, disk full, bad input) leaves nothing that validates.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -202,7 +202,7 @@ int run(const options& o) {
     auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, probe->bos_id()));
     shard_output out(o, dt, delimiter, lock);
 
-    // A reader thread, o.threads tokenizers (one sentencepiece processor each) and this thread writing
+    // A reader thread, o.threads tokenizers (make_tokenizer, one each) and this thread writing
     // shards in input order, all at once (transform/tokenize_in_order.hpp).
     document_source src(files, topt);
     std::uint64_t docs = 0, tokens = 0, text_bytes = 0;

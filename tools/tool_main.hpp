@@ -20,6 +20,7 @@
 
 #include <feedline/error.hpp>
 #include <feedline/pipeline/options.hpp>
+#include <feedline/storage/file.hpp>
 
 namespace tools {
 
@@ -33,6 +34,17 @@ inline std::string json_text(const nlohmann::json& j, int indent = -1) {
 struct option_selection {
     std::vector<std::string_view> only, except;
     std::map<std::string_view, std::string> aliases;
+
+    // Whether the tool offers option `name` (keyword or path).
+    bool offers(std::string_view name) const {
+        bool yes = false;
+        feedline::for_each_option([&](const auto& o) {
+            if (o.name != name && o.path != name) return;
+            const auto in = [&](const std::vector<std::string_view>& list) { return std::find(list.begin(), list.end(), o.name) != list.end(); };
+            yes = (only.empty() || in(only)) && !in(except);
+        });
+        return yes;
+    }
 };
 
 // Adds a flag per selected option of `config`, its help from the declaration and its default from
@@ -40,10 +52,31 @@ struct option_selection {
 // through feedline::set_option, so it is parsed like JSON and Python values and counts as set by the
 // user (an option for data the run does not have is then refused, naming it). Booleans are flags that
 // also take a value: --add-eos, --add-eos=false.
+//
+// --config FILE.json sets options from a file first (a JSON object of option names, as feedline-options
+// --json prints them), so flags on the command line win whatever their order: CLI11 runs the callbacks
+// of options in the order they were added, and --config is added first.
 inline void add_pipeline_options(CLI::App& app, feedline::pipeline_config& config, const option_selection& which = {}) {
+    app.add_option_function<std::string>(
+           "--config",
+           [&config, which](const std::string& path) {
+               constexpr std::uint64_t max_config_bytes = 1u << 20;
+               nlohmann::json j;
+               try {
+                   j = nlohmann::json::parse(feedline::read_regular_file(path, max_config_bytes));
+               } catch (const nlohmann::json::parse_error& e) {
+                   throw feedline::config_error("config", path + ": not JSON: " + e.what());
+               }
+               if (j.is_object())
+                   for (const auto& [key, value] : j.items())
+                       if (const int i = feedline::option_index(key); i >= 0 && !which.offers(key))
+                           throw feedline::config_error(key, path + ": not an option of this tool");
+               feedline::options_from_json(config, j, path);
+           },
+           "JSON object of option names and values (feedline-options --json); flags on the command line win")
+        ->type_name("FILE.json");
     feedline::for_each_option([&](const auto& o) {
-        const auto in = [&](const std::vector<std::string_view>& list) { return std::find(list.begin(), list.end(), o.name) != list.end(); };
-        if ((!which.only.empty() && !in(which.only)) || in(which.except)) return;
+        if (!which.offers(o.name)) return;
         std::string names = o.flag();
         if (const auto a = which.aliases.find(o.name); a != which.aliases.end()) names += "," + a->second;
         const std::string name(o.name);

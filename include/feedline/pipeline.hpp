@@ -39,6 +39,7 @@
 #include <feedline/sampling/state_io.hpp>
 #include <feedline/sampling/windows.hpp>
 #include <feedline/storage/reader.hpp>
+#include <feedline/storage/schemes.hpp>
 #include <feedline/transform/collate.hpp>
 #include <feedline/transform/tokenize_in_order.hpp>
 #include <feedline/transform/tokenizer.hpp>

@@ -60,6 +60,11 @@ def _current_stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
+def _tensor_property(which: str, doc: str) -> property:
+    """A read-only Batch attribute: the batch's tensor `which`, made once (None where it has none)."""
+    return property(lambda self: self._tensor(which), doc=doc)
+
+
 class Batch:
     """One step's batch. Its tensors share the batch's slot (no copy): the slot is returned when this
     object and every tensor taken from it are gone, or at release()."""
@@ -82,30 +87,15 @@ class Batch:
         """The batch's position in the run (0, 1, ...; continues after a resume)."""
         return self._b.step
 
-    @property
-    def inputs(self):
-        """[batch_size, seq_len] int32 token ids (torch.Tensor)."""
-        return self._tensor("inputs")
-
-    @property
-    def targets(self):
-        """[batch_size, seq_len] int32 next-token ids; -1 where nothing is to be predicted (padding)."""
-        return self._tensor("targets")
-
-    @property
-    def positions(self):
-        """Packed mode: [batch_size, seq_len] int32 position of each token in its document; else None."""
-        return self._tensor("positions")
-
-    @property
-    def cu_seqlens(self):
-        """Packed mode: [batch_size, seq_len + 1] int32 cumulative document lengths per row; else None."""
-        return self._tensor("cu_seqlens")
-
-    @property
-    def datasets(self):
-        """[batch_size] int32: each row's dataset, as its position in the blend (host memory)."""
-        return self._tensor("datasets")
+    inputs = _tensor_property("inputs", "[batch_size, seq_len] int32 token ids (torch.Tensor).")
+    targets = _tensor_property(
+        "targets", "[batch_size, seq_len] int32 next-token ids; -1 where nothing is to be predicted (padding).")
+    positions = _tensor_property(
+        "positions", "Packed mode: [batch_size, seq_len] int32 position of each token in its document; else None.")
+    cu_seqlens = _tensor_property(
+        "cu_seqlens", "Packed mode: [batch_size, seq_len + 1] int32 cumulative document lengths per row; else None.")
+    datasets = _tensor_property(
+        "datasets", "[batch_size] int32: each row's dataset, as its position in the blend (host memory).")
 
     def release(self) -> None:
         """Returns the slot now. Tensors taken from this batch then see later batches' data."""
@@ -154,7 +144,7 @@ class PipelineOptions(TypedDict, total=False):
     io_backend: Optional[Literal["auto", "io_uring", "mmap", "pread"]]
     """how shards are read: auto, io_uring, mmap or pread (default "auto")"""
     tokenizer: Optional[str]
-    """the tokenizer model for JSONL/text (a sentencepiece .model) (default "")"""
+    """the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized) (default "")"""
     add_bos: Optional[bool]
     """the model's BOS before every document (default False)"""
     add_eos: Optional[bool]
@@ -168,7 +158,7 @@ class PipelineOptions(TypedDict, total=False):
     max_line_bytes: Optional[int]
     """the longest line or document read, in bytes (0: no limit) (default 67108864)"""
     cache_dir: Optional[str]
-    """where a corpus's token counts are kept between runs ("": $FEEDLINE_CACHE_DIR, else ~/.cache/feedline; none: memory only) (default "")"""
+    """where a corpus's token counts are kept between runs ("": $FEEDLINE_CACHE_DIR, else $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; none: memory only) (default "")"""
 # END PipelineOptions
 
 
@@ -211,7 +201,7 @@ class Pipeline:
         self._engine.restore_json(json.dumps(state))
 
     def stats(self) -> Dict[str, Any]:
-        """Throughput, stall time, queue depth, workers, memory: the C++ pipeline_stats as a dict."""
+        """Throughput, stall time, prefetch depth and ready batches, workers, memory: the C++ pipeline_stats as a dict."""
         return json.loads(self._engine.stats_json())
 
     def describe(self) -> str:

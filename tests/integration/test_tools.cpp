@@ -309,4 +309,25 @@ TEST_CASE("Tools.Options.TheDocsTableAndPythonsTypesAreTheDeclarationsAndFlagsNa
     CHECK_MESSAGE(r.code == 0, r.err);
     r = run(bin + "/feedline-train --data " + (c.dir / "d") + " --vocab-size 400 --max-steps 2 --shuffle none --tail pad --seq-len 16 --batch-size 2", c.dir);
     CHECK_MESSAGE(r.code == 0, r.err);
+    // --config FILE.json: the same names as Python and JSON; a flag wins over the file in either order.
+    {
+        std::ofstream(c.dir / "run.json") << R"({"max_steps": 3, "batch_size": 2, "seq_len": 16, "shuffle": "none"})";
+    }
+    const auto batches = [](const std::string& out) { return nlohmann::json::parse(out)["batches"].get<int>(); };
+    r = run(bin + "/feedline-iterate --config " + (c.dir / "run.json") + " " + (c.dir / "d"), c.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    CHECK(batches(r.out) == 3);
+    CHECK(nlohmann::json::parse(r.out)["tokens"].get<int>() == 3 * 2 * 16);
+    r = run(bin + "/feedline-iterate --batches 5 --config " + (c.dir / "run.json") + " " + (c.dir / "d"), c.dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    CHECK(batches(r.out) == 5);
+    {
+        std::ofstream(c.dir / "bad.json") << R"({"seq_lenn": 16})";
+    }
+    r = run(bin + "/feedline-iterate --config " + (c.dir / "bad.json") + " " + (c.dir / "d"), c.dir);
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find((c.dir / "bad.json") + ": no such option (did you mean seq_len?)") != std::string::npos, r.err);
+    r = c.pack("--config " + (c.dir / "run.json") + " --output " + (c.dir / "e"));
+    CHECK(r.code != 0);
+    CHECK_MESSAGE(r.err.find("not an option of this tool") != std::string::npos, r.err);
 }

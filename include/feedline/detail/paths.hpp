@@ -3,7 +3,8 @@
 // Nothing here throws std::filesystem_error: an entry that cannot be examined (a symlink loop, a
 // dangling link, no permission) is an io_error naming it, and a path that is not a regular file where
 // a file belongs (a FIFO, a device, a directory) is refused before anything opens it.
-// Used by format/dataset.hpp, format/text.hpp and pipeline/data_spec.hpp.
+// Backs the local storage scheme (storage/storage_scheme.hpp); its string helpers serve format/ and
+// pipeline/.
 #pragma once
 
 #include <glob.h>

@@ -44,7 +44,7 @@ struct ring_options {
     std::uint64_t first_sequence = 0;  // the first batch's number (a restored pipeline starts past 0)
     // Coalesced wake-ups: once next() has to sleep, it sleeps until half the prefetch depth is ready
     // (at most this long), not until its one batch is. 0: woken for each batch. Only for producers
-    // that never wait on the consumer except through the ring's slots (the pipelines turn it on).
+    // that never wait on the consumer except through the ring's slots (the pipeline turns it on).
     std::chrono::microseconds coalesce_wakeups{0};
 };
 

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <feedline/exec/topology.hpp>
 
@@ -51,18 +53,26 @@ inline std::optional<std::uint64_t> kib_field(const std::string& line, const cha
     return static_cast<std::uint64_t>(v) * 1024;
 }
 
+// Sets each named field from a procfs file of "Key: N kB" lines (under src's root); a key the file
+// does not have leaves its field empty.
+inline void read_kib_fields(const topology_source& src, const char* path,
+                            std::initializer_list<std::pair<const char*, std::optional<std::uint64_t>*>> fields) {
+    std::istringstream in(read_system_file(under(src.root, path)).value_or(std::string()));
+    std::string line;
+    while (std::getline(in, line))
+        for (const auto& [key, field] : fields)
+            if (auto v = kib_field(line, key)) {
+                *field = v;
+                break;
+            }
+}
+
 }  // namespace detail
 
 inline host_memory read_host_memory(const topology_source& src = {}) {
     host_memory m;
-    std::istringstream in(detail::read_system_file(detail::under(src.root, "/proc/meminfo")).value_or(std::string()));
-    std::string line;
-    while (std::getline(in, line)) {
-        if (auto v = detail::kib_field(line, "MemTotal")) m.total = v;
-        else if (auto v = detail::kib_field(line, "MemAvailable")) m.available = v;
-        else if (auto v = detail::kib_field(line, "SwapTotal")) m.swap_total = v;
-        else if (auto v = detail::kib_field(line, "SwapFree")) m.swap_free = v;
-    }
+    detail::read_kib_fields(src, "/proc/meminfo",
+                            {{"MemTotal", &m.total}, {"MemAvailable", &m.available}, {"SwapTotal", &m.swap_total}, {"SwapFree", &m.swap_free}});
     if (auto s = detail::read_first_line(detail::under(src.root, "/proc/sys/vm/swappiness"))) {
         char* end = nullptr;
         const long v = std::strtol(s->c_str(), &end, 10);
@@ -78,14 +88,8 @@ inline host_memory read_host_memory(const topology_source& src = {}) {
 
 inline process_memory read_process_memory(const topology_source& src = {}) {
     process_memory p;
-    std::istringstream in(detail::read_system_file(detail::under(src.root, "/proc/self/status")).value_or(std::string()));
-    std::string line;
-    while (std::getline(in, line)) {
-        if (auto v = detail::kib_field(line, "VmRSS")) p.rss = v;
-        else if (auto v = detail::kib_field(line, "RssAnon")) p.rss_anon = v;
-        else if (auto v = detail::kib_field(line, "RssFile")) p.rss_file = v;
-        else if (auto v = detail::kib_field(line, "RssShmem")) p.rss_shmem = v;
-    }
+    detail::read_kib_fields(src, "/proc/self/status",
+                            {{"VmRSS", &p.rss}, {"RssAnon", &p.rss_anon}, {"RssFile", &p.rss_file}, {"RssShmem", &p.rss_shmem}});
     return p;
 }
 

@@ -1,6 +1,6 @@
 // feedline/exec/queue.hpp: a bounded queue between any number of threads, lock-free at the core,
 // blocking on top. The core is Boost.Lockfree's queue; the blocking layer spins briefly, yields, then
-// sleeps on a futex, so an idle pipeline burns no CPU.
+// sleeps on a futex, so an idle tokenizing pass burns no CPU.
 // Move-only payloads travel as slot indices through the lock-free core (Boost needs trivially
 // copyable types). Used by transform/tokenize_in_order.hpp (a reader thread handing chunks of documents
 // to tokenizing threads); the pipeline needs no queue: its workers claim step numbers and the staging
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include <feedline/detail/futex.hpp>
+#include <feedline/detail/closable.hpp>
 #include <feedline/error.hpp>
 
 namespace feedline {
@@ -65,7 +65,8 @@ inline constexpr bool lockfree_storable =
 // at construction; nothing grows. close() wakes every waiter: later pushes fail, pops drain what is left
 // and then report closed (nullopt).
 template <class T>
-class mpmc_queue {
+class mpmc_queue : public detail::closable<mpmc_queue<T>, T> {
+    friend class detail::closable<mpmc_queue<T>, T>;
     static constexpr bool direct = detail::lockfree_storable<T>;
     // Boost's fixed-size queue addresses nodes with 16-bit indices.
     static constexpr std::size_t max_capacity = 65534;
@@ -105,22 +106,8 @@ public:
         return out;
     }
 
-    // Blocks while empty and open. nullopt only when closed and drained.
-    std::optional<T> pop() { return pop_until(std::chrono::steady_clock::time_point::max()); }
-
-    // Blocks while empty and open, at most `timeout`. nullopt on timeout or when closed and drained.
-    template <class Rep, class Period>
-    std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
-        return pop_until(std::chrono::steady_clock::now() + timeout);
-    }
-
-    // Wakes every waiter; later pushes fail, pops drain what is left. Idempotent; thread-safe.
-    void close() noexcept {
-        closed_.store(true);
-        not_empty_.notify();
-        not_full_.notify();
-    }
-    bool closed() const noexcept { return closed_.load(); }
+    // pop() and pop_for() block while the queue is empty and open; close() wakes every waiter, later
+    // pushes fail and pops drain what is left (detail::closable).
     std::size_t capacity() const noexcept { return capacity_; }
     // Items in the queue right now (approximate under concurrency: for stats, not for control).
     std::size_t size_approx() const noexcept {
@@ -143,10 +130,10 @@ private:
             mpmc_queue* q;
             ~leave() {
                 q->pushes_in_flight_.fetch_sub(1);
-                q->not_empty_.notify();
+                q->has_item_.notify();
             }
         } guard{this};
-        if (closed_.load()) return false;
+        if (this->closed_.load()) return false;
         bool ok;
         if constexpr (direct) {
             ok = items_.push(value);
@@ -177,22 +164,22 @@ private:
         }
         if (ok) {
             popped_.fetch_add(1, std::memory_order_relaxed);
-            not_full_.notify();
+            this->has_room_.notify();
         }
         return ok;
     }
 
     bool push_until(T& value, std::chrono::steady_clock::time_point deadline) {
         bool pushed = false;
-        not_full_.wait([&] { return closed_.load() || (pushed = push_impl(value)); }, deadline);
+        this->has_room_.wait([&] { return this->closed_.load() || (pushed = push_impl(value)); }, deadline);
         return pushed;
     }
 
     std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) {
         std::optional<T> out;
         // Closed means drained only once no push that saw the queue open is still in flight.
-        auto drained = [&] { return closed_.load() && pushes_in_flight_.load() == 0; };
-        not_empty_.wait([&] { return pop_impl(out) || drained(); }, deadline);
+        auto drained = [&] { return this->closed_.load() && pushes_in_flight_.load() == 0; };
+        this->has_item_.wait([&] { return pop_impl(out) || drained(); }, deadline);
         if (!out && drained()) pop_impl(out);
         return out;
     }
@@ -203,13 +190,11 @@ private:
     // Free slot indices for move-only payloads. Pushers take, poppers return.
     detail::lockfree_core<std::uint32_t> free_;
     std::unique_ptr<std::optional<T>[]> slots_;
-    std::atomic<bool> closed_{false};
     // Written by pushers only / poppers only, on separate cache lines: a shared counter written from
     // both sides would bounce its line on every item.
     alignas(64) std::atomic<std::uint32_t> pushes_in_flight_{0};
     std::atomic<std::uint64_t> pushed_{0};
     alignas(64) std::atomic<std::uint64_t> popped_{0};
-    detail::wait_point not_empty_, not_full_;
 };
 
 }  // namespace feedline

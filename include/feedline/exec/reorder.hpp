@@ -12,13 +12,15 @@
 #include <memory>
 #include <optional>
 
-#include <feedline/detail/futex.hpp>
+#include <feedline/detail/closable.hpp>
 #include <feedline/error.hpp>
 
 namespace feedline {
 
 template <class T>
-class reorder_window {
+class reorder_window : public detail::closable<reorder_window<T>, T> {
+    friend class detail::closable<reorder_window<T>, T>;
+
 public:
     // Allocates `capacity` slots up front. Throws config_error for capacity 0.
     explicit reorder_window(std::size_t capacity, std::uint64_t first_sequence = 0)
@@ -31,8 +33,8 @@ public:
     // Producer: blocks (spin, yield, then sleep) until `seq` fits in the window. False when closed.
     // Thread-safe for any number of producers.
     bool wait_for_room(std::uint64_t seq) {
-        room_.wait([&] { return closed_.load() || seq < next_.load(std::memory_order_acquire) + capacity_; });
-        return !closed_.load();
+        this->has_room_.wait([&] { return this->closed_.load() || seq < next_.load(std::memory_order_acquire) + capacity_; });
+        return !this->closed_.load();
     }
 
     // Producer: stores the result for `seq`, which must have passed wait_for_room and not been put
@@ -41,26 +43,12 @@ public:
         slot& s = slots_[seq % capacity_];
         s.value.emplace(std::move(value));
         s.ready.store(1, std::memory_order_release);
-        ready_.notify();
+        this->has_item_.notify();
     }
 
-    // Consumer: blocks until the next result in sequence is ready and returns it; nullopt once closed.
-    // One consumer thread at a time.
-    std::optional<T> pop() { return pop_until(std::chrono::steady_clock::time_point::max()); }
-
-    // As pop(), giving up after `timeout` (nullopt; check closed()).
-    template <class Rep, class Period>
-    std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
-        return pop_until(std::chrono::steady_clock::now() + timeout);
-    }
-
-    // Wakes every producer and the consumer; both then see closed. Idempotent, thread-safe.
-    void close() noexcept {
-        closed_.store(true);
-        room_.notify();
-        ready_.notify();
-    }
-    bool closed() const noexcept { return closed_.load(); }
+    // Consumer (one thread at a time): pop() blocks until the next result in sequence is ready and
+    // returns it, nullopt once closed; pop_for() gives up after a timeout; close() wakes every producer
+    // and the consumer (detail::closable).
 
     std::uint64_t next_sequence() const noexcept { return next_.load(std::memory_order_acquire); }
     std::size_t capacity() const noexcept { return capacity_; }
@@ -79,21 +67,19 @@ private:
 
     std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) {
         slot& s = slots_[next_.load(std::memory_order_relaxed) % capacity_];
-        ready_.wait([&] { return closed_.load() || s.ready.load(std::memory_order_acquire) == 1; }, deadline);
-        if (closed_.load() || s.ready.load(std::memory_order_acquire) == 0) return std::nullopt;
+        this->has_item_.wait([&] { return this->closed_.load() || s.ready.load(std::memory_order_acquire) == 1; }, deadline);
+        if (this->closed_.load() || s.ready.load(std::memory_order_acquire) == 0) return std::nullopt;
         std::optional<T> out(std::move(*s.value));
         s.value.reset();
         s.ready.store(0, std::memory_order_relaxed);
         next_.fetch_add(1, std::memory_order_release);
-        room_.notify();
+        this->has_room_.notify();
         return out;
     }
 
     std::size_t capacity_;
     std::unique_ptr<slot[]> slots_;
     alignas(64) std::atomic<std::uint64_t> next_;
-    std::atomic<bool> closed_{false};
-    detail::wait_point room_, ready_;
 };
 
 }  // namespace feedline

@@ -3,7 +3,8 @@
 // memory), hugepage sizes, the locked-memory limit, and each NVIDIA GPU's NUMA node and local CPUs
 // (from its PCI device in sysfs). Everything is read under a configurable root so tests can describe
 // machines we do not have (tests/fixtures/topology). On the real machine libnuma answers the NUMA
-// questions when it is built in. Feeds the worker pool (pinning, placement) and the pipeline (defaults).
+// questions when it is built in. Feeds the pipeline (how many workers, their CPUs
+// near the GPU, the memory budget), make_ring (the NUMA node of pinned memory) and feedline-doctor.
 #pragma once
 
 #include <fcntl.h>

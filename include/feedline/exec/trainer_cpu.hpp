@@ -11,7 +11,7 @@
 // its time) with the worker on its CPU, and p99 ~8 us, 0.1% with the worker kept off it
 // (docs/benchmarks.md).
 //
-// How: the trainer notes its CPU at next() when it has been busy between batches (detail/delivery.hpp
+// How: the trainer notes its CPU at next() when it has been busy between batches (pipeline/detail/delivery.hpp
 // decides; sched_getcpu reads the CPU from glibc's rseq area or the vDSO, without a system call);
 // each producer compares it, once per batch, with the CPU it excluded last and, only when it changed,
 // sets its own affinity to the CPUs the trainer's thread could use when the pipeline started, minus
@@ -59,8 +59,8 @@ public:
         enabled_.store(wanted && allowed_count_ > static_cast<int>(producers), std::memory_order_relaxed);
     }
 
-    // Trainer: called at a next() that followed a busy step (detail/delivery.hpp). A relaxed store when the
-    // CPU changed, nothing otherwise.
+    // Trainer: called at a next() that followed a busy step (pipeline/detail/delivery.hpp). A relaxed
+    // store when the CPU changed, nothing otherwise.
     void note() noexcept {
         if (!enabled_.load(std::memory_order_relaxed)) return;
         const int cpu = ::sched_getcpu();

@@ -89,6 +89,24 @@ inline token_dtype megatron_optimal_dtype(std::uint64_t vocab_size) noexcept {
     return vocab_size < 65500 ? token_dtype::uint16 : token_dtype::int32;
 }
 
+// Calls f(U{}) with U the C++ type of `t` (std::uint16_t for uint16, float for float32, ...) and
+// returns what it returns: one dispatch for every loop that reads or writes tokens of any type.
+template <class F>
+inline decltype(auto) with_element_type(token_dtype t, F&& f) {
+    switch (t) {
+        case token_dtype::uint8: return f(std::uint8_t{});
+        case token_dtype::int8: return f(std::int8_t{});
+        case token_dtype::int16: return f(std::int16_t{});
+        case token_dtype::uint16: return f(std::uint16_t{});
+        case token_dtype::int32: return f(std::int32_t{});
+        case token_dtype::uint32: return f(std::uint32_t{});
+        case token_dtype::int64: return f(std::int64_t{});
+        case token_dtype::float32: return f(float{});
+        case token_dtype::float64: break;
+    }
+    return f(double{});
+}
+
 // Reads element `i` of a little-endian array of `t` starting at `src` (no alignment needed) as T.
 template <class T>
 inline T load_token(const std::byte* src, token_dtype t, std::size_t i) noexcept {
@@ -97,18 +115,7 @@ inline T load_token(const std::byte* src, token_dtype t, std::size_t i) noexcept
         std::memcpy(&v, src + i * sizeof(U), sizeof(U));
         return static_cast<T>(v);
     };
-    switch (t) {
-        case token_dtype::uint8: return get(std::uint8_t{});
-        case token_dtype::int8: return get(std::int8_t{});
-        case token_dtype::int16: return get(std::int16_t{});
-        case token_dtype::uint16: return get(std::uint16_t{});
-        case token_dtype::int32: return get(std::int32_t{});
-        case token_dtype::uint32: return get(std::uint32_t{});
-        case token_dtype::int64: return get(std::int64_t{});
-        case token_dtype::float32: return get(float{});
-        case token_dtype::float64: return get(double{});
-    }
-    return T{};
+    return with_element_type(t, get);
 }
 
 // Converts `count` tokens of type `t` at `src` to T. Same-type integer copies become one memcpy.
@@ -143,18 +150,7 @@ inline bool store_token(std::byte* dst, token_dtype t, std::size_t i, T value) n
         std::memcpy(dst + i * sizeof(U), &v, sizeof(U));
         return true;
     };
-    switch (t) {
-        case token_dtype::uint8: return put(std::uint8_t{});
-        case token_dtype::int8: return put(std::int8_t{});
-        case token_dtype::int16: return put(std::int16_t{});
-        case token_dtype::uint16: return put(std::uint16_t{});
-        case token_dtype::int32: return put(std::int32_t{});
-        case token_dtype::uint32: return put(std::uint32_t{});
-        case token_dtype::int64: return put(std::int64_t{});
-        case token_dtype::float32: return put(float{});
-        case token_dtype::float64: return put(double{});
-    }
-    return false;
+    return with_element_type(t, put);
 }
 
 }  // namespace feedline

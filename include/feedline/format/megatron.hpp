@@ -33,14 +33,17 @@
 
 namespace feedline {
 
+// The .idx header, field after field: magic, version (u64), dtype code (u8), sequence count (u64),
+// document count (u64); the arrays follow it.
 namespace megatron_layout {
 inline constexpr std::array<char, 9> magic = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 inline constexpr std::uint64_t version = 1;
-inline constexpr std::uint64_t version_offset = 9;
-inline constexpr std::uint64_t dtype_offset = 17;
-inline constexpr std::uint64_t sequence_count_offset = 18;
-inline constexpr std::uint64_t document_count_offset = 26;
-inline constexpr std::uint64_t header_size = 34;
+inline constexpr std::uint64_t version_offset = magic.size();
+inline constexpr std::uint64_t dtype_offset = version_offset + sizeof(std::uint64_t);
+inline constexpr std::uint64_t sequence_count_offset = dtype_offset + sizeof(std::uint8_t);
+inline constexpr std::uint64_t document_count_offset = sequence_count_offset + sizeof(std::uint64_t);
+inline constexpr std::uint64_t header_size = document_count_offset + sizeof(std::uint64_t);
+static_assert(header_size == 34, "Megatron's .idx header is 34 bytes");
 }  // namespace megatron_layout
 
 // A validated .idx, parsed from bytes. Keeps only offsets into the bytes, so opening an index with
@@ -254,7 +257,7 @@ private:
 // Writes a Megatron dataset exactly as Megatron-LM's IndexedDatasetBuilder does: one sequence per
 // document, document index with its leading 0. Files appear under their final names only after
 // finish(); destroying an unfinished writer removes its temporary files. Holds the prefix's output lock
-// while it lives (detail/output_lock.hpp): a second writer of the same prefix is refused at once.
+// while it lives (output/output_lock.hpp): a second writer of the same prefix is refused at once.
 class megatron_writer {
 public:
     // Throws config_error when the dtype has no Megatron code (uint32), io_error when a file cannot

@@ -1,7 +1,7 @@
 // feedline/format/text_corpus.hpp: random access to the documents of JSONL / plain-text files, for
 // tokenizing on the fly. Opening scans every file once with text_reader (so the rules for what a
 // document is are the ones feedline-pack uses) and keeps, per document, only where its bytes are:
-// 24 bytes per document, never the text. document_text(i) re-reads those bytes with pread (thread-safe)
+// 16 bytes per document, never the text. document_text(i) re-reads those bytes with pread (thread-safe)
 // and decodes them exactly as text_reader did (the same jsonl_field_parser). Feeds pipeline/text_source.hpp.
 #pragma once
 

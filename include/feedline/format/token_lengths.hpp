@@ -7,7 +7,7 @@
 // for (tokenizer, options, each file's identity); a reader takes the lengths only for an equal key.
 // Written under a temporary name, synced and renamed (output/atomic_file.hpp), so a reader never sees
 // half a file; damage (truncation, a flipped bit, trailing bytes) is a format_error naming the offset.
-// Fed by pipeline/text_source.hpp.
+// Read and written by pipeline/detail/text_token_counts.hpp, for pipeline/text_source.hpp.
 #pragma once
 
 #include <boost/crc.hpp>

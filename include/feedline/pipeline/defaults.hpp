@@ -23,11 +23,11 @@ struct defaults {
     static constexpr std::size_t min_depth_headroom = 4;
     // Scratch per shard worker beyond one batch of raw tokens (read requests, mapped pieces).
     static constexpr std::uint64_t shard_scratch_extra_bytes = 64u << 10;
-    // Per text worker: its sentencepiece processor (a few MB for an 8k model), one document's text and
+    // Per text worker: its tokenizer (sentencepiece: a few MB for an 8k model), one document's text and
     // ids, the JSONL parser's buffers.
     static constexpr std::uint64_t text_worker_bytes = 8u << 20;
-    // Tokens of documents longer than a sample, shared by the text workers: a document spanning many
-    // batches is tokenized once, not once per batch (pipeline/text_source.hpp).
+    // Tokens of documents several text workers need (longer than a sample, or at a batch's edge): a
+    // document spanning many batches is tokenized once, not once per batch (pipeline/detail/document_cache.hpp).
     static constexpr std::uint64_t document_cache_bytes = 64u << 20;
 
     // --- Planning ---
@@ -79,6 +79,6 @@ static_assert(defaults::deepen_when_stalled <= defaults::add_worker_when_stalled
 static_assert(defaults::deepen_when_producers_wait < defaults::park_when_producers_wait,
               "producers that wait a little are bursty; only ones that wait most of the time are parked");
 static_assert(defaults::busy_trainer_ratio > 0 && defaults::busy_trainer_ratio < 1);
-static_assert(defaults::coalesce_wakeups.count() > 0, "the pipelines rely on coalesced wake-ups");
+static_assert(defaults::coalesce_wakeups.count() > 0, "the pipeline relies on coalesced wake-ups");
 
 }  // namespace feedline

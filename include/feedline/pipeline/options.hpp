@@ -79,14 +79,14 @@ inline constexpr auto pipeline_options = std::make_tuple(
     option<std::uint64_t>{"stats_every", "stats_every", "batches between stats lines", data_scope::any, [](pipeline_config& c) -> auto& { return c.stats_every; }, 0, 15},
     option<bool>{"avoid_trainer_cpu", "avoid_trainer_cpu", "keep the threads filling batches off a busy trainer's CPU when there is one to spare", data_scope::any, [](pipeline_config& c) -> auto& { return c.avoid_trainer_cpu; }, 0, 16},
     option<io_backend>{"io_backend", "shards.backend", "how shards are read: auto, io_uring, mmap or pread", data_scope::tokens, [](pipeline_config& c) -> auto& { return c.shards.backend; }, 0, 17},
-    option<std::string>{"tokenizer", "text.tokenizer", "the tokenizer model for JSONL/text (a sentencepiece .model)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.tokenizer; }, 0, 18},
+    option<std::string>{"tokenizer", "text.tokenizer", "the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.tokenizer; }, 0, 18},
     option<bool>{"add_bos", "text.add_bos", "the model's BOS before every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_bos; }, 0, 19},
     option<bool>{"add_eos", "text.add_eos", "the model's EOS after every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_eos; }, 0, 20},
     option<std::string>{"field", "text.documents.field", "the JSONL field that holds a document's text", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.field; }, 0, 21},
     option<bool>{"skip_invalid", "text.documents.skip_invalid", "count and skip JSONL lines that are invalid, lack the field or are too long, instead of failing", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.skip_invalid; }, 0, 22},
     option<text_split>{"text_split", "text.documents.split", "plain text: a document per file, per blank-line-separated block, or per line", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.split; }, 0, 23},
     option<std::uint64_t>{"max_line_bytes", "text.documents.max_line_bytes", "the longest line or document read, in bytes (0: no limit)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.max_line_bytes; }, 0, 24},
-    option<std::string>{"cache_dir", "text.cache_dir", "where a corpus's token counts are kept between runs (\"\": $FEEDLINE_CACHE_DIR, else ~/.cache/feedline; none: memory only)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.cache_dir; }, 0, 25});
+    option<std::string>{"cache_dir", "text.cache_dir", "where a corpus's token counts are kept between runs (\"\": $FEEDLINE_CACHE_DIR, else $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; none: memory only)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.cache_dir; }, 0, 25});
 // clang-format on
 
 inline constexpr std::size_t option_count = std::tuple_size_v<std::remove_cvref_t<decltype(pipeline_options)>>;
@@ -186,7 +186,7 @@ inline void set_option(pipeline_config& c, std::string_view name, std::string_vi
     if (!done) throw config_error(std::string(name), "no such option" + option_suggestion(name));
 }
 
-// Whether option `id` was set: by set_option (a command line, JSON, Python), or, for a config built in
+// Whether option `o` was set: by set_option (a command line, JSON, Python), or, for a config built in
 // C++ with designated initializers, by a value other than the default.
 template <class T>
 bool option_is_set(const pipeline_config& c, const option<T>& o) {
@@ -194,7 +194,8 @@ bool option_is_set(const pipeline_config& c, const option<T>& o) {
     return c.set_by_user.test(static_cast<std::size_t>(o.id)) || !(o.value(c) == o.value(defaults));
 }
 
-// The options of `scope` that are set (see option_is_set), as "name (--flag)" for errors.
+// The options of `scope` that are set (see option_is_set), as config paths ("text.tokenizer") for a
+// config_error; the tools add the flag (tools::with_flag).
 inline std::vector<std::string> options_set_for(const pipeline_config& c, data_scope scope) {
     std::vector<std::string> out;
     for_each_option([&](const auto& o) {

@@ -27,7 +27,7 @@ struct pipeline_stats {
     double seconds = 0;             // since the first next()
     double tokens_per_s = 0;
     double read_s = 0, assemble_s = 0, plan_s = 0;  // summed over workers
-    double tokenize_s = 0;          // text input: sentencepiece time, summed over workers
+    double tokenize_s = 0;          // text input: tokenizer time, summed over workers
     double slot_wait_s = 0;         // workers waiting for a free slot (the trainer is the bottleneck)
     double stall_s = 0;             // the trainer waiting in next() (the data side is the bottleneck)
     double stall_fraction = 0;

@@ -1,6 +1,6 @@
 // feedline/storage/file.hpp: an open, read-only local file with its size, owned by RAII: the local
-// byte source (storage/byte_source.hpp). Every reader backend works on these; datasets open one per
-// shard at construction so a missing file fails early with its name, never mid-epoch.
+// byte source (storage/byte_source.hpp). Reader backends take byte sources and use a local file's
+// descriptor directly (mmap, io_uring, pread); datasets open one per shard at construction so a missing file fails early with its name, never mid-epoch.
 #pragma once
 
 #include <fcntl.h>

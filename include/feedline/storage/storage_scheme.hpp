@@ -3,7 +3,8 @@
 // place: does it exist, is it a directory, what is in it, what a glob matches. Local paths are the
 // built-in scheme; other schemes ("s3://...") register themselves (one header and its #include line in
 // storage/schemes.hpp, docs/architecture.md "Adding a byte source"). Used by the formats
-// (format/megatron.hpp, format/llmc.hpp, format/dataset.hpp) and the spec resolver.
+// (format/megatron.hpp, format/llmc.hpp, format/dataset.hpp, format/text.hpp), the spec resolver and
+// the doctor's measurements (doctor/measure.hpp).
 #pragma once
 
 #include <algorithm>

@@ -4,7 +4,8 @@
 // through a reorder window (exec/reorder.hpp) to the calling thread in input order, whatever the
 // thread count. Reading, tokenizing and writing overlap, and at most about 6 x threads + 2 chunks
 // exist at once (2 x threads queued, 3 x threads in the window, one per tokenizer, the reader's and
-// the writer's), so memory stays bounded on any corpus. Used by feedline-pack (tools/pack.cpp).
+// the writer's), so memory stays bounded on any corpus. Used by feedline-pack (tools/pack.cpp) and
+// the text source's token-count pass (pipeline/detail/text_token_counts.hpp).
 #pragma once
 
 #include <algorithm>

@@ -36,8 +36,8 @@ public:
 
     // Called by the consumer after its `delivered`-th batch with the ring's counters; every `every`
     // batches it judges the interval since the last judgement and returns the knobs to use from now.
-    // `producer_threads`: the threads that wait for the ring's free slots (the running workers where
-    // they write slots themselves, 1 where a single assembler does).
+    // `producer_threads`: the threads that wait for the ring's free slots (the running workers: each
+    // fills its slots itself).
     //
     // - the trainer waited (> 1%) although the producers also sat waiting for room (> 10% each): the
     //   ring is too shallow for the trainer's bursts (gradient accumulation, evaluation pauses), so

@@ -1,6 +1,7 @@
-// feedline/pipeline/detail/document_cache.hpp: the tokens of long documents, shared by the workers of
-// every pipeline over one text source (pipeline/text_source.hpp), so a document that spans batches made
-// by different workers is tokenized once.
+// feedline/pipeline/detail/document_cache.hpp: the tokens of documents several workers need (those
+// longer than a sample, and each batch's first and last, which neighbouring batches share), shared by
+// the workers of every pipeline over one text source (pipeline/text_source.hpp), so a document that
+// spans batches made by different workers is tokenized once.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +14,9 @@
 
 namespace feedline::detail {
 
-// Tokens of long documents, shared by the workers of every pipeline over one text source: a document
-// longer than a sample spans batches that different workers make, and each would tokenize all of it.
+// Tokens of documents several workers need, shared by the workers of every pipeline over one text
+// source: a document longer than a sample spans batches that different workers make, and a batch's first
+// and last documents are its neighbours' too; each worker would tokenize all of it.
 // The first worker to ask tokenizes it; workers asking meanwhile wait for that result instead of
 // tokenizing it again. Least recently used entries go once the cache holds more than `capacity` bytes
 // (the newest entry always stays, so a document larger than the cache costs one copy).
