@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
     std::printf("\n%-36s %10s %12s %8s %8s\n", "case", "seconds", "cpu us/batch", "depth", "workers");
     for (auto& [name, v] : got)
         std::printf("%-36s %10.3f %12.1f %8.0f %8.0f\n", name.c_str(), median(name, seconds), 1e6 * median(name, cpu),
-                    median(name, [](const outcome& o) { return o.depth; }), median(name, [](const outcome& o) { return o.workers_active; }));
+                    median(name, [](const outcome& o) { return o.depth; }),
+                    median(name, [](const outcome& o) { return o.workers_active; }));
 
     nlohmann::json j;
     j["us_per_batch_one_worker"] = per_batch * 1e6;

@@ -97,8 +97,16 @@ double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batc
 bool avoid_trainer_cpu = true;  // --leave-placement-to-kernel turns it off, for A/B runs
 
 pipeline_config config(unsigned workers, std::uint64_t batches) {
-    return {.batch_size = B, .seq_len = T, .seed = 1, .workers = workers, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = batches,
-            .avoid_trainer_cpu = avoid_trainer_cpu, .shards = {.backend = io_backend::mmap}};
+    return {.batch_size = B,
+            .seq_len = T,
+            .seed = 1,
+            .workers = workers,
+            .device = device_kind::cpu,
+            .rank = 0,
+            .world_size = 1,
+            .max_steps = batches,
+            .avoid_trainer_cpu = avoid_trainer_cpu,
+            .shards = {.backend = io_backend::mmap}};
 }
 
 double feedline_rate(std::shared_ptr<const token_dataset> data, unsigned workers, std::uint64_t batches) {
@@ -137,7 +145,8 @@ std::optional<jsonl_rates> measure_jsonl(const std::string& path) {
         std::string text;
         auto t0 = clock_type::now();
         for (std::string& line : lines)
-            if (parser.extract(line, "text", text) != jsonl_field_status::ok) throw format_error(path, 0, "a line without a \"text\" string");
+            if (parser.extract(line, "text", text) != jsonl_field_status::ok)
+                throw format_error(path, 0, "a line without a \"text\" string");
         return static_cast<double>(bytes) / seconds_since(t0) / 1e6;
     };
     interleaved cases;
@@ -202,7 +211,8 @@ tokenize_rates measure_tokenization(const std::string& text, const std::string& 
     auto pipeline_rate = [&](unsigned workers) {
         // About one pass over the corpus per measurement.
         const std::uint64_t steps = std::max<std::uint64_t>(10, corpus_tokens / (8 * 256));
-        pipeline p(source, {.batch_size = 8, .seq_len = 256, .seed = 1, .workers = workers, .device = device_kind::cpu, .max_steps = steps});
+        pipeline p(source,
+                   {.batch_size = 8, .seq_len = 256, .seed = 1, .workers = workers, .device = device_kind::cpu, .max_steps = steps});
         auto t0 = clock_type::now();
         std::uint64_t n = 0;
         for (auto& b : p) n += b.size() * b.seq_len();
@@ -234,7 +244,9 @@ int main(int argc, char** argv) {
     app.add_option("--tokenizer", tokenizer, "sentencepiece model for --text");
     app.add_option("--make-data", make, "write synthetic llm.c shards with this prefix first (--data is then PREFIX_*.bin)");
     app.add_option("--make-tokens", make_tokens, "tokens to write with --make-data")->capture_default_str();
-    app.add_option("--batches", batches, "batches per measurement")->capture_default_str()->check(CLI::Range(std::uint64_t{20}, std::uint64_t{1} << 40));
+    app.add_option("--batches", batches, "batches per measurement")
+        ->capture_default_str()
+        ->check(CLI::Range(std::uint64_t{20}, std::uint64_t{1} << 40));
     app.add_flag("--peers", peers, "also run benchmarks/compare_python.py (needs python3-torch)");
     bool kernel_placement = false;
     app.add_flag("--leave-placement-to-kernel", kernel_placement, "pipelines with avoid_trainer_cpu = false (A/B of worker placement)");
@@ -319,15 +331,17 @@ int main(int argc, char** argv) {
                           {"tokenize_2w_vs_1w", nullptr}};
     if (!text.empty())
         if (const auto j = measure_jsonl(text)) {
-            std::printf("JSONL parsing: fast path (simdjson %s) %.0f MB/s, nlohmann_json alone %.0f MB/s\n", jsonl_field_parser::has_simdjson ? "built in" : "absent",
-                        j->fast, j->reference);
+            std::printf("JSONL parsing: fast path (simdjson %s) %.0f MB/s, nlohmann_json alone %.0f MB/s\n",
+                        jsonl_field_parser::has_simdjson ? "built in" : "absent", j->fast, j->reference);
             out["jsonl_simdjson_vs_nlohmann"] = j->fast / j->reference;
         }
     if (!text.empty() && !tokenizer.empty()) {
 #if FEEDLINE_HAS_SENTENCEPIECE
         const tokenize_rates t = measure_tokenization(text, tokenizer);
-        std::printf("tokenization: sentencepiece alone %.0f tokens/s (%.2f MB/s of text), on 2 threads %.0f; pipeline 1 worker %.0f, 2 workers %.0f tokens/s\n",
-                    t.spm, t.text_mb_per_s_spm, t.spm2, t.w1, t.w2);
+        std::printf(
+            "tokenization: sentencepiece alone %.0f tokens/s (%.2f MB/s of text), on 2 threads %.0f; pipeline 1 worker %.0f, 2 workers "
+            "%.0f tokens/s\n",
+            t.spm, t.text_mb_per_s_spm, t.spm2, t.w1, t.w2);
         out["tokenize_spm_tokens_per_s"] = t.spm;
         out["tokenize_spm_2t_tokens_per_s"] = t.spm2;
         out["tokenize_1w_tokens_per_s"] = t.w1;

@@ -135,11 +135,14 @@ int main() {
     std::vector<double> steady(waits.begin() + 8, waits.end());
     std::sort(steady.begin(), steady.end());
     const double p50 = steady[steady.size() / 2], p99 = steady[steady.size() * 99 / 100];
-    std::printf("paced (compute %.2f ms per batch; copy %.2f ms, producer memsets %zu MiB in %.2f ms): consumer wait p50 %.1f us, "
-                "p99 %.1f us\n", step_ms, copy_ms, batch_bytes >> 20, fill_ms, p50, p99);
-    std::printf("{\"ring_gbps\": %.2f, \"single_pinned_gbps\": %.2f, \"pageable_gbps\": %.2f, \"ring_vs_pinned\": %.3f, "
-                "\"pageable_vs_pinned\": %.3f, \"step_ms\": %.3f, \"wait_p50_us\": %.1f, \"wait_p99_us\": %.1f}\n",
-                via_ring, single, page, via_ring / single, page / single, step_ms, p50, p99);
+    std::printf(
+        "paced (compute %.2f ms per batch; copy %.2f ms, producer memsets %zu MiB in %.2f ms): consumer wait p50 %.1f us, "
+        "p99 %.1f us\n",
+        step_ms, copy_ms, batch_bytes >> 20, fill_ms, p50, p99);
+    std::printf(
+        "{\"ring_gbps\": %.2f, \"single_pinned_gbps\": %.2f, \"pageable_gbps\": %.2f, \"ring_vs_pinned\": %.3f, "
+        "\"pageable_vs_pinned\": %.3f, \"step_ms\": %.3f, \"wait_p50_us\": %.1f, \"wait_p99_us\": %.1f}\n",
+        via_ring, single, page, via_ring / single, page / single, step_ms, p50, p99);
     cudaFreeHost(pinned);
     cudaFree(device);
     return 0;

@@ -63,8 +63,10 @@ double boost_rate(unsigned producers, unsigned consumers) {
         ts.emplace_back([&] {
             std::uint64_t v;
             while (got.load(std::memory_order_relaxed) < total)
-                if (q.pop(v)) got.fetch_add(1, std::memory_order_relaxed);
-                else detail::cpu_relax();
+                if (q.pop(v))
+                    got.fetch_add(1, std::memory_order_relaxed);
+                else
+                    detail::cpu_relax();
         });
     for (auto& t : ts) t.join();
     return static_cast<double>(total) / seconds_since(t0);
@@ -83,9 +85,8 @@ int main() {
                 static_cast<unsigned long long>(items), capacity);
     interleaved cases;
     cases.add("mpmc/feedline (blocking)", [] { return blocking_rate<mpmc_queue<std::uint64_t>>(1, 1); });
-    cases.add("mpmc/boost queue (spinning)", [] {
-        return boost_rate<boost::lockfree::queue<std::uint64_t, boost::lockfree::fixed_sized<true>>>(1, 1);
-    });
+    cases.add("mpmc/boost queue (spinning)",
+              [] { return boost_rate<boost::lockfree::queue<std::uint64_t, boost::lockfree::fixed_sized<true>>>(1, 1); });
     cases.add("mpmc/mutex+condvar", [] { return blocking_rate<mutex_queue<std::uint64_t>>(1, 1); });
     cases.add("mpmc 2x2/feedline (blocking)", [] { return blocking_rate<mpmc_queue<std::uint64_t>>(2, 2); });
     cases.add("mpmc 2x2/mutex+condvar", [] { return blocking_rate<mutex_queue<std::uint64_t>>(2, 2); });
@@ -119,9 +120,10 @@ int main() {
     std::printf("\nwake-up latency (sleeping consumer): p50 %.1f us, p99 %.1f us\n", p50, p99);
     std::printf("idle consumer CPU: %.3f ms per second\n", cpu * 1e3);
     auto m = [&](const char* k) { return r[k].median; };
-    std::printf("{\"mpmc_vs_boost\": %.3f, \"mpmc_vs_mutex\": %.3f, "
-                "\"mpmc_2x2_vs_mutex\": %.3f, \"wake_p50_us\": %.1f, \"wake_p99_us\": %.1f, \"idle_cpu_ms_per_s\": %.3f}\n",
-                m("mpmc/feedline (blocking)") / m("mpmc/boost queue (spinning)"), m("mpmc/feedline (blocking)") / m("mpmc/mutex+condvar"),
-                m("mpmc 2x2/feedline (blocking)") / m("mpmc 2x2/mutex+condvar"), p50, p99, cpu * 1e3);
+    std::printf(
+        "{\"mpmc_vs_boost\": %.3f, \"mpmc_vs_mutex\": %.3f, "
+        "\"mpmc_2x2_vs_mutex\": %.3f, \"wake_p50_us\": %.1f, \"wake_p99_us\": %.1f, \"idle_cpu_ms_per_s\": %.3f}\n",
+        m("mpmc/feedline (blocking)") / m("mpmc/boost queue (spinning)"), m("mpmc/feedline (blocking)") / m("mpmc/mutex+condvar"),
+        m("mpmc 2x2/feedline (blocking)") / m("mpmc 2x2/mutex+condvar"), p50, p99, cpu * 1e3);
     return 0;
 }

@@ -32,7 +32,9 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 // GB/s for `bytes` moved since t0.
-double gb_per_s(double bytes, clock_type::time_point t0) { return bytes / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9; }
+double gb_per_s(double bytes, clock_type::time_point t0) {
+    return bytes / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9;
+}
 constexpr std::uint64_t window_tokens = 1025;
 constexpr std::uint64_t window_bytes = window_tokens * 2;
 constexpr std::uint64_t batch_windows = 32;
@@ -48,9 +50,12 @@ args parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         std::string s = argv[i];
         auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-        if (s == "--dir") a.dir = value();
-        else if (s == "--gib") a.gib = std::stod(value());
-        else if (s == "--repeats") a.repeats = std::stoi(value());
+        if (s == "--dir")
+            a.dir = value();
+        else if (s == "--gib")
+            a.gib = std::stod(value());
+        else if (s == "--repeats")
+            a.repeats = std::stoi(value());
         else {
             std::printf("usage: bench_read_throughput [--dir DIR] [--gib SIZE] [--repeats N]   (the data is generated once and reused)\n");
             std::exit(s == "--help" ? 0 : 2);
@@ -89,7 +94,8 @@ double residency(const feedline::file& f) {
     std::vector<unsigned char> vec((f.size() + 4095) / 4096);
     ::mincore(p, f.size(), vec.data());
     ::munmap(p, f.size());
-    return static_cast<double>(std::count_if(vec.begin(), vec.end(), [](unsigned char c) { return c & 1; })) / static_cast<double>(vec.size());
+    return static_cast<double>(std::count_if(vec.begin(), vec.end(), [](unsigned char c) { return c & 1; })) /
+           static_cast<double>(vec.size());
 }
 
 void warm(const feedline::token_dataset& ds) {
@@ -121,8 +127,7 @@ std::vector<std::uint64_t> window_starts(const feedline::token_dataset& ds, std:
 void window_requests(const feedline::token_dataset& ds, const std::vector<std::uint64_t>& starts, std::size_t first, std::size_t n,
                      std::byte* dest, std::vector<feedline::read_request>& out) {
     out.clear();
-    for (std::size_t i = 0; i < n; ++i)
-        ds.append_stream_requests(0, starts[first + i], window_tokens, dest + i * window_bytes, out);
+    for (std::size_t i = 0; i < n; ++i) ds.append_stream_requests(0, starts[first + i], window_tokens, dest + i * window_bytes, out);
 }
 
 // An aligned buffer, allocated and touched once (first touch is slow here; never time it).
@@ -228,7 +233,8 @@ int main(int argc, char** argv) {
 
     warm(ds);
     double resident = 0;
-    for (std::size_t s = 0; s < ds.shard_count(); ++s) resident += residency(*ds.shard(s).bin->local_file()) / static_cast<double>(ds.shard_count());
+    for (std::size_t s = 0; s < ds.shard_count(); ++s)
+        resident += residency(*ds.shard(s).bin->local_file()) / static_cast<double>(ds.shard_count());
     std::printf("page cache residency before warm cases: %.0f%%\n", resident * 100);
     for (int rep = 0; rep < a.repeats; ++rep) {
         warm(ds);  // the page cache here drops idle files within a minute: re-warm every round
@@ -264,10 +270,10 @@ int main(int argc, char** argv) {
 
     // ---- cold (O_DIRECT) ----
     if (uring_ok) {
-        auto direct = feedline::make_reader({.backend = feedline::io_backend::io_uring, .queue_depth = 32, .direct = true,
-                                             .register_buffers = true});
-        auto direct64 = feedline::make_reader({.backend = feedline::io_backend::io_uring, .queue_depth = 64, .direct = true,
-                                               .register_buffers = true});
+        auto direct =
+            feedline::make_reader({.backend = feedline::io_backend::io_uring, .queue_depth = 32, .direct = true, .register_buffers = true});
+        auto direct64 =
+            feedline::make_reader({.backend = feedline::io_backend::io_uring, .queue_depth = 64, .direct = true, .register_buffers = true});
         // Cold scan through the library: 32 MiB per read() call, split into 1 MiB reads, 32 in flight.
         for (int rep = 0; rep < std::max(1, a.repeats / 2); ++rep) {
             gbps["cold_scan/raw_uring_qd32"].push_back(raw_uring_direct_scan(paths, 32, 1 << 20, big));
@@ -331,13 +337,13 @@ int main(int argc, char** argv) {
     };
     const std::string best_warm = uring_ok && med["warm_random/io_uring"] > med["warm_random/mmap"] ? "io_uring" : "mmap";
     std::printf("(data kept in %s for the next run; delete it when done)\n", a.dir.c_str());
-    std::printf("{\"warm_random_vs_memcpy\": %.3f, \"warm_random_mmap_vs_memcpy\": %.3f, \"warm_random_uring_vs_memcpy\": %.3f, "
-                "\"warm_random_pread_vs_memcpy\": %.3f, \"cold_uring_vs_raw\": %.3f, \"cold_random_uring_vs_pread_qd1\": %.3f, "
-                "\"cold_random_uring_qd64_vs_pread_qd1\": %.3f, \"best_warm_backend\": \"%s\"}\n",
-                ratio("warm_random/" + best_warm, "warm_random/memcpy"), ratio("warm_random/mmap", "warm_random/memcpy"),
-                ratio("warm_random/io_uring", "warm_random/memcpy"), ratio("warm_random/pread", "warm_random/memcpy"),
-                ratio("cold_scan/io_uring_direct", "cold_scan/raw_uring_qd32"),
-                ratio("cold_random/io_uring_qd32", "cold_random/pread_qd1"), ratio("cold_random/io_uring_qd64", "cold_random/pread_qd1"),
-                best_warm.c_str());
+    std::printf(
+        "{\"warm_random_vs_memcpy\": %.3f, \"warm_random_mmap_vs_memcpy\": %.3f, \"warm_random_uring_vs_memcpy\": %.3f, "
+        "\"warm_random_pread_vs_memcpy\": %.3f, \"cold_uring_vs_raw\": %.3f, \"cold_random_uring_vs_pread_qd1\": %.3f, "
+        "\"cold_random_uring_qd64_vs_pread_qd1\": %.3f, \"best_warm_backend\": \"%s\"}\n",
+        ratio("warm_random/" + best_warm, "warm_random/memcpy"), ratio("warm_random/mmap", "warm_random/memcpy"),
+        ratio("warm_random/io_uring", "warm_random/memcpy"), ratio("warm_random/pread", "warm_random/memcpy"),
+        ratio("cold_scan/io_uring_direct", "cold_scan/raw_uring_qd32"), ratio("cold_random/io_uring_qd32", "cold_random/pread_qd1"),
+        ratio("cold_random/io_uring_qd64", "cold_random/pread_qd1"), best_warm.c_str());
     return 0;
 }

@@ -102,8 +102,7 @@ int main() {
     double open_peak = peak_rss_mib() - base_rss;
     std::printf("feedline open: %.3f s, first batch %.1f us, peak RSS +%.0f MiB (index %.0f MiB), %llu tokens, %llu samples/epoch\n",
                 open_s, first_s * 1e6, open_peak, static_cast<double>(s.stream(0).memory_bytes()) / (1 << 20),
-                static_cast<unsigned long long>(s.stream(0).tokens()),
-                static_cast<unsigned long long>(s.stream(0).samples_per_epoch()));
+                static_cast<unsigned long long>(s.stream(0).tokens()), static_cast<unsigned long long>(s.stream(0).samples_per_epoch()));
 
     // Lookup: random steps within the epoch (no epoch change), ns per sample.
     std::mt19937_64 rng(5);
@@ -116,7 +115,8 @@ int main() {
 
     // Packed rows open: one more O(documents) pass and 8 bytes per document.
     t0 = clock_type::now();
-    sampler packed(big, {.seq_len = seq_len, .global_batch = global_batch, .seed = 1, .mode = sample_mode::packed, .rank = 0, .world_size = 1});
+    sampler packed(big,
+                   {.seq_len = seq_len, .global_batch = global_batch, .seed = 1, .mode = sample_mode::packed, .rank = 0, .world_size = 1});
     packed.next();
     double packed_s = seconds_since(t0);
     std::printf("feedline packed open + first batch: %.3f s (index %.0f MiB, %llu padding tokens/epoch)\n", packed_s,
@@ -137,8 +137,9 @@ int main() {
     sampler again(big, {.seq_len = seq_len, .global_batch = global_batch, .seed = 1, .rank = 0, .world_size = 1});
     bool same = again.next().samples[0].segments == first.samples[0].segments;
     std::printf("deterministic reopen: %s\n", same ? "yes" : "NO");
-    std::printf("{\"open_seconds\": %.3f, \"open_peak_rss_mib\": %.0f, \"lookup_ns\": %.0f, \"speedup_vs_index_array\": %.2f, "
-                "\"index_array_seconds\": %.2f, \"index_array_peak_rss_mib\": %.0f, \"packed_open_seconds\": %.3f}\n",
-                open_s + first_s, open_peak, lookup_ns, index_s / (open_s + first_s), index_s, index_peak, packed_s);
+    std::printf(
+        "{\"open_seconds\": %.3f, \"open_peak_rss_mib\": %.0f, \"lookup_ns\": %.0f, \"speedup_vs_index_array\": %.2f, "
+        "\"index_array_seconds\": %.2f, \"index_array_peak_rss_mib\": %.0f, \"packed_open_seconds\": %.3f}\n",
+        open_s + first_s, open_peak, lookup_ns, index_s / (open_s + first_s), index_s, index_peak, packed_s);
     return same ? 0 : 1;
 }

@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
     // The in-memory source: 8 real batches from the same data, copied out once.
     resident_batches resident;
     {
-        feedline::pipeline source(data, {.batch_size = batch_size, .seq_len = seq_len, .seed = 8, .workers = 1, .device = feedline::device_kind::cpu, .max_steps = 8});
+        feedline::pipeline source(
+            data,
+            {.batch_size = batch_size, .seq_len = seq_len, .seed = 8, .workers = 1, .device = feedline::device_kind::cpu, .max_steps = 8});
         for (auto& b : source) {
             std::vector<std::int32_t> v(b.host_inputs().begin(), b.host_inputs().end());
             v.insert(v.end(), b.host_targets().begin(), b.host_targets().end());
@@ -100,9 +102,7 @@ int main(int argc, char** argv) {
     }
     const float scale = 1.0f / static_cast<float>(batch_size * seq_len);
     std::uint64_t step = 0;
-    auto finish_step = [&] {
-        backend->adamw({.lr = 1e-3f, .grad_scale = scale, .step = ++step});
-    };
+    auto finish_step = [&] { backend->adamw({.lr = 1e-3f, .grad_scale = scale, .step = ++step}); };
     double stall_s = 0, fed_s = 0;
 
     fb::interleaved cases;
@@ -151,8 +151,8 @@ int main(int argc, char** argv) {
         if (peak_tflops <= 0) {
             const std::string name = feedline::gpu_probe().reason;
             peak_tflops = name.find("H100") != std::string::npos || name.find("H200") != std::string::npos ? 989.0
-                          : name.find("A100") != std::string::npos                                          ? 312.0
-                                                                                                            : 0.0;
+                          : name.find("A100") != std::string::npos                                         ? 312.0
+                                                                                                           : 0.0;
         }
         if (peak_tflops > 0) j["gemm_utilisation_vs_bf16_peak"] = gflops * 1e-3 / peak_tflops;
     }

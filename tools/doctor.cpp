@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <feedline/storage/file.hpp>
 #include <feedline/error.hpp>
+#include <feedline/storage/file.hpp>
 
 #include <feedline/doctor/check.hpp>
 #include <feedline/doctor/diagnose.hpp>
@@ -40,8 +40,8 @@ double parse_bytes(const std::string& text, const char* field) {
     std::string unit = text.substr(used);
     unit.erase(0, unit.find_first_not_of(' '));
     static const std::vector<std::pair<std::string, double>> units = {
-        {"", 1},           {"B", 1},          {"KB", 1e3},       {"MB", 1e6},       {"GB", 1e9}, {"TB", 1e12}, {"KiB", 1024.0},
-        {"MiB", 1048576.0}, {"GiB", doctor::gib}, {"TiB", doctor::gib * 1024}};
+        {"", 1},      {"B", 1},        {"KB", 1e3},        {"MB", 1e6},          {"GB", 1e9},
+        {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", doctor::gib}, {"TiB", doctor::gib * 1024}};
     for (const auto& [name, scale] : units)
         if (unit == name) {
             if (!(v >= 0) || !std::isfinite(v * scale)) throw feedline::config_error(field, "'" + text + "' must be a size >= 0");
@@ -74,7 +74,8 @@ std::vector<std::string> config_arguments(const std::string& path) {
     }
     nlohmann::json j;
     try {
-        if (feedline::jsonl_field_parser::deeper_than(text, doctor::max_depth)) throw feedline::config_error("config", path + ": nested too deep");
+        if (feedline::jsonl_field_parser::deeper_than(text, doctor::max_depth))
+            throw feedline::config_error("config", path + ": nested too deep");
         j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         throw feedline::config_error("config", path + ": not JSON: " + e.what());
@@ -96,12 +97,15 @@ std::vector<std::string> config_arguments(const std::string& path) {
 }
 
 void print_findings(const std::vector<doctor::finding>& findings) {
-    for (const auto& x : findings) std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(), tools::json_text(x.evidence).c_str());
+    for (const auto& x : findings)
+        std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(),
+                    tools::json_text(x.evidence).c_str());
 }
 
 nlohmann::json findings_json(const std::vector<doctor::finding>& findings) {
     nlohmann::json list = nlohmann::json::array();
-    for (const auto& x : findings) list.push_back({{"code", x.code}, {"severity", x.severity}, {"evidence", x.evidence}, {"action", x.action}});
+    for (const auto& x : findings)
+        list.push_back({{"code", x.code}, {"severity", x.severity}, {"evidence", x.evidence}, {"action", x.action}});
     return list;
 }
 
@@ -126,12 +130,17 @@ int run_diagnose(const std::string& path, bool json) {
     }
     const auto findings = doctor::diagnose(o);
     if (json) {
-        std::printf("%s\n", tools::json_text(nlohmann::json{{"findings", findings_json(findings)}, {"needs_action", doctor::needs_action(findings)}, {"input", scenario ? "scenario" : "log"},
-                                           {"notes", o.notes}}).c_str());
+        std::printf("%s\n", tools::json_text(nlohmann::json{{"findings", findings_json(findings)},
+                                                            {"needs_action", doctor::needs_action(findings)},
+                                                            {"input", scenario ? "scenario" : "log"},
+                                                            {"notes", o.notes}})
+                                .c_str());
     } else {
         for (const auto& note : o.notes) std::printf("note: %s\n", note.c_str());
-        if (findings.empty()) std::printf("feedline-doctor diagnose: no findings in %s\n", path.c_str());
-        else print_findings(findings);
+        if (findings.empty())
+            std::printf("feedline-doctor diagnose: no findings in %s\n", path.c_str());
+        else
+            print_findings(findings);
     }
     return doctor::needs_action(findings) ? 1 : 0;
 }
@@ -143,7 +152,8 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
     if (!std::filesystem::is_directory(root, ec)) throw feedline::config_error("root", root + ": not a directory");
     const doctor::machine machine = doctor::read_machine(root);
     const auto findings = doctor::check(machine, job);
-    nlohmann::json out{{"machine", doctor::describe(machine)}, {"findings", findings_json(findings)}, {"needs_action", doctor::needs_action(findings)}};
+    nlohmann::json out{
+        {"machine", doctor::describe(machine)}, {"findings", findings_json(findings)}, {"needs_action", doctor::needs_action(findings)}};
     if (!m.data.empty()) {
         if (root != "/") throw feedline::config_error("data", "measures this machine: not with --root");
         out["data"] = {{"dataset", m.data}, {"reads", doctor::measure_reads(m)}, {"pipeline", doctor::measure_pipeline(m)}};
@@ -158,19 +168,22 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
         std::printf("%s\n", tools::json_text(out).c_str());
     } else {
         const auto& d = out["machine"];
-        std::printf("feedline-doctor check: %s usable cores (%s allowed%s), %s thread(s) per core, %zu NUMA node(s), %.1f GiB RAM (%.1f available), "
-                    "swap %.1f GiB used of %.1f, io_uring: %s\n  GPUs: %zu (%s)\n",
-                    fmt::format("{:g}", d["usable_cores"].get<double>()).c_str(), d["allowed_cpus"].get<std::string>().c_str(),
-                    d["cgroup_cpu_quota"].is_null() ? "" : fmt::format(", cgroup quota {:g}", d["cgroup_cpu_quota"].get<double>()).c_str(),
-                    d["threads_per_core"].is_null() ? "?" : d["threads_per_core"].dump().c_str(), d["numa_nodes"].size(),
-                    d["ram_total_bytes"].is_null() ? 0.0 : d["ram_total_bytes"].get<double>() / doctor::gib,
-                    d["ram_available_bytes"].is_null() ? 0.0 : d["ram_available_bytes"].get<double>() / doctor::gib,
-                    d["swap_used_bytes"].is_null() ? 0.0 : d["swap_used_bytes"].get<double>() / doctor::gib,
-                    d["swap_total_bytes"].is_null() ? 0.0 : d["swap_total_bytes"].get<double>() / doctor::gib, d["io_uring"].get<std::string>().c_str(),
-                    d["gpus"].size(), d["gpu_source"].get<std::string>().c_str());
+        std::printf(
+            "feedline-doctor check: %s usable cores (%s allowed%s), %s thread(s) per core, %zu NUMA node(s), %.1f GiB RAM (%.1f "
+            "available), "
+            "swap %.1f GiB used of %.1f, io_uring: %s\n  GPUs: %zu (%s)\n",
+            fmt::format("{:g}", d["usable_cores"].get<double>()).c_str(), d["allowed_cpus"].get<std::string>().c_str(),
+            d["cgroup_cpu_quota"].is_null() ? "" : fmt::format(", cgroup quota {:g}", d["cgroup_cpu_quota"].get<double>()).c_str(),
+            d["threads_per_core"].is_null() ? "?" : d["threads_per_core"].dump().c_str(), d["numa_nodes"].size(),
+            d["ram_total_bytes"].is_null() ? 0.0 : d["ram_total_bytes"].get<double>() / doctor::gib,
+            d["ram_available_bytes"].is_null() ? 0.0 : d["ram_available_bytes"].get<double>() / doctor::gib,
+            d["swap_used_bytes"].is_null() ? 0.0 : d["swap_used_bytes"].get<double>() / doctor::gib,
+            d["swap_total_bytes"].is_null() ? 0.0 : d["swap_total_bytes"].get<double>() / doctor::gib,
+            d["io_uring"].get<std::string>().c_str(), d["gpus"].size(), d["gpu_source"].get<std::string>().c_str());
         for (const auto& g : d["gpus"]) {
-            std::string line = fmt::format("    {} on NUMA node {} (CPUs {})", g["pci_bus_id"].get<std::string>(), g["numa_node"].get<int>(),
-                                           g["local_cpus"].get<std::string>().empty() ? "?" : g["local_cpus"].get<std::string>());
+            std::string line =
+                fmt::format("    {} on NUMA node {} (CPUs {})", g["pci_bus_id"].get<std::string>(), g["numa_node"].get<int>(),
+                            g["local_cpus"].get<std::string>().empty() ? "?" : g["local_cpus"].get<std::string>());
             if (!g["link_speed"].get<std::string>().empty())
                 line += fmt::format(", link {} x{} of {} x{}", g["link_speed"].get<std::string>(), g["link_width"].get<int>(),
                                     g["max_link_speed"].get<std::string>(), g["max_link_width"].get<int>());
@@ -184,7 +197,8 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
         }
         if (out.contains("data")) {
             const auto& reads = out["data"]["reads"];
-            std::printf("  reads of %s (%s per pass of %s, 1 MiB requests):\n", m.data.c_str(), fmt::format("{:.0f} MiB", reads["bytes_per_pass"].get<double>() / 1048576).c_str(),
+            std::printf("  reads of %s (%s per pass of %s, 1 MiB requests):\n", m.data.c_str(),
+                        fmt::format("{:.0f} MiB", reads["bytes_per_pass"].get<double>() / 1048576).c_str(),
                         fmt::format("{:.0f} MiB", reads["dataset_bytes"].get<double>() / 1048576).c_str());
             for (const char* b : {"mmap", "pread", "io_uring"}) {
                 const auto& r = out["data"]["reads"][b];
@@ -193,16 +207,19 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
                 else
                     std::printf("    %-8s cold %s, warm %s\n", b, rate(r["cold_bytes_per_s"]).c_str(), rate(r["warm_bytes_per_s"]).c_str());
             }
-            std::printf("  pipeline (batch %llu x %llu tokens, host memory):\n", static_cast<unsigned long long>(m.batch_size), static_cast<unsigned long long>(m.seq_len));
+            std::printf("  pipeline (batch %llu x %llu tokens, host memory):\n", static_cast<unsigned long long>(m.batch_size),
+                        static_cast<unsigned long long>(m.seq_len));
             for (const auto& row : out["data"]["pipeline"])
-                std::printf("    %u worker(s): %.3g tokens/s%s\n", row["workers"].get<unsigned>(), row["tokens_per_s"].get<double>(),
-                            row.contains("tokenize_tokens_per_s_per_worker")
-                                ? fmt::format(" (one worker tokenizes {:.3g} tokens/s)", row["tokenize_tokens_per_s_per_worker"].get<double>()).c_str()
-                                : "");
+                std::printf(
+                    "    %u worker(s): %.3g tokens/s%s\n", row["workers"].get<unsigned>(), row["tokens_per_s"].get<double>(),
+                    row.contains("tokenize_tokens_per_s_per_worker")
+                        ? fmt::format(" (one worker tokenizes {:.3g} tokens/s)", row["tokenize_tokens_per_s_per_worker"].get<double>())
+                              .c_str()
+                        : "");
             if (out["data"].contains("pipeline_gpu")) {
                 const auto& g = out["data"]["pipeline_gpu"];
-                std::printf("    into the GPU, %u worker(s): %.3g tokens/s (%s)\n", g["workers"].get<unsigned>(), g["tokens_per_s"].get<double>(),
-                            g["device"].get<std::string>().c_str());
+                std::printf("    into the GPU, %u worker(s): %.3g tokens/s (%s)\n", g["workers"].get<unsigned>(),
+                            g["tokens_per_s"].get<double>(), g["device"].get<std::string>().c_str());
             }
         }
         if (out.contains("h2d")) {
@@ -210,8 +227,8 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
             if (h.contains("unavailable"))
                 std::printf("  host-to-device: %s\n", h["unavailable"].get<std::string>().c_str());
             else
-                std::printf("  host-to-device: pinned %s, pageable %s (%.2fx)\n", rate(h["pinned_bytes_per_s"]).c_str(), rate(h["pageable_bytes_per_s"]).c_str(),
-                            h["pageable_vs_pinned"].get<double>());
+                std::printf("  host-to-device: pinned %s, pageable %s (%.2fx)\n", rate(h["pinned_bytes_per_s"]).c_str(),
+                            rate(h["pageable_bytes_per_s"]).c_str(), h["pageable_vs_pinned"].get<double>());
         }
         if (findings.empty()) std::printf("no findings\n");
         print_findings(findings);
@@ -222,7 +239,8 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"feedline-doctor: what a training job needs (plan), whether this machine is set up for it (check), and why a GPU waits (diagnose)"};
+    CLI::App app{
+        "feedline-doctor: what a training job needs (plan), whether this machine is set up for it (check), and why a GPU waits (diagnose)"};
     app.require_subcommand(1);
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
@@ -240,7 +258,8 @@ int main(int argc, char** argv) {
     plan->add_option("--optimizer", in.optimizer, "adamw | sgd (with momentum)")->capture_default_str();
     plan->add_option("--gpus", in.gpus, "GPUs per node (one data-parallel rank each)")->capture_default_str();
     plan->add_option("--nodes", in.nodes, "nodes")->capture_default_str();
-    plan->add_option("--zero-stage", in.zero_stage, "0: replicated; 1: optimizer states partitioned; 2: + gradients; 3: + parameters")->capture_default_str();
+    plan->add_option("--zero-stage", in.zero_stage, "0: replicated; 1: optimizer states partitioned; 2: + gradients; 3: + parameters")
+        ->capture_default_str();
     plan->add_flag("--offload-optimizer", in.offload_optimizer, "optimizer states in host memory (ZeRO-Offload)");
     plan->add_option("--micro-batch", in.micro_batch, "sequences per GPU per forward pass")->capture_default_str();
     plan->add_option("--seq-len", in.seq_len, "tokens per sequence")->capture_default_str();
@@ -252,8 +271,10 @@ int main(int argc, char** argv) {
     plan->add_option("--gpu-tflops", in.gpu_tflops, "or: the GPU's dense peak (bf16 TFLOP/s), with --mfu");
     plan->add_option("--mfu", in.mfu, "model FLOPs utilisation expected of --gpu-tflops")->capture_default_str();
     plan->add_option("--data", in.data, "shards (pre-tokenized) | text (tokenized on the fly)")->capture_default_str();
-    plan->add_option("--worker-tokens-per-s", in.worker_tokens_per_s, "tokens/s one data worker delivers (default: measured, see docs/sizing.md)");
-    plan->add_option("--dataset-bytes", dataset_bytes, "dataset size to keep in each node's page cache (0: not counted)")->capture_default_str();
+    plan->add_option("--worker-tokens-per-s", in.worker_tokens_per_s,
+                     "tokens/s one data worker delivers (default: measured, see docs/sizing.md)");
+    plan->add_option("--dataset-bytes", dataset_bytes, "dataset size to keep in each node's page cache (0: not counted)")
+        ->capture_default_str();
     plan->add_option("--process-overhead", process_overhead, "host memory of one training process besides its data")->capture_default_str();
     plan->add_option("--os-cores", in.os_cores, "cores left to the OS per node")->capture_default_str();
     plan->add_option("--prefetch", in.prefetch, "batches staged ahead per GPU (pinned)")->capture_default_str();
@@ -268,14 +289,16 @@ int main(int argc, char** argv) {
     doctor::check_job job;
     doctor::measure_options measure;
     bool h2d = false;
-    CLI::App* chk = app.add_subcommand("check", "this machine's cores, NUMA, GPUs, memory, swap and I/O, with findings; --data measures it on a dataset");
+    CLI::App* chk = app.add_subcommand(
+        "check", "this machine's cores, NUMA, GPUs, memory, swap and I/O, with findings; --data measures it on a dataset");
     chk->add_option("--root", root, "read /sys and /proc under this directory instead (a copied or fixture tree)")->capture_default_str();
     chk->add_option("--gpus", job.gpus, "GPUs the job uses (0: all found)")->capture_default_str();
     chk->add_option("--workers", job.workers_per_gpu, "data workers per GPU (0: what feedline would pick)")->capture_default_str();
     chk->add_option("--data", measure.data, "measure reads per backend and the pipeline's tokens/s with 1..N workers on this dataset");
     chk->add_option("--tokenizer", measure.tokenizer, "sentencepiece model, for text data");
     std::uint64_t read_mib = 0;
-    chk->add_option("--read-mib", read_mib, "MiB read per backend and pass (0: 4 GiB or half the available memory, if less)")->capture_default_str();
+    chk->add_option("--read-mib", read_mib, "MiB read per backend and pass (0: 4 GiB or half the available memory, if less)")
+        ->capture_default_str();
     chk->add_option("--seconds", measure.seconds, "time per worker count")->capture_default_str()->check(CLI::PositiveNumber);
     chk->add_option("--max-workers", measure.max_workers, "most workers to measure (0: the usable cores)")->capture_default_str();
     chk->add_option("--batch-size", measure.batch_size, "sequences per batch")->capture_default_str()->check(CLI::PositiveNumber);
@@ -315,15 +338,19 @@ int main(int argc, char** argv) {
         in.process_overhead = parse_bytes(process_overhead, "process-overhead");
         const doctor::plan_result r = doctor::make_plan(in);
         if (json) {
-            nlohmann::json out = {{"params", r.params},           {"ranks", r.ranks},
-                                  {"fits", r.fits},               {"min_ranks", r.min_ranks},
-                                  {"per_gpu", to_json(r.per_gpu)}, {"per_node", to_json(r.per_node)}};
+            nlohmann::json out = {{"params", r.params},
+                                  {"ranks", r.ranks},
+                                  {"fits", r.fits},
+                                  {"min_ranks", r.min_ranks},
+                                  {"per_gpu", to_json(r.per_gpu)},
+                                  {"per_node", to_json(r.per_node)}};
             std::printf("%s\n", tools::json_text(out).c_str());
         } else {
-            std::printf("feedline-doctor plan: %.3g parameters, %llu data-parallel rank(s) (%llu GPU(s) x %llu node(s)), ZeRO stage %u%s, %s, %s\n",
-                        r.params, static_cast<unsigned long long>(r.ranks), static_cast<unsigned long long>(in.gpus),
-                        static_cast<unsigned long long>(in.nodes), in.zero_stage, in.offload_optimizer ? " (optimizer offloaded)" : "",
-                        in.precision.c_str(), in.optimizer.c_str());
+            std::printf(
+                "feedline-doctor plan: %.3g parameters, %llu data-parallel rank(s) (%llu GPU(s) x %llu node(s)), ZeRO stage %u%s, %s, %s\n",
+                r.params, static_cast<unsigned long long>(r.ranks), static_cast<unsigned long long>(in.gpus),
+                static_cast<unsigned long long>(in.nodes), in.zero_stage, in.offload_optimizer ? " (optimizer offloaded)" : "",
+                in.precision.c_str(), in.optimizer.c_str());
             for (const auto& [title, list] : {std::pair{"per GPU", &r.per_gpu}, {"per node", &r.per_node}}) {
                 std::printf("%s:\n", title);
                 for (const auto& f : *list) std::printf("  %-22s %16s   %s\n", f.name.c_str(), human(f).c_str(), f.rule.c_str());

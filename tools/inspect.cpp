@@ -3,14 +3,14 @@
 // in dataset order, as little-endian uint32 to stdout, so any two readers can be compared byte for byte.
 // A blend in Megatron's --data-path form is inspected dataset by dataset (JSONL/text: every line parsed).
 // Exit code 1 with the error (file and byte offset) on bad input.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <limits>
-#include <unistd.h>
 
 #include <feedline/pipeline.hpp>
 
@@ -45,7 +45,8 @@ nlohmann::json inspect_shards(const std::vector<std::string>& paths, const inspe
                 std::uint64_t n = std::min<std::uint64_t>(1u << 20, span.length - first);
                 tokens.resize(n);
                 ds.read_tokens(reader, span, first, n, tokens.data());
-                if (o.dump && std::fwrite(tokens.data(), 4, n, stdout) != n) throw feedline::io_error("stdout", errno, "writing tokens failed");
+                if (o.dump && std::fwrite(tokens.data(), 4, n, stdout) != n)
+                    throw feedline::io_error("stdout", errno, "writing tokens failed");
             }
         }
     }
@@ -70,19 +71,24 @@ nlohmann::json inspect_shards(const std::vector<std::string>& paths, const inspe
 // JSONL / text (alone or in a blend): every line parsed as the pipeline would (tokens are counted by the pipeline).
 nlohmann::json inspect_text(const std::string& spec) {
     const feedline::text_corpus corpus({spec});
-    return {{"format", "text"}, {"files", corpus.file_count()}, {"documents", corpus.document_count()}, {"text_bytes", corpus.text_bytes()}, {"valid", true}};
+    return {{"format", "text"},
+            {"files", corpus.file_count()},
+            {"documents", corpus.document_count()},
+            {"text_bytes", corpus.text_bytes()},
+            {"valid", true}};
 }
 
 void print(const nlohmann::json& summary, bool deep) {
     if (summary["format"] == "text") {
-        fmt::print("format     text (tokenized on the fly)\nfiles      {}\ndocuments  {}\nbytes      {}\nvalid      yes\n", summary["files"].get<std::size_t>(),
-                   summary["documents"].get<std::uint64_t>(), summary["text_bytes"].get<std::uint64_t>());
+        fmt::print("format     text (tokenized on the fly)\nfiles      {}\ndocuments  {}\nbytes      {}\nvalid      yes\n",
+                   summary["files"].get<std::size_t>(), summary["documents"].get<std::uint64_t>(),
+                   summary["text_bytes"].get<std::uint64_t>());
         return;
     }
     fmt::print("format     {}\ndtype      {}\nshards     {}\ndocuments  {}\ntokens     {}\ndocuments  smallest {} / largest {} tokens\n",
                summary["format"].get<std::string>(), summary["dtype"].get<std::string>(), summary["shards"].get<std::size_t>(),
-               summary["documents"].get<std::uint64_t>(), summary["tokens"].get<std::uint64_t>(), summary["smallest_document"].get<std::uint64_t>(),
-               summary["largest_document"].get<std::uint64_t>());
+               summary["documents"].get<std::uint64_t>(), summary["tokens"].get<std::uint64_t>(),
+               summary["smallest_document"].get<std::uint64_t>(), summary["largest_document"].get<std::uint64_t>());
     if (summary.contains("delimiter")) fmt::print("delimiter  {}\n", summary["delimiter"].get<std::uint32_t>());
     fmt::print("valid      yes{}\n", deep ? " (every token read)" : "");
 }
@@ -111,17 +117,22 @@ int main(int argc, char** argv) {
         if (blend.size() <= 1) {
             // One JSONL/text dataset is inspected as text (parsed line by line), not read as shards.
             const bool text = paths.size() == 1 && feedline::detect_source(paths[0]) == feedline::source_kind::text;
-            if (text && o.dump) throw feedline::config_error("--dump-tokens", paths[0] + " is JSONL/text: tokens exist only once it is tokenized (feedline-pack)");
+            if (text && o.dump)
+                throw feedline::config_error("--dump-tokens",
+                                             paths[0] + " is JSONL/text: tokens exist only once it is tokenized (feedline-pack)");
             const nlohmann::json summary = text ? inspect_text(paths[0]) : inspect_shards(paths, o);
             if (o.dump) return std::fflush(stdout) == 0 ? 0 : 1;
-            if (o.json) fmt::print("{}\n", tools::json_text(summary));
-            else print(summary, o.deep);
+            if (o.json)
+                fmt::print("{}\n", tools::json_text(summary));
+            else
+                print(summary, o.deep);
             return 0;
         }
         if (o.dump) throw feedline::config_error("--dump-tokens", "give one dataset, not a blend");
         nlohmann::json all = nlohmann::json::array();
         for (const auto& w : blend) {
-            nlohmann::json summary = feedline::detect_source(w.spec) == feedline::source_kind::text ? inspect_text(w.spec) : inspect_shards({w.spec}, o);
+            nlohmann::json summary =
+                feedline::detect_source(w.spec) == feedline::source_kind::text ? inspect_text(w.spec) : inspect_shards({w.spec}, o);
             summary["weight"] = w.weight;
             summary["spec"] = w.spec;
             if (!o.json) {

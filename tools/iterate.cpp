@@ -3,8 +3,8 @@
 // one number, and prints one JSON line: batches, tokens, token_sum, seconds, tokens_per_s,
 // stall_fraction, the pipeline's stats and its state at the end. DATASET may be a blend in
 // Megatron's --data-path form ("0.7 data/web 0.3 code/*.jsonl").
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <feedline/pipeline.hpp>
@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
     // This tool's defaults, where they differ from the pipeline's: a measuring tool on the host.
     feedline::pipeline_config config{.batch_size = 32, .seq_len = 1024, .device = feedline::device_kind::cpu, .max_steps = 100};
     app.add_option("dataset", dataset,
-                   "Megatron prefix, llm.c shard pattern or directory, JSONL / text files (with --tokenizer), or a blend: \"0.7 data/web 0.3 code/*.jsonl\"")
+                   "Megatron prefix, llm.c shard pattern or directory, JSONL / text files (with --tokenizer), or a blend: \"0.7 data/web "
+                   "0.3 code/*.jsonl\"")
         ->required();
     tools::add_pipeline_options(app, config, {.aliases = {{"max_steps", "--batches"}, {"tokenizer", "--model"}}});
     if (const int code = tools::parse_command_line("feedline-iterate", 1, app, argc, argv); code >= 0) return code;

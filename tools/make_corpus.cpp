@@ -1,8 +1,8 @@
 // feedline-make-corpus: writes a synthetic English-like corpus as JSONL, deterministic for a seed.
 // The text comes from a small stochastic grammar (subjects, verbs, objects, clauses), so it has real
 // structure a language model can learn: the demo's loss falls well below the unigram entropy.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -15,16 +15,16 @@ namespace {
 
 using words = std::vector<std::string>;
 const words determiners = {"the", "a", "every", "this", "that", "one", "some", "no"};
-const words adjectives = {"small", "old", "quiet", "bright", "heavy", "curious", "patient", "red", "distant", "careful",
-                          "young", "broken", "gentle", "sharp", "warm", "cold", "busy", "tired", "clever", "strange"};
-const words nouns = {"farmer", "river", "engine", "teacher", "garden", "machine", "child", "city", "bird", "letter",
-                     "mountain", "doctor", "window", "market", "student", "forest", "ship", "painter", "lamp", "road",
-                     "village", "storm", "clock", "baker", "bridge", "library", "horse", "train", "island", "singer"};
-const words verbs = {"sees", "builds", "follows", "finds", "carries", "watches", "repairs", "visits", "paints", "hears",
-                     "crosses", "opens", "remembers", "counts", "feeds", "reads", "writes", "leaves", "greets", "moves"};
+const words adjectives = {"small", "old",    "quiet",  "bright", "heavy", "curious", "patient", "red",   "distant", "careful",
+                          "young", "broken", "gentle", "sharp",  "warm",  "cold",    "busy",    "tired", "clever",  "strange"};
+const words nouns = {"farmer",   "river",  "engine", "teacher", "garden",  "machine", "child", "city",    "bird",   "letter",
+                     "mountain", "doctor", "window", "market",  "student", "forest",  "ship",  "painter", "lamp",   "road",
+                     "village",  "storm",  "clock",  "baker",   "bridge",  "library", "horse", "train",   "island", "singer"};
+const words verbs = {"sees",    "builds", "follows",   "finds",  "carries", "watches", "repairs", "visits", "paints", "hears",
+                     "crosses", "opens",  "remembers", "counts", "feeds",   "reads",   "writes",  "leaves", "greets", "moves"};
 const words adverbs = {"slowly", "quickly", "often", "never", "always", "carefully", "quietly", "again", "today", "early"};
-const words places = {"near the river", "in the old city", "behind the market", "under the bridge", "at the station",
-                      "across the valley", "inside the library", "by the sea", "on the hill", "beyond the forest"};
+const words places = {"near the river",    "in the old city",    "behind the market", "under the bridge", "at the station",
+                      "across the valley", "inside the library", "by the sea",        "on the hill",      "beyond the forest"};
 const words connectives = {"because", "while", "although", "after", "before", "when", "until", "since"};
 
 template <class R>

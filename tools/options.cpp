@@ -22,8 +22,10 @@ std::string python_options() {
     feedline::for_each_option([&](const auto& o) {
         using T = std::remove_cvref_t<decltype(o.value(defaults))>;
         std::string type;
-        if constexpr (std::is_same_v<T, bool>) type = "bool";
-        else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, feedline::device_choice>) type = "str";
+        if constexpr (std::is_same_v<T, bool>)
+            type = "bool";
+        else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, feedline::device_choice>)
+            type = "str";
         else if constexpr (feedline::named_enum<T>) {
             type = "Literal[";
             std::string sep;
@@ -34,9 +36,12 @@ std::string python_options() {
             type = "int";
         }
         std::string def = feedline::option_text(o.value(defaults));
-        if constexpr (std::is_same_v<T, bool>) def = o.value(defaults) ? "True" : "False";
-        else if constexpr (!std::is_integral_v<T>) def = "\"" + def + "\"";
-        out += "    " + std::string(o.name) + ": Optional[" + type + "]\n    \"\"\"" + std::string(o.doc) + " (default " + def + ")\"\"\"\n";
+        if constexpr (std::is_same_v<T, bool>)
+            def = o.value(defaults) ? "True" : "False";
+        else if constexpr (!std::is_integral_v<T>)
+            def = "\"" + def + "\"";
+        out +=
+            "    " + std::string(o.name) + ": Optional[" + type + "]\n    \"\"\"" + std::string(o.doc) + " (default " + def + ")\"\"\"\n";
     });
     return out;
 }
@@ -51,9 +56,12 @@ int main(int argc, char** argv) {
     app.add_flag("--json", json, "every option with its default, as a --config file holds them");
     CLI11_PARSE(app, argc, argv);
     return tools::run_tool("feedline-options", 1, [&] {
-        if (python) std::fputs(python_options().c_str(), stdout);
-        else if (json) std::printf("%s\n", tools::json_text(feedline::options_to_json(feedline::pipeline_config{}), 2).c_str());
-        else std::fputs(feedline::options_markdown().c_str(), stdout);
+        if (python)
+            std::fputs(python_options().c_str(), stdout);
+        else if (json)
+            std::printf("%s\n", tools::json_text(feedline::options_to_json(feedline::pipeline_config{}), 2).c_str());
+        else
+            std::fputs(feedline::options_markdown().c_str(), stdout);
         return 0;
     });
 }

@@ -2,21 +2,21 @@
 // threads (a tokenizer each, from make_tokenizer; --train-model trains a sentencepiece model first).
 // Output order equals input order whatever the thread count; ids equal `spm_encode --output_format=id`. Files appear under their final names only when the whole pack
 // succeeded: an interrupted or failed pack (signal, disk full, bad input) leaves nothing that validates.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <unordered_map>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 
 #include <feedline/pipeline.hpp>
 
@@ -118,11 +118,16 @@ std::string train_model(const options& o, const std::vector<std::string>& files,
         out.commit();
     }
     // The map form: paths with spaces stay one argument.
-    const std::unordered_map<std::string, std::string> args = {
-        {"input", text_path}, {"model_prefix", work / "model"}, {"vocab_size", std::to_string(o.train_vocab)},
-        {"model_type", o.model_type}, {"character_coverage", "1.0"}, {"hard_vocab_limit", "false"},
-        {"input_sentence_size", "2000000"}, {"shuffle_input_sentence", "true"}, {"minloglevel", "2"},
-        {"num_threads", std::to_string(o.threads)}};
+    const std::unordered_map<std::string, std::string> args = {{"input", text_path},
+                                                               {"model_prefix", work / "model"},
+                                                               {"vocab_size", std::to_string(o.train_vocab)},
+                                                               {"model_type", o.model_type},
+                                                               {"character_coverage", "1.0"},
+                                                               {"hard_vocab_limit", "false"},
+                                                               {"input_sentence_size", "2000000"},
+                                                               {"shuffle_input_sentence", "true"},
+                                                               {"minloglevel", "2"},
+                                                               {"num_threads", std::to_string(o.threads)}};
     if (auto status = sentencepiece::SentencePieceTrainer::Train(args); !status.ok())
         throw feedline::config_error("train-model", "sentencepiece training failed: " + status.ToString());
     for (const char* ext : {".vocab", ".model"}) {
@@ -139,9 +144,10 @@ class shard_output {
 public:
     shard_output(const options& o, feedline::token_dtype dt, std::uint32_t delimiter, const feedline::output_lock& lock) {
         if (o.format == "llmc") {
-            std::uint64_t tokens = o.shard_size ? std::max<std::uint64_t>(1, (o.shard_size - std::min<std::uint64_t>(o.shard_size, 1024)) /
-                                                                                  feedline::dtype_size(dt))
-                                                : 100'000'000;
+            std::uint64_t tokens =
+                o.shard_size
+                    ? std::max<std::uint64_t>(1, (o.shard_size - std::min<std::uint64_t>(o.shard_size, 1024)) / feedline::dtype_size(dt))
+                    : 100'000'000;
             llmc_ = std::make_unique<feedline::llmc_writer>(o.output, dt, delimiter, std::min<std::uint64_t>(tokens, 0x7fffffff), &lock);
         } else if (o.shard_size) {
             shards_ = std::make_unique<feedline::megatron_shards_writer>(o.output, dt, o.shard_size, &lock);
@@ -150,9 +156,12 @@ public:
         }
     }
     void add(const std::vector<int>& ids) {
-        if (llmc_) llmc_->add_document(ids);
-        else if (shards_) shards_->add_document(ids);
-        else one_->add_document(ids);
+        if (llmc_)
+            llmc_->add_document(ids);
+        else if (shards_)
+            shards_->add_document(ids);
+        else
+            one_->add_document(ids);
     }
     std::vector<std::string> finish() {
         if (llmc_) return llmc_->finish();
@@ -173,10 +182,10 @@ int run(const options& o) {
     const feedline::text_options topt = o.text.text.documents;
     if (o.format != "megatron" && o.format != "llmc")
         throw feedline::config_error("format", "expected megatron or llmc, got '" + o.format + "'");
-    if (o.model.empty() == (o.train_vocab == 0))
-        throw feedline::config_error("model", "give exactly one of --model and --train-model");
+    if (o.model.empty() == (o.train_vocab == 0)) throw feedline::config_error("model", "give exactly one of --model and --train-model");
     if (o.shard_size != 0 && o.shard_size < min_shard_bytes)
-        throw feedline::config_error("shard-size", std::to_string(o.shard_size) + " bytes is below the smallest shard feedline-pack writes (" +
+        throw feedline::config_error("shard-size", std::to_string(o.shard_size) +
+                                                       " bytes is below the smallest shard feedline-pack writes (" +
                                                        std::to_string(min_shard_bytes) + " bytes; 0: one shard)");
     if (o.threads > max_threads)
         throw feedline::config_error("threads", std::to_string(o.threads) + " tokenizer threads; at most " + std::to_string(max_threads));
@@ -247,11 +256,14 @@ int main(int argc, char** argv) {
     options o;
     app.add_option("--input", o.inputs, "JSONL (.jsonl/.json) or text files, directories or globs")->required();
     app.add_option("--model", o.model, "sentencepiece model to tokenize with");
-    app.add_option("--train-model", o.train_vocab, "train a sentencepiece model of this vocabulary size on the input first (saved as OUTPUT.model)");
-    app.add_option("--model-type", o.model_type, "sentencepiece model type for --train-model: unigram, bpe, char, word")->capture_default_str();
+    app.add_option("--train-model", o.train_vocab,
+                   "train a sentencepiece model of this vocabulary size on the input first (saved as OUTPUT.model)");
+    app.add_option("--model-type", o.model_type, "sentencepiece model type for --train-model: unigram, bpe, char, word")
+        ->capture_default_str();
     app.add_option("--output", o.output, "output prefix")->required();
     app.add_option("--format", o.format, "megatron or llmc")->capture_default_str();
-    app.add_option("--dtype", o.dtype, "auto, uint16, int32 or uint32 (auto: the narrowest that holds the vocabulary)")->capture_default_str();
+    app.add_option("--dtype", o.dtype, "auto, uint16, int32 or uint32 (auto: the narrowest that holds the vocabulary)")
+        ->capture_default_str();
     app.add_flag("--append-eos", o.append_eos, "append the model's end-of-sentence id to every document");
     app.add_option("--shard-size", o.shard_size, "start a new shard after this many bytes (0: Megatron one shard, llm.c 10^8 tokens)");
     app.add_option("--threads", o.threads, "tokenizer threads")->capture_default_str();

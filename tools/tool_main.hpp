@@ -40,7 +40,9 @@ struct option_selection {
         bool yes = false;
         feedline::for_each_option([&](const auto& o) {
             if (o.name != name && o.path != name) return;
-            const auto in = [&](const std::vector<std::string_view>& list) { return std::find(list.begin(), list.end(), o.name) != list.end(); };
+            const auto in = [&](const std::vector<std::string_view>& list) {
+                return std::find(list.begin(), list.end(), o.name) != list.end();
+            };
             yes = (only.empty() || in(only)) && !in(except);
         });
         return yes;
@@ -84,10 +86,12 @@ inline void add_pipeline_options(CLI::App& app, feedline::pipeline_config& confi
         if (o.scope != feedline::data_scope::any) help += " [" + std::string(feedline::name_of(o.scope)) + "]";
         using T = std::remove_cvref_t<decltype(o.value(config))>;
         if constexpr (std::is_same_v<T, bool>) {
-            app.add_flag_function(names, [&config, name](std::int64_t count) { feedline::set_option(config, name, count > 0 ? "true" : "false"); }, help)
+            app.add_flag_function(
+                   names, [&config, name](std::int64_t count) { feedline::set_option(config, name, count > 0 ? "true" : "false"); }, help)
                 ->default_str(feedline::option_text(o.value(config)));
         } else {
-            auto* opt = app.add_option_function<std::string>(names, [&config, name](const std::string& v) { feedline::set_option(config, name, v); }, help);
+            auto* opt = app.add_option_function<std::string>(
+                names, [&config, name](const std::string& v) { feedline::set_option(config, name, v); }, help);
             opt->default_str(feedline::option_text(o.value(config)));
             if constexpr (feedline::named_enum<T>) opt->type_name(feedline::choices_of<T>());
         }
@@ -118,8 +122,10 @@ int run_tool(const char* name, int failure, Body&& body) {
     } catch (const feedline::error& e) {
         std::fprintf(stderr, "%s: %s\n", name, e.what());
     } catch (const std::bad_alloc&) {
-        std::fprintf(stderr, "%s: out of memory (a memory or address-space limit, ulimit -v, was reached); use fewer workers, a smaller batch or "
-                             "memory budget, or raise the limit\n", name);
+        std::fprintf(stderr,
+                     "%s: out of memory (a memory or address-space limit, ulimit -v, was reached); use fewer workers, a smaller batch or "
+                     "memory budget, or raise the limit\n",
+                     name);
     } catch (const std::system_error& e) {
         std::fprintf(stderr, "%s: %s (a system limit: threads, processes or open files; see ulimit -u / -n)\n", name, e.what());
     } catch (const std::exception& e) {

@@ -23,9 +23,7 @@ public:
 class format_error : public error {
 public:
     format_error(std::string file, std::uint64_t offset, const std::string& message)
-        : error(file + " @ byte " + std::to_string(offset) + ": " + message),
-          file_(std::move(file)),
-          offset_(offset) {}
+            : error(file + " @ byte " + std::to_string(offset) + ": " + message), file_(std::move(file)), offset_(offset) {}
     const std::string& file() const noexcept { return file_; }
     std::uint64_t offset() const noexcept { return offset_; }
 
@@ -37,19 +35,14 @@ private:
 // A system call on a file failed (open, read, write, mmap, io_uring). Keeps errno.
 class io_error : public error {
 public:
-    io_error(std::string file, int errno_value, const std::string& message,
-             std::optional<std::uint64_t> offset = std::nullopt)
-        : error(compose(file, errno_value, message, offset)),
-          file_(std::move(file)),
-          errno_(errno_value),
-          offset_(offset) {}
+    io_error(std::string file, int errno_value, const std::string& message, std::optional<std::uint64_t> offset = std::nullopt)
+            : error(compose(file, errno_value, message, offset)), file_(std::move(file)), errno_(errno_value), offset_(offset) {}
     const std::string& file() const noexcept { return file_; }
     int error_code() const noexcept { return errno_; }
     std::optional<std::uint64_t> offset() const noexcept { return offset_; }
 
 private:
-    static std::string compose(const std::string& file, int err, const std::string& message,
-                               std::optional<std::uint64_t> offset);
+    static std::string compose(const std::string& file, int err, const std::string& message, std::optional<std::uint64_t> offset);
     std::string file_;
     int errno_;
     std::optional<std::uint64_t> offset_;
@@ -58,8 +51,7 @@ private:
 // A configuration value is invalid or two values contradict each other. Names the field.
 class config_error : public error {
 public:
-    config_error(std::string field, const std::string& message)
-        : error("config " + field + ": " + message), field_(std::move(field)) {}
+    config_error(std::string field, const std::string& message) : error("config " + field + ": " + message), field_(std::move(field)) {}
     const std::string& field() const noexcept { return field_; }
 
 private:
@@ -84,9 +76,7 @@ public:
 class cuda_error : public error {
 public:
     cuda_error(std::string call, int status, const std::string& message)
-        : error(call + " failed with status " + std::to_string(status) + ": " + message),
-          call_(std::move(call)),
-          status_(status) {}
+            : error(call + " failed with status " + std::to_string(status) + ": " + message), call_(std::move(call)), status_(status) {}
     const std::string& call() const noexcept { return call_; }
     int status() const noexcept { return status_; }
 
@@ -99,8 +89,7 @@ private:
 
 #include <system_error>
 
-inline std::string feedline::io_error::compose(const std::string& file, int err,
-                                               const std::string& message,
+inline std::string feedline::io_error::compose(const std::string& file, int err, const std::string& message,
                                                std::optional<std::uint64_t> offset) {
     std::string s = file;
     if (offset) s += " @ byte " + std::to_string(*offset);

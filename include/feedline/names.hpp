@@ -19,7 +19,9 @@ template <class E>
 struct enum_names;
 
 template <class E>
-concept named_enum = requires { enum_names<E>::values; };
+concept named_enum = requires {
+    enum_names<E>::values;
+};
 
 // The canonical name of `e` ("?" for a value without one). Never throws.
 template <named_enum E>

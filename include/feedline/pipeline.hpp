@@ -18,11 +18,14 @@
 #include <feedline/exec/trainer_cpu.hpp>
 #include <feedline/format/dataset.hpp>
 #include <feedline/format/dtype.hpp>
+#include <feedline/format/json_fields.hpp>
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
 #include <feedline/format/text.hpp>
 #include <feedline/format/text_corpus.hpp>
 #include <feedline/format/token_lengths.hpp>
+#include <feedline/output/atomic_file.hpp>
+#include <feedline/output/output_lock.hpp>
 #include <feedline/pipeline/batch.hpp>
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/data_spec.hpp>
@@ -44,7 +47,4 @@
 #include <feedline/transform/tokenize_in_order.hpp>
 #include <feedline/transform/tokenizer.hpp>
 #include <feedline/transform/tokenizers.hpp>
-#include <feedline/output/atomic_file.hpp>
-#include <feedline/output/output_lock.hpp>
-#include <feedline/format/json_fields.hpp>
 #include <feedline/version.hpp>

@@ -64,11 +64,15 @@ class py_pipeline;
 class py_batch {
 public:
     py_batch(feedline::batch b, nb::object pipeline, py_pipeline* owner, std::uintptr_t stream)
-        : batch_(std::move(b)), pipeline_(std::move(pipeline)), owner_(owner), stream_(stream), step_(batch_->step()) {}
+            : batch_(std::move(b)), pipeline_(std::move(pipeline)), owner_(owner), stream_(stream), step_(batch_->step()) {}
     // Moves leave the source empty, so only one of the two returns the slot.
     py_batch(py_batch&& o) noexcept
-        : batch_(std::exchange(o.batch_, std::nullopt)), pipeline_(std::move(o.pipeline_)), owner_(o.owner_), stream_(o.stream_), step_(o.step_),
-          device_index_(o.device_index_) {}
+            : batch_(std::exchange(o.batch_, std::nullopt)),
+              pipeline_(std::move(o.pipeline_)),
+              owner_(o.owner_),
+              stream_(o.stream_),
+              step_(o.step_),
+              device_index_(o.device_index_) {}
     py_batch& operator=(py_batch&&) = delete;
     ~py_batch() { release(); }
 
@@ -83,12 +87,18 @@ public:
         const auto& l = b.layout();
         std::size_t offset = 0, rows = l.batch, cols = l.seq_len;
         const std::string w = which;
-        if (w == "inputs") offset = l.inputs;
-        else if (w == "targets") offset = l.targets;
-        else if (w == "positions") offset = l.position_ids;
-        else if (w == "cu_seqlens") offset = l.cu_seqlens, cols = l.seq_len + 1;
-        else if (w == "pieces") offset = l.pieces, cols = 0;
-        else if (w == "datasets") offset = l.datasets, cols = 0;
+        if (w == "inputs")
+            offset = l.inputs;
+        else if (w == "targets")
+            offset = l.targets;
+        else if (w == "positions")
+            offset = l.position_ids;
+        else if (w == "cu_seqlens")
+            offset = l.cu_seqlens, cols = l.seq_len + 1;
+        else if (w == "pieces")
+            offset = l.pieces, cols = 0;
+        else if (w == "datasets")
+            offset = l.datasets, cols = 0;
         const bool packed_only = w == "positions" || w == "cu_seqlens" || w == "pieces";
         if (packed_only && !l.packed) return nb::none();
         // The datasets row ids are in host memory only; everything else where compute reads it.
@@ -100,10 +110,12 @@ public:
         const int device_type = device ? nb::device::cuda::value : nb::device::cpu::value;
         if (cols == 0) {
             const std::size_t shape[1] = {rows};
-            return nb::cast(nb::ndarray<nb::pytorch, std::int32_t>(data, 1, shape, self, nullptr, nb::dtype<std::int32_t>(), device_type, device_index_));
+            return nb::cast(nb::ndarray<nb::pytorch, std::int32_t>(data, 1, shape, self, nullptr, nb::dtype<std::int32_t>(), device_type,
+                                                                   device_index_));
         }
         const std::size_t shape[2] = {rows, cols};
-        return nb::cast(nb::ndarray<nb::pytorch, std::int32_t>(data, 2, shape, self, nullptr, nb::dtype<std::int32_t>(), device_type, device_index_));
+        return nb::cast(
+            nb::ndarray<nb::pytorch, std::int32_t>(data, 2, shape, self, nullptr, nb::dtype<std::int32_t>(), device_type, device_index_));
     }
 
     void set_device_index(int i) noexcept { device_index_ = i; }
@@ -151,11 +163,14 @@ public:
         // the slot of seq - slots: holding that many (or that one) would wait forever, so say so.
         const std::uint64_t seq = engine_->state().step;
         const std::size_t depth = engine_->prefetch_depth();
-        const bool slot_held = slots_ != 0 && std::any_of(held_.begin(), held_.end(), [&](std::uint64_t h) { return (seq - h) % slots_ == 0; });
+        const bool slot_held =
+            slots_ != 0 && std::any_of(held_.begin(), held_.end(), [&](std::uint64_t h) { return (seq - h) % slots_ == 0; });
         if (held_.size() >= depth || slot_held)
-            throw std::runtime_error(std::to_string(held_.size()) + " batches are still held (by Batch objects or tensors taken from them; the oldest is batch " +
-                                     std::to_string(*held_.begin()) + ") and the prefetch depth is " + std::to_string(depth) +
-                                     ": the next batch could never be prepared. Drop or release() older batches (clone() what you keep), or raise prefetch");
+            throw std::runtime_error(
+                std::to_string(held_.size()) +
+                " batches are still held (by Batch objects or tensors taken from them; the oldest is batch " +
+                std::to_string(*held_.begin()) + ") and the prefetch depth is " + std::to_string(depth) +
+                ": the next batch could never be prepared. Drop or release() older batches (clone() what you keep), or raise prefetch");
         std::optional<feedline::batch> b;
         try {
             nb::gil_scoped_release unlocked;
@@ -218,9 +233,11 @@ void py_batch::release() {
 NB_MODULE(_feedline, m) {
     m.doc() = "feedline's engine (use the feedline package, not this module)";
     error_type = PyErr_NewExceptionWithDoc("feedline.Error", "Base of every feedline error.", PyExc_RuntimeError, nullptr);
-    format_error_type = PyErr_NewExceptionWithDoc("feedline.FormatError", "On-disk data does not have the expected layout (.file, .offset).", error_type, nullptr);
+    format_error_type = PyErr_NewExceptionWithDoc("feedline.FormatError",
+                                                  "On-disk data does not have the expected layout (.file, .offset).", error_type, nullptr);
     io_error_type = PyErr_NewExceptionWithDoc("feedline.IoError", "A system call on a file failed (.file, .errno).", error_type, nullptr);
-    config_error_type = PyErr_NewExceptionWithDoc("feedline.ConfigError", "A configuration value is invalid (.field).", error_type, nullptr);
+    config_error_type =
+        PyErr_NewExceptionWithDoc("feedline.ConfigError", "A configuration value is invalid (.field).", error_type, nullptr);
     cuda_error_type = PyErr_NewExceptionWithDoc("feedline.CudaError", "A CUDA call failed.", error_type, nullptr);
     m.attr("Error") = nb::handle(error_type);
     m.attr("FormatError") = nb::handle(format_error_type);
@@ -253,27 +270,33 @@ NB_MODULE(_feedline, m) {
         .def("release", &py_batch::release);
 
     nb::class_<py_pipeline>(m, "Engine")
-        .def("__init__",
-             [](py_pipeline* self, const std::vector<std::pair<double, std::string>>& data, const nb::dict& options) {
-                 // Every keyword through the options' one declaration (feedline/pipeline/options.hpp):
-                 // parsed as a command line's flag is, set by the user, and refused by name.
-                 feedline::pipeline_config c;
-                 for (auto [key, value] : options) {
-                     const std::string name = nb::cast<std::string>(key);
-                     if (value.is_none()) continue;  // None: the default
-                     std::string text;
-                     if (nb::isinstance<nb::bool_>(value)) text = nb::cast<bool>(value) ? "true" : "false";
-                     else if (nb::isinstance<nb::int_>(value)) text = nb::str(value).c_str();
-                     else if (nb::isinstance<nb::str>(value)) text = nb::cast<std::string>(value);
-                     else
-                         throw feedline::config_error(name, std::string("expected a whole number, a string or True/False, got ") +
-                                                                nb::inst_name(value).c_str() + " " + nb::repr(value).c_str());
-                     feedline::set_option(c, name, text);
-                 }
-                 new (self) py_pipeline(data, c);
-             },
-             "data"_a, "options"_a)
-        .def("next", [](nb::handle self, nb::handle stream_of) { return nb::cast<py_pipeline&>(self).next(self, stream_of); }, "stream_of"_a = nb::none())
+        .def(
+            "__init__",
+            [](py_pipeline* self, const std::vector<std::pair<double, std::string>>& data, const nb::dict& options) {
+                // Every keyword through the options' one declaration (feedline/pipeline/options.hpp):
+                // parsed as a command line's flag is, set by the user, and refused by name.
+                feedline::pipeline_config c;
+                for (auto [key, value] : options) {
+                    const std::string name = nb::cast<std::string>(key);
+                    if (value.is_none()) continue;  // None: the default
+                    std::string text;
+                    if (nb::isinstance<nb::bool_>(value))
+                        text = nb::cast<bool>(value) ? "true" : "false";
+                    else if (nb::isinstance<nb::int_>(value))
+                        text = nb::str(value).c_str();
+                    else if (nb::isinstance<nb::str>(value))
+                        text = nb::cast<std::string>(value);
+                    else
+                        throw feedline::config_error(name, std::string("expected a whole number, a string or True/False, got ") +
+                                                               nb::inst_name(value).c_str() + " " + nb::repr(value).c_str());
+                    feedline::set_option(c, name, text);
+                }
+                new (self) py_pipeline(data, c);
+            },
+            "data"_a, "options"_a)
+        .def(
+            "next", [](nb::handle self, nb::handle stream_of) { return nb::cast<py_pipeline&>(self).next(self, stream_of); },
+            "stream_of"_a = nb::none())
         .def("state_json", &py_pipeline::state_json)
         .def("restore_json", &py_pipeline::restore_json, "state"_a)
         .def("stats_json", &py_pipeline::stats_json)

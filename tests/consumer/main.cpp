@@ -17,7 +17,6 @@ int main(int argc, char** argv) {
     std::vector<std::uint32_t> tokens(3);
     dataset.read_tokens(reader, dataset.document(0), 0, 3, tokens.data());
     bool ok = dataset.document_count() == 2 && tokens == std::vector<std::uint32_t>{1, 2, 3};
-    std::printf("consumer %s (feedline %s, reader: %s)\n", ok ? "ok" : "MISMATCH", feedline::version_string,
-                reader.reason().c_str());
+    std::printf("consumer %s (feedline %s, reader: %s)\n", ok ? "ok" : "MISMATCH", feedline::version_string, reader.reason().c_str());
     return ok ? 0 : 1;
 }

@@ -27,8 +27,9 @@ bool finite_numbers(const nlohmann::json& j) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size == 0) return 0;
     const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-    static const std::set<std::string> codes = {"data-bound", "gpu-bound", "gpu-memory-headroom", "host-memory-pressure", "swap-in-use",
-                                                "no-data-workers", "pageable-copies", "cores-short", "mmap-counted-as-rss", "numa-remote"};
+    static const std::set<std::string> codes = {"data-bound",          "gpu-bound",       "gpu-memory-headroom", "host-memory-pressure",
+                                                "swap-in-use",         "no-data-workers", "pageable-copies",     "cores-short",
+                                                "mmap-counted-as-rss", "numa-remote"};
     try {
         doctor::observations o;
         if (data[0] % 2 == 0) {  // as feedline-doctor diagnose reads a file: scenario or log, by its content

@@ -69,8 +69,9 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
 #endif
 #elif defined(FEEDLINE_FUZZ_TEXT)
     // Byte 0: 3 JSONL, 0-2 a plain-text split (whole file, blank lines, lines); +4 skip_invalid.
-    const std::string jsonl = "{\"text\": \"one\\nline \\u00e9\\ud83d\\ude00\"}\r\n\n  \n{\"id\": 2, \"text\": \"two\"}\n"
-                              "{\"text\": 3}\n[1]\n{\"text\": \"last, no newline\"}";
+    const std::string jsonl =
+        "{\"text\": \"one\\nline \\u00e9\\ud83d\\ude00\"}\r\n\n  \n{\"id\": 2, \"text\": \"two\"}\n"
+        "{\"text\": 3}\n[1]\n{\"text\": \"last, no newline\"}";
     const std::string plain = "first block\r\nsame block\n\n\n second\n \t\nthird\r\r\n";
     for (std::uint8_t mode : {3, 7}) {
         seeds.push_back({mode});
@@ -82,9 +83,10 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     }
 #elif defined(FEEDLINE_FUZZ_JSONL_FIELD)
     // Byte 0 picks the field ("text", "t", ""); lines where simdjson and nlohmann_json could part.
-    for (const std::string line : {R"({"id": 7, "text": "a \u00e9\ud83d\ude00\n", "meta": {"t": [1.5e3, -0, true, null]}, "": "x"})",
-                                   R"({"id": 123456789012345678901234567890, "text": "big", "t": 1e400})", "\xef\xbb\xbf{\"text\": \"bom\"}",
-                                   R"({"text": "first", "te\u0078t": "last", "t": {"t": "nested"}})", R"([{"text": "x"}, "t"])"}) {
+    for (const std::string line :
+         {R"({"id": 7, "text": "a \u00e9\ud83d\ude00\n", "meta": {"t": [1.5e3, -0, true, null]}, "": "x"})",
+          R"({"id": 123456789012345678901234567890, "text": "big", "t": 1e400})", "\xef\xbb\xbf{\"text\": \"bom\"}",
+          R"({"text": "first", "te\u0078t": "last", "t": {"t": "nested"}})", R"([{"text": "x"}, "t"])"}) {
         seeds.push_back({0});
         seeds.back().insert(seeds.back().end(), line.begin(), line.end());
     }
@@ -93,15 +95,18 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     // Cache files as the text source writes them: a key, then a few documents' counts (one empty).
     for (const auto& lengths : {std::vector<std::uint32_t>{}, std::vector<std::uint32_t>{3, 0, 70000, 12}}) {
         const auto bytes = feedline::token_lengths{"feedline.token_lengths 1\nfile a.jsonl 12 1.5 7\n", lengths}.encode();
-        seeds.emplace_back(reinterpret_cast<const std::uint8_t*>(bytes.data()), reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
+        seeds.emplace_back(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                           reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
     }
 #elif defined(FEEDLINE_FUZZ_CHECKPOINT_MANIFEST)
     // Byte 0 picks the document: even, a manifest; odd, a trainer.json (with an empty tensors file).
-    const std::string manifest = R"({"format": "feedline-train checkpoint manifest", "version": 1, "files": [)"
-                                 R"({"name": "trainer.json", "bytes": 412, "crc32": 3735928559}, {"name": "tensors.bin", "bytes": 16, "crc32": 1}]})";
-    const std::string trainer_json = R"({"format": "feedline-train checkpoint", "version": 1, "step": 2, "tokens": 128,)"
-                                     R"( "model": {"vocab": 20, "context": 2, "embed": 4, "hidden": 8}, "global_batch": 2, "seq_len": 16,)"
-                                     R"( "grad_accum": 2, "seed": 7, "mode": "windows", "pipeline_state": {"format": "feedline.sampler_state", "version": 1, "step": 4}})";
+    const std::string manifest =
+        R"({"format": "feedline-train checkpoint manifest", "version": 1, "files": [)"
+        R"({"name": "trainer.json", "bytes": 412, "crc32": 3735928559}, {"name": "tensors.bin", "bytes": 16, "crc32": 1}]})";
+    const std::string trainer_json =
+        R"({"format": "feedline-train checkpoint", "version": 1, "step": 2, "tokens": 128,)"
+        R"( "model": {"vocab": 20, "context": 2, "embed": 4, "hidden": 8}, "global_batch": 2, "seq_len": 16,)"
+        R"( "grad_accum": 2, "seed": 7, "mode": "windows", "pipeline_state": {"format": "feedline.sampler_state", "version": 1, "step": 4}})";
     for (const auto& [which, text] : {std::pair{0, manifest}, std::pair{1, trainer_json}}) {
         std::vector<std::uint8_t> seed{static_cast<std::uint8_t>(which)};
         seed.insert(seed.end(), text.begin(), text.end());
@@ -109,17 +114,20 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     }
 #elif defined(FEEDLINE_FUZZ_DOCTOR_INPUT)
     // Byte 0 picks the reader: even, a scenario; odd, a feedline-train --json log.
-    const std::string scenario = R"({"gpus": [{"memory_total_mib": 20480, "memory_used_mib": 9587, "utilization": 1.0}],)"
-                                 R"( "host": {"cores": 16, "ram_total_mib": 32768, "ram_used_mib": 30822, "swap_total_mib": 4096, "swap_used_mib": 2100},)"
-                                 R"( "training": {"micro_batch": 16, "grad_accum": 8, "data_workers": 0, "pinned_memory": false, "stall_fraction": null},)"
-                                 R"( "process": {"rss_anon_mib": 900, "rss_file_mib": 3000}, "numa": {"gpu_node": 0, "worker_nodes": [0, 1]}})";
-    const std::string log = "{\"step\": 1, \"loss\": 5.2, \"tokens_per_s\": 1000.5, \"stall_fraction\": 0.3}\n"
-                            "{\"summary\": true, \"stall_fraction\": 0.2, \"tokens_per_s\": 900, \"pipeline\": {\"workers\": 1, \"device\": \"host ring\"}}\n";
+    const std::string scenario =
+        R"({"gpus": [{"memory_total_mib": 20480, "memory_used_mib": 9587, "utilization": 1.0}],)"
+        R"( "host": {"cores": 16, "ram_total_mib": 32768, "ram_used_mib": 30822, "swap_total_mib": 4096, "swap_used_mib": 2100},)"
+        R"( "training": {"micro_batch": 16, "grad_accum": 8, "data_workers": 0, "pinned_memory": false, "stall_fraction": null},)"
+        R"( "process": {"rss_anon_mib": 900, "rss_file_mib": 3000}, "numa": {"gpu_node": 0, "worker_nodes": [0, 1]}})";
+    const std::string log =
+        "{\"step\": 1, \"loss\": 5.2, \"tokens_per_s\": 1000.5, \"stall_fraction\": 0.3}\n"
+        "{\"summary\": true, \"stall_fraction\": 0.2, \"tokens_per_s\": 900, \"pipeline\": {\"workers\": 1, \"device\": \"host ring\"}}\n";
     // Nested just past the readers' limit (64 levels), as a log line and as a whole file; and a log
     // whose last line is cut.
     const std::string deep = "{\"step\": 1, \"stall_fraction\": 0.1, \"x\": " + std::string(70, '[') + std::string(70, ']') + "}\n";
     const std::string cut = log + "{\"step\": 2, \"stall_fra";
-    for (const auto& [which, text] : {std::pair{0, scenario}, std::pair{1, log}, std::pair{0, deep}, std::pair{1, deep}, std::pair{0, cut}}) {
+    for (const auto& [which, text] :
+         {std::pair{0, scenario}, std::pair{1, log}, std::pair{0, deep}, std::pair{1, deep}, std::pair{0, cut}}) {
         std::vector<std::uint8_t> seed(text.size() + 1, static_cast<std::uint8_t>(which));
         std::memcpy(seed.data() + 1, text.data(), text.size());
         seeds.push_back(std::move(seed));

@@ -43,7 +43,8 @@ struct gpu_batch {
         for (std::uint64_t t = T - 3; t < T; ++t) host[rows * T + 2 * T + t] = -1;
         FEEDLINE_CUDA_CHECK(cudaMalloc(&device, host.size() * sizeof(std::int32_t)));
         FEEDLINE_CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
-        FEEDLINE_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may finish after cudaMemcpy returns; the backends use their own streams
+        FEEDLINE_CUDA_CHECK(
+            cudaDeviceSynchronize());  // pageable copies may finish after cudaMemcpy returns; the backends use their own streams
     }
     ~gpu_batch() { cudaFree(device); }
     trainer::batch_view view(const std::int32_t* base, bool packed) const {

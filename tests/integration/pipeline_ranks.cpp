@@ -62,8 +62,16 @@ std::vector<run_case> cases(const std::string& dir) {
 
 // Every row of every batch as one line: inputs, targets and, packed, positions.
 std::vector<std::string> rows_of(const std::string& dir, const run_case& c, std::uint64_t batch, int rank, int world) {
-    feedline::pipeline_config cfg{.batch_size = batch, .seq_len = 24, .seed = 5, .mode = c.mode, .workers = 2, .memory_budget = 64 << 20,
-                                  .device = feedline::device_kind::cpu, .rank = rank, .world_size = world, .max_steps = steps};
+    feedline::pipeline_config cfg{.batch_size = batch,
+                                  .seq_len = 24,
+                                  .seed = 5,
+                                  .mode = c.mode,
+                                  .workers = 2,
+                                  .memory_budget = 64 << 20,
+                                  .device = feedline::device_kind::cpu,
+                                  .rank = rank,
+                                  .world_size = world,
+                                  .max_steps = steps};
     if (c.name.rfind("text", 0) == 0) cfg.text = {.tokenizer = dir + "/m.model", .cache_dir = dir + "/cache"};
     feedline::pipeline p(c.spec, cfg);
     std::vector<std::string> rows;
@@ -106,7 +114,8 @@ int main(int argc, char** argv) try {
                     for (std::uint64_t i = 0; i < local; ++i) {
                         const std::uint64_t row = step * local + i, at = step * global_batch + static_cast<std::uint64_t>(r) * local + i;
                         if (row >= ranks[static_cast<std::size_t>(r)].size() || ranks[static_cast<std::size_t>(r)][row] != whole.at(at)) {
-                            std::cerr << c.name << ": step " << step << ", rank " << r << ", row " << i << " differs from the one-process batch\n";
+                            std::cerr << c.name << ": step " << step << ", rank " << r << ", row " << i
+                                      << " differs from the one-process batch\n";
                             return 1;
                         }
                     }

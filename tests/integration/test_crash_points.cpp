@@ -31,8 +31,8 @@ void require_strace(const ft::scratch_dir& dir) {
 // when it ran to completion; anything else fails the test. LeakSanitizer is off in the traced
 // process: it stops the world with ptrace, which strace already holds.
 bool killed_at(int n, const std::string& cmd, const ft::scratch_dir& dir) {
-    const auto r = ft::run("ASAN_OPTIONS=detect_leaks=0 strace -f -qq -o /dev/null -e trace=" + crash_syscalls + " -e inject=" + crash_syscalls +
-                               ":signal=SIGKILL:when=" + std::to_string(n) + " " + cmd,
+    const auto r = ft::run("ASAN_OPTIONS=detect_leaks=0 strace -f -qq -o /dev/null -e trace=" + crash_syscalls +
+                               " -e inject=" + crash_syscalls + ":signal=SIGKILL:when=" + std::to_string(n) + " " + cmd,
                            dir);
     REQUIRE_MESSAGE((r.code == 0 || r.code == 128 + SIGKILL), "exit " << r.code << ": " << r.err);
     return r.code != 0;
@@ -63,7 +63,8 @@ TEST_CASE("CrashPoints.Pack.AKilledPackLeavesTheEarlierPackOrPartOfTheNewNeverAM
     require_strace(data.dir);
     for (const bool llmc : {false, true}) {
         CAPTURE(llmc);
-        const std::string pack = data.bin + "/feedline-pack --quiet --append-eos --model " + data.model + (llmc ? " --format llmc --shard-size 4096" : "");
+        const std::string pack =
+            data.bin + "/feedline-pack --quiet --append-eos --model " + data.model + (llmc ? " --format llmc --shard-size 4096" : "");
         const fs::path work = data.dir / (llmc ? "llmc" : "megatron"), refs = data.dir / (llmc ? "llmc-refs" : "megatron-refs");
         fs::create_directories(work);
         fs::create_directories(refs);
@@ -84,7 +85,8 @@ TEST_CASE("CrashPoints.Pack.AKilledPackLeavesTheEarlierPackOrPartOfTheNewNeverAM
         for (int n = 1;; ++n) {
             REQUIRE(n < 500);
             fs::remove_all(work);
-            REQUIRE(ft::run("cp -a " + refs.string() + " " + work.string(), data.dir).code == 0);  // the earlier pack in place, as it was written
+            REQUIRE(ft::run("cp -a " + refs.string() + " " + work.string(), data.dir).code ==
+                    0);  // the earlier pack in place, as it was written
             if (!killed_at(n, pack_into(work, "val.jsonl"), data.dir)) break;
             ++kills;
             CAPTURE(n);

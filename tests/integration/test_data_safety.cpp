@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -37,7 +37,9 @@ struct packed_corpus {
         r = ft::run(bin + "/feedline-pack --quiet --input " + jsonl + " --train-model 300 --output " + (dir / "m"), dir);
         REQUIRE_MESSAGE(r.code == 0, r.err);
     }
-    ft::result pack(const std::string& args) const { return ft::run(bin + "/feedline-pack --quiet --input " + jsonl + " --model " + model + " " + args, dir); }
+    ft::result pack(const std::string& args) const {
+        return ft::run(bin + "/feedline-pack --quiet --input " + jsonl + " --model " + model + " " + args, dir);
+    }
 };
 
 std::vector<std::string> names_in(const fs::path& dir) {
@@ -81,7 +83,8 @@ TEST_CASE("DataSafety.Pack.ARepackRemovesOnlyWhatAnEarlierPackProvablyWroteNever
         const auto second = names_in(out);
         CHECK(second.size() < first.size() + 3);  // fewer shards, plus the other dataset's three files
         CHECK(std::count(second.begin(), second.end(), "web.manifest") == 1);
-        CHECK(std::none_of(second.begin(), second.end(), [](const std::string& n) { return n.find(".tmp-") != std::string::npos || n == "web.lock"; }));
+        CHECK(std::none_of(second.begin(), second.end(),
+                           [](const std::string& n) { return n.find(".tmp-") != std::string::npos || n == "web.lock"; }));
         const auto summary = nlohmann::json::parse(ft::run(bin + "/feedline-inspect --json '" + prefix + "_??????.bin'", c.dir).out);
         CHECK(summary["valid"] == true);
 
@@ -134,8 +137,9 @@ TEST_CASE("DataSafety.Pack.TwoWritersOfOnePrefixNeverBothPublish") {
     ft::result first;
     std::thread held([&] {
         // Its renames: the .bin's, then the .idx's (the second, held).
-        first = ft::run("ASAN_OPTIONS=detect_leaks=0 strace -f -qq -o /dev/null -e trace=" + renames + " -e inject=" + renames + ":delay_enter=1500000:when=2 " + bin + "/feedline-pack --quiet --append-eos --input " + c.jsonl + " --model " + c.model +
-                            " --output " + prefix,
+        first = ft::run("ASAN_OPTIONS=detect_leaks=0 strace -f -qq -o /dev/null -e trace=" + renames + " -e inject=" + renames +
+                            ":delay_enter=1500000:when=2 " + bin + "/feedline-pack --quiet --append-eos --input " + c.jsonl + " --model " +
+                            c.model + " --output " + prefix,
                         c.dir);
     });
     // Its .bin is in place and its .idx not yet: the window.
@@ -356,10 +360,11 @@ TEST_CASE("DataSafety.Paths.AModelThatIsAFifoOrADirectoryIsRefusedAtOnce") {
     for (const std::string& model : {fifo, directory}) {
         CAPTURE(model);
         // `timeout` ends a hang with 124; an abort would be 134.
-        for (const std::string& cmd : {bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " + model + " --output " + (c.dir / "x"),
-                                      bin + "/feedline-iterate --tokenizer " + model + " --batches 2 " + c.jsonl,
-                                      bin + "/feedline-train --data " + (c.dir / "d") + " --tokenizer " + model + " --max-steps 2",
-                                      bin + "/feedline-doctor check --data " + c.jsonl + " --tokenizer " + model + " --seconds 1"}) {
+        for (const std::string& cmd :
+             {bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " + model + " --output " + (c.dir / "x"),
+              bin + "/feedline-iterate --tokenizer " + model + " --batches 2 " + c.jsonl,
+              bin + "/feedline-train --data " + (c.dir / "d") + " --tokenizer " + model + " --max-steps 2",
+              bin + "/feedline-doctor check --data " + c.jsonl + " --tokenizer " + model + " --seconds 1"}) {
             CAPTURE(cmd);
             const auto r = ft::run("timeout 60 " + cmd, c.dir);
             CHECK_MESSAGE(r.code == (cmd.find("doctor") != std::string::npos ? 2 : 1), r.err);

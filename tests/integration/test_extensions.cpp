@@ -78,14 +78,17 @@ private:
     tokenizer_options o_;
 };
 
-const bool bytes_registered = tokenizer_registry::add(
-    {.name = "bytes",
-     .recognizes = [](const std::string& model) {
-         std::ifstream in(model);
-         std::string first;
-         return std::getline(in, first) && first == "bytes tokenizer";
-     },
-     .make = [](const tokenizer_options& o, const std::string&) -> std::unique_ptr<tokenizer> { return std::make_unique<byte_tokenizer>(o); }});
+const bool bytes_registered =
+    tokenizer_registry::add({.name = "bytes",
+                             .recognizes =
+                                 [](const std::string& model) {
+                                     std::ifstream in(model);
+                                     std::string first;
+                                     return std::getline(in, first) && first == "bytes tokenizer";
+                                 },
+                             .make = [](const tokenizer_options& o, const std::string&) -> std::unique_ptr<tokenizer> {
+                                 return std::make_unique<byte_tokenizer>(o);
+                             }});
 
 std::uint64_t token_sum(pipeline& p, std::uint64_t& batches) {
     std::uint64_t sum = 0;
@@ -115,8 +118,15 @@ TEST_CASE("Extensions.ByteSource.ShardsFromAnotherSchemeGiveTheSameBatchesThroug
     for (const std::string pattern : {"part_*.idx", "stream_*.bin"}) {
         for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
             CAPTURE(pattern);
-            pipeline_config c{.batch_size = 4, .seq_len = 32, .seed = 5, .mode = mode, .workers = 2, .device = device_kind::cpu, .rank = 0,
-                              .world_size = 1, .max_steps = 40};
+            pipeline_config c{.batch_size = 4,
+                              .seq_len = 32,
+                              .seed = 5,
+                              .mode = mode,
+                              .workers = 2,
+                              .device = device_kind::cpu,
+                              .rank = 0,
+                              .world_size = 1,
+                              .max_steps = 40};
             std::uint64_t local_batches = 0, remote_batches = 0;
             pipeline here(dir / pattern, c);
             const std::uint64_t expected = token_sum(here, local_batches);
@@ -156,8 +166,10 @@ TEST_CASE("Extensions.Tokenizer.ARegisteredKindTokenizesTextAndKeysItsCache") {
     out.close();
     CHECK(make_tokenizer({.model = dir / "vocab.bytes"})->kind() == "bytes");
     ft::write_text(dir / "unknown.model", "no tokenizer reads this\n");
-    CHECK_THROWS_WITH_AS(make_tokenizer({.model = dir / "unknown.model"}), doctest::Contains("no tokenizer recognizes this model"), config_error);
-    CHECK_THROWS_WITH_AS(make_tokenizer({.model = dir / "vocab.bytes", .kind = "wordpiece"}), doctest::Contains("no tokenizer of kind 'wordpiece'"), config_error);
+    CHECK_THROWS_WITH_AS(make_tokenizer({.model = dir / "unknown.model"}), doctest::Contains("no tokenizer recognizes this model"),
+                         config_error);
+    CHECK_THROWS_WITH_AS(make_tokenizer({.model = dir / "vocab.bytes", .kind = "wordpiece"}),
+                         doctest::Contains("no tokenizer of kind 'wordpiece'"), config_error);
     // In stream order (shuffle none), the windows are the documents' bytes + 3, each followed by EOS.
     std::vector<std::int32_t> expected;
     for (int d = 0; d < 30; ++d) {
@@ -165,8 +177,14 @@ TEST_CASE("Extensions.Tokenizer.ARegisteredKindTokenizesTextAndKeysItsCache") {
         for (unsigned char ch : text) expected.push_back(ch + 3);
         expected.push_back(2);
     }
-    pipeline_config c{.batch_size = 2, .seq_len = 16, .shuffle = shuffle_mode::none, .workers = 1, .device = device_kind::cpu, .rank = 0,
-                      .world_size = 1, .max_steps = 3};
+    pipeline_config c{.batch_size = 2,
+                      .seq_len = 16,
+                      .shuffle = shuffle_mode::none,
+                      .workers = 1,
+                      .device = device_kind::cpu,
+                      .rank = 0,
+                      .world_size = 1,
+                      .max_steps = 3};
     c.text.tokenizer = dir / "vocab.bytes";
     c.text.cache_dir = dir / "cache";
     pipeline p(dir / "docs.jsonl", c);

@@ -34,7 +34,14 @@ std::vector<std::string> write_shards(const ft::scratch_dir& dir) {
 }
 
 pipeline_config small() {
-    return {.batch_size = 2, .seq_len = 16, .workers = 1, .memory_budget = 16 << 20, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 4};
+    return {.batch_size = 2,
+            .seq_len = 16,
+            .workers = 1,
+            .memory_budget = 16 << 20,
+            .device = device_kind::cpu,
+            .rank = 0,
+            .world_size = 1,
+            .max_steps = 4};
 }
 
 template <class F>
@@ -189,7 +196,8 @@ TEST_CASE("Faults.Outputs.ASymlinkPlantedAtATemporaryNameIsNeverWrittenThrough")
     const std::string victim = dir / "victim.txt", prefix = dir / "out";
     ft::write_text(victim, "precious");
     // The names an earlier writer used (final name + ".tmp-" + pid): predictable, so plantable.
-    for (const std::string ext : {".bin", ".idx"}) std::filesystem::create_symlink(victim, prefix + ext + ".tmp-" + std::to_string(::getpid()));
+    for (const std::string ext : {".bin", ".idx"})
+        std::filesystem::create_symlink(victim, prefix + ext + ".tmp-" + std::to_string(::getpid()));
     {
         megatron_writer w(prefix, token_dtype::uint16);
         w.add_document(std::vector<std::uint32_t>{1, 2, 3});
@@ -473,7 +481,9 @@ TEST_CASE("Faults.Resources.NoMemoryOrNoThreadsEndAToolWithAResourceErrorNotAnAb
     }
     const std::string iterate = std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate --batches 2 " + (dir / "data");
     // A staging ring of 4 GB (two slots of 65536 x 4096 tokens) under a 1.5 GB address space: std::bad_alloc, reported as what it is.
-    auto r = ft::run("bash -c 'ulimit -v 1500000; exec " + iterate + " --seq-len 4096 --batch-size 65536 --tail pad --workers 1 --prefetch 2 --memory-budget 8000000000'", dir);
+    auto r = ft::run("bash -c 'ulimit -v 1500000; exec " + iterate +
+                         " --seq-len 4096 --batch-size 65536 --tail pad --workers 1 --prefetch 2 --memory-budget 8000000000'",
+                     dir);
     CHECK_MESSAGE(r.code == 1, r.err);
     CHECK_MESSAGE(r.err.find("memory") != std::string::npos, r.err);
     // Thread stacks of 2 GB each (glibc takes the stack limit as a thread's stack size) in a 5 GB

@@ -97,8 +97,15 @@ constexpr std::uint64_t golden_steps = 160;  // three epochs or more: epoch edge
 constexpr std::uint64_t golden_saved_at = 77;
 
 pipeline_config golden_config(const golden_case& c, std::uint64_t steps) {
-    pipeline_config cfg{.batch_size = 5, .seq_len = 37, .seed = 17, .workers = 2, .memory_budget = 64 << 20, .device = device_kind::cpu,
-                        .rank = c.rank, .world_size = c.world, .max_steps = steps};
+    pipeline_config cfg{.batch_size = 5,
+                        .seq_len = 37,
+                        .seed = 17,
+                        .workers = 2,
+                        .memory_budget = 64 << 20,
+                        .device = device_kind::cpu,
+                        .rank = c.rank,
+                        .world_size = c.world,
+                        .max_steps = steps};
     cfg.mode = c.mode == "packed" ? sample_mode::packed : sample_mode::windows;
     cfg.shuffle = c.shuffle == "global" ? shuffle_mode::global : c.shuffle == "none" ? shuffle_mode::none : shuffle_mode::shard_blocks;
     cfg.tail = c.tail == "pad" ? tail_policy::pad : tail_policy::drop;

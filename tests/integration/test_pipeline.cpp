@@ -23,7 +23,8 @@ namespace {
 
 // Megatron shards whose tokens are globally unique (document d holds d*1000 + i), so any misplaced
 // token shows. Lengths 0..199.
-std::shared_ptr<const token_dataset> make_dataset(const ft::scratch_dir& dir, int shards = 3, int docs = 120, token_dtype dt = token_dtype::int32) {
+std::shared_ptr<const token_dataset> make_dataset(const ft::scratch_dir& dir, int shards = 3, int docs = 120,
+                                                  token_dtype dt = token_dtype::int32) {
     std::vector<std::string> prefixes;
     std::mt19937 rng(11);
     std::uint32_t doc = 0;
@@ -32,7 +33,8 @@ std::shared_ptr<const token_dataset> make_dataset(const ft::scratch_dir& dir, in
         megatron_writer w(prefixes.back(), dt);
         for (int i = 0; i < docs; ++i, ++doc) {
             std::vector<std::uint32_t> t(rng() % 200);
-            for (std::size_t j = 0; j < t.size(); ++j) t[j] = dt == token_dtype::uint16 ? (doc * 7 + j) % 65000 : doc * 1000 + static_cast<std::uint32_t>(j);
+            for (std::size_t j = 0; j < t.size(); ++j)
+                t[j] = dt == token_dtype::uint16 ? (doc * 7 + j) % 65000 : doc * 1000 + static_cast<std::uint32_t>(j);
             w.add_document(t);
         }
         w.finish();
@@ -58,8 +60,15 @@ std::vector<copied> take(pipeline& p, std::uint64_t n) {
 }
 
 pipeline_config base(unsigned workers, sample_mode mode = sample_mode::windows) {
-    return {.batch_size = 4, .seq_len = 64, .seed = 3, .mode = mode, .workers = workers, .memory_budget = 64 << 20,
-            .device = device_kind::cpu, .rank = 0, .world_size = 1};
+    return {.batch_size = 4,
+            .seq_len = 64,
+            .seed = 3,
+            .mode = mode,
+            .workers = workers,
+            .memory_budget = 64 << 20,
+            .device = device_kind::cpu,
+            .rank = 0,
+            .world_size = 1};
 }
 
 }  // namespace
@@ -147,7 +156,8 @@ TEST_CASE("Pipeline.Autotune.ParksWorkersForASlowTrainerWithoutChangingTheData")
     for (std::uint64_t i = 0; i < 320; ++i) {
         auto b = tuned.next();
         REQUIRE(b);
-        a.push_back({b->step(), {b->host_inputs().begin(), b->host_inputs().end()}, {b->host_targets().begin(), b->host_targets().end()}, {}, {}});
+        a.push_back(
+            {b->step(), {b->host_inputs().begin(), b->host_inputs().end()}, {b->host_targets().begin(), b->host_targets().end()}, {}, {}});
         b.reset();
         if (i < 160) {
             std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a trainer much slower than the data side
@@ -236,7 +246,8 @@ TEST_CASE("Pipeline.Resume.ExactWithAnotherWorkerCountAndPrefetchedBatches") {
                 got = take(first, k);
                 // Workers have run ahead (up to the ring's slots); the state counts only what was taken.
                 auto bytes = to_bytes(first.state());
-                saved.assign(reinterpret_cast<const std::uint8_t*>(bytes.data()), reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
+                saved.assign(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                             reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
             }
             pipeline second(data, base(1, mode));
             second.restore(sampler_state_from_bytes(std::as_bytes(std::span(saved))));
@@ -417,7 +428,7 @@ TEST_CASE("Pipeline.Errors.AnAbsentCudaDeviceFailsAtEveryNextUntilDestroyed") {
     auto data = make_dataset(dir);
     auto cfg = base(2);
     cfg.device = {device_kind::cuda, 1000};  // no machine has this device: the ring cannot be made
-    pipeline p(data, cfg);     // the device is checked when the ring is made, at the first next()
+    pipeline p(data, cfg);                   // the device is checked when the ring is made, at the first next()
     CHECK_THROWS_AS(p.next(), config_error);
     CHECK_THROWS_AS(p.next(), config_error);  // tried again, not a dangling ring
     CHECK(p.stats().batches == 0);
@@ -495,7 +506,13 @@ TEST_CASE("Pipeline.Memory.ResidentAnonymousMemoryStaysWithinTheBudget") {
     };
     auto data = std::make_shared<const token_dataset>(prefixes);
     const std::uint64_t before = anon();
-    pipeline p(data, {.batch_size = 16, .seq_len = 2048, .workers = 2, .memory_budget = 8 << 20, .device = device_kind::cpu, .rank = 0, .world_size = 1,
+    pipeline p(data, {.batch_size = 16,
+                      .seq_len = 2048,
+                      .workers = 2,
+                      .memory_budget = 8 << 20,
+                      .device = device_kind::cpu,
+                      .rank = 0,
+                      .world_size = 1,
                       .shards = {.backend = io_backend::pread}});
     std::uint64_t peak = 0, tokens = 0;
     for (int i = 0; i < 400; ++i) {
@@ -503,9 +520,9 @@ TEST_CASE("Pipeline.Memory.ResidentAnonymousMemoryStaysWithinTheBudget") {
         tokens += b->size() * b->seq_len();
         peak = std::max<std::uint64_t>(peak, anon());
     }
-    MESSAGE("planned " << p.memory().total() << " bytes in " << p.memory().slots << " slots; anonymous RSS grew "
-                       << (peak - before) << " bytes over " << tokens * 4 << " bytes of tokens");
-    CHECK(tokens * 4 > 3 * (8u << 20));               // several times the budget went through
+    MESSAGE("planned " << p.memory().total() << " bytes in " << p.memory().slots << " slots; anonymous RSS grew " << (peak - before)
+                       << " bytes over " << tokens * 4 << " bytes of tokens");
+    CHECK(tokens * 4 > 3 * (8u << 20));  // several times the budget went through
     CHECK(p.memory().total() <= (8u << 20));
     CHECK(peak - before <= (8u << 20));
 }

@@ -38,7 +38,8 @@ struct corpus_fixture {
     std::string lines = dir / "docs.txt", model = dir / "m.model", cache = dir / "cache";
     std::string text_spec = dir / "docs_*.jsonl", shard_spec = dir / "part_*.bin";
     corpus_fixture() {
-        const char* words[] = {"alpha", "beta", "gamma", "delta", "river", "stone", "quiet", "bright", "engine", "garden", "north", "south"};
+        const char* words[] = {"alpha", "beta",   "gamma",  "delta",  "river", "stone",
+                               "quiet", "bright", "engine", "garden", "north", "south"};
         std::mt19937 rng(3);
         for (std::uint64_t d = 0; d < files * docs_per_file; ++d) {
             const std::uint64_t n = d == 77 ? 3000 : 1 + rng() % (d % 10 == 0 ? 300 : 30);
@@ -78,8 +79,16 @@ struct corpus_fixture {
     }
     const std::string& spec(source_kind k) const { return k == source_kind::text ? text_spec : shard_spec; }
     pipeline_config config(source_kind k, unsigned workers, std::uint64_t steps, sample_mode mode = sample_mode::windows) const {
-        pipeline_config c{.batch_size = 4, .seq_len = 32, .seed = 9, .mode = mode, .workers = workers, .memory_budget = 64 << 20,
-                          .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = steps};
+        pipeline_config c{.batch_size = 4,
+                          .seq_len = 32,
+                          .seed = 9,
+                          .mode = mode,
+                          .workers = workers,
+                          .memory_budget = 64 << 20,
+                          .device = device_kind::cpu,
+                          .rank = 0,
+                          .world_size = 1,
+                          .max_steps = steps};
         if (k == source_kind::text) c.text = {.tokenizer = model, .cache_dir = cache};
         return c;
     }
@@ -95,7 +104,8 @@ struct copied {
 
 copied copy_of(const batch& b) {
     auto v = [](auto s) { return std::vector<std::int32_t>(s.begin(), s.end()); };
-    return {b.step(), v(b.host_inputs()), v(b.host_targets()), v(b.host_position_ids()), v(b.host_cu_seqlens()), v(b.host_pieces()), v(b.host_datasets())};
+    return {b.step(),           v(b.host_inputs()),  v(b.host_targets()), v(b.host_position_ids()), v(b.host_cu_seqlens()),
+            v(b.host_pieces()), v(b.host_datasets())};
 }
 
 std::vector<copied> take(pipeline& p, std::uint64_t n = UINT64_MAX) {
@@ -110,14 +120,21 @@ std::vector<copied> take(pipeline& p, std::uint64_t n = UINT64_MAX) {
 
 // What a batch must hold, from the sampler's plan over the documents' ids: shards permute samples
 // within an epoch, text keeps them in the epoch's document order.
-std::vector<copied> expected(const corpus_fixture& f, source_kind k, const pipeline_config& c, std::uint64_t steps, const sampler_state* from = nullptr) {
+std::vector<copied> expected(const corpus_fixture& f, source_kind k, const pipeline_config& c, std::uint64_t steps,
+                             const sampler_state* from = nullptr) {
     const sampler_dataset d{.documents = f.ids.size(),
                             .length = [&f](std::uint64_t i) { return std::uint64_t(f.ids[i].size()); },
                             .block_starts = {0, docs_per_file, 2 * docs_per_file},
                             .in_stream_order = k == source_kind::text};
     sampler s({d}, {1.0},
-              {.seq_len = c.seq_len, .global_batch = c.batch_size * std::uint64_t(c.world_size), .seed = c.seed, .mode = c.mode, .shuffle = c.shuffle,
-               .tail = c.tail, .rank = c.rank, .world_size = c.world_size});
+              {.seq_len = c.seq_len,
+               .global_batch = c.batch_size * std::uint64_t(c.world_size),
+               .seed = c.seed,
+               .mode = c.mode,
+               .shuffle = c.shuffle,
+               .tail = c.tail,
+               .rank = c.rank,
+               .world_size = c.world_size});
     if (from) s.restore(*from);
     const std::uint64_t T = c.seq_len;
     std::vector<copied> out;
@@ -126,7 +143,8 @@ std::vector<copied> expected(const corpus_fixture& f, source_kind k, const pipel
         copied e{.step = plan.step};
         for (const sample_plan& sp : plan.samples) {
             std::vector<std::int32_t> row;
-            for (const segment& g : sp.segments) row.insert(row.end(), f.ids[g.document].begin() + g.offset, f.ids[g.document].begin() + g.offset + g.length);
+            for (const segment& g : sp.segments)
+                row.insert(row.end(), f.ids[g.document].begin() + g.offset, f.ids[g.document].begin() + g.offset + g.length);
             e.datasets.push_back(0);
             if (c.mode == sample_mode::windows) {
                 REQUIRE(row.size() == T + 1);
@@ -250,8 +268,10 @@ TEST_CASE("Sources.Resume.ExactAtRandomStepsMidDocumentAndAcrossAnEpochEdge") {
                 const auto rest = take(second);
                 REQUIRE(rest.size() == steps - stop);
                 CHECK(std::equal(rest.begin(), rest.end(), all.begin() + static_cast<std::ptrdiff_t>(stop)));
-                sampler probe({sampler_dataset{.documents = f.ids.size(), .length = [&f](std::uint64_t i) { return std::uint64_t(f.ids[i].size()); },
-                                               .block_starts = {0, docs_per_file, 2 * docs_per_file}, .in_stream_order = k == source_kind::text}},
+                sampler probe({sampler_dataset{.documents = f.ids.size(),
+                                               .length = [&f](std::uint64_t i) { return std::uint64_t(f.ids[i].size()); },
+                                               .block_starts = {0, docs_per_file, 2 * docs_per_file},
+                                               .in_stream_order = k == source_kind::text}},
                               {1.0}, {.seq_len = 32, .global_batch = 4, .seed = 9, .mode = mode, .rank = 0, .world_size = 1});
                 probe.restore(s);
                 mid_document = mid_document || probe.next().samples[0].segments[0].offset > 0;
@@ -284,7 +304,9 @@ TEST_CASE("Sources.Ranks.SlicesAreDisjointAndJoinToTheOneRankBatch") {
                 for (std::size_t step = 0; step < 40; ++step) {
                     copied joined{.step = step};
                     for (const auto& r : ranks) {
-                        auto add = [](std::vector<std::int32_t>& to, const std::vector<std::int32_t>& from) { to.insert(to.end(), from.begin(), from.end()); };
+                        auto add = [](std::vector<std::int32_t>& to, const std::vector<std::int32_t>& from) {
+                            to.insert(to.end(), from.begin(), from.end());
+                        };
                         add(joined.inputs, r[step].inputs), add(joined.targets, r[step].targets), add(joined.positions, r[step].positions);
                         add(joined.cu, r[step].cu), add(joined.pieces, r[step].pieces), add(joined.datasets, r[step].datasets);
                     }
@@ -547,7 +569,8 @@ TEST_CASE("Blend.Proportions.EveryPrefixWithinOneSampleOfItsWeight") {
                 REQUIRE(static_cast<std::size_t>(d) < taken.size());
                 ++taken[static_cast<std::size_t>(d)];
                 ++n;
-                for (std::size_t i = 0; i < taken.size(); ++i) REQUIRE(std::abs(double(taken[i]) - bc.specs[i].weight / total * double(n)) <= 1.0);
+                for (std::size_t i = 0; i < taken.size(); ++i)
+                    REQUIRE(std::abs(double(taken[i]) - bc.specs[i].weight / total * double(n)) <= 1.0);
             }
         CHECK(n == 150 * 4);
     }
@@ -612,7 +635,8 @@ TEST_CASE("Blend.Spec.WeightsAndWordsAreCheckedWithTheirPosition") {
     CHECK(two[1].weight == 0.3);
     CHECK(two[1].spec == "code/*.jsonl");
     corpus_fixture f;
-    CHECK_THROWS_AS(pipeline(std::vector<weighted_spec>{{1, f.shard_spec}, {-1, f.shard_spec}}, f.config(source_kind::tokens, 1, 1)), config_error);
+    CHECK_THROWS_AS(pipeline(std::vector<weighted_spec>{{1, f.shard_spec}, {-1, f.shard_spec}}, f.config(source_kind::tokens, 1, 1)),
+                    config_error);
     auto c = f.config(source_kind::tokens, 1, 1);
     c.tail = tail_policy::pad;  // a blend has no epoch end
     try {
@@ -722,9 +746,16 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
     // Mixed text: several scripts, digits, punctuation, and every kind of whitespace run, so a split
     // before a space lands next to all of them.
     ft::scratch_dir dir;
-    const char* sentences[] = {"The river, quiet at dawn, carried 42 boats.", "Ça coûte 3,50 € — très cher!", "東京は大きい都市です。",
-                               "naïve café résumé déjà vu", "x=1; y = 2;  z=x+y  # sum", "Ελληνικά κείμενα εδώ.", "emoji 🙂 and   three spaces",
-                               "tab\tseparated\tvalues", "line one\nline two\n\nafter a blank", "  leading and trailing  "};
+    const char* sentences[] = {"The river, quiet at dawn, carried 42 boats.",
+                               "Ça coûte 3,50 € — très cher!",
+                               "東京は大きい都市です。",
+                               "naïve café résumé déjà vu",
+                               "x=1; y = 2;  z=x+y  # sum",
+                               "Ελληνικά κείμενα εδώ.",
+                               "emoji 🙂 and   three spaces",
+                               "tab\tseparated\tvalues",
+                               "line one\nline two\n\nafter a blank",
+                               "  leading and trailing  "};
     std::mt19937 rng(11);
     const char* gaps[] = {" ", "  ", "\t", "\n", " \n ", "   "};
     std::string training, long_doc;
@@ -735,8 +766,9 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
     }
     ft::write_text(dir / "train.txt", training);
     auto train = [&](const std::string& name, const std::string& extra) {
-        auto st = sentencepiece::SentencePieceTrainer::Train("--input=" + (dir / "train.txt") + " --model_prefix=" + (dir / name) +
-                                                             " --vocab_size=300 --hard_vocab_limit=false --minloglevel=2 --num_threads=1 --character_coverage=1.0" + extra);
+        auto st = sentencepiece::SentencePieceTrainer::Train(
+            "--input=" + (dir / "train.txt") + " --model_prefix=" + (dir / name) +
+            " --vocab_size=300 --hard_vocab_limit=false --minloglevel=2 --num_threads=1 --character_coverage=1.0" + extra);
         REQUIRE_MESSAGE(st.ok(), st.ToString());
         return dir / (name + ".model");
     };
@@ -778,7 +810,8 @@ TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocume
     std::atomic<bool> cancel{true};
     CHECK(bounded.encode(long_doc, ids, &cancel) == "interrupted");
     // A model that keeps runs of spaces cannot be split exactly: whole up to the bound, refused past it.
-    sentencepiece_tokenizer kept({.model = train("kept", " --remove_extra_whitespaces=false"), .piece_bytes = 1000, .max_unsplit_bytes = 20000});
+    sentencepiece_tokenizer kept(
+        {.model = train("kept", " --remove_extra_whitespaces=false"), .piece_bytes = 1000, .max_unsplit_bytes = 20000});
     CHECK_FALSE(kept.pieces_are_exact());
     CHECK(kept.encode(long_doc.substr(0, 15000), ids).empty());
     CHECK(kept.encode(long_doc.substr(0, 25000), ids).find("longer than the 20000") != std::string::npos);

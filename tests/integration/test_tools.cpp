@@ -3,8 +3,8 @@
 // valid-looking output behind when it fails; feedline-inspect summarises, dumps and rejects bad input.
 #include <doctest/doctest.h>
 
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -40,7 +40,9 @@ struct corpus {
         r = run(bin + "/feedline-pack --quiet --input " + jsonl + " --train-model 400 --output " + (dir / "base"), dir);
         REQUIRE_MESSAGE(r.code == 0, r.err);
     }
-    result pack(const std::string& args) { return run(bin + "/feedline-pack --quiet --input " + jsonl + " --model " + model + " " + args, dir); }
+    result pack(const std::string& args) {
+        return run(bin + "/feedline-pack --quiet --input " + jsonl + " --model " + model + " " + args, dir);
+    }
     result inspect(const std::string& args) { return run(bin + "/feedline-inspect " + args, dir); }
 };
 
@@ -110,7 +112,8 @@ TEST_CASE("Tools.Pack.LlmcAndMegatronHoldTheSameTokens") {
 TEST_CASE("Tools.Pack.EmptyDocumentStaysADocument") {
     corpus c;
     ft::write_text(c.dir / "e.jsonl", "{\"text\": \"The farmer sees the river.\"}\n{\"text\": \"\"}\n{\"text\": \"A bird.\"}\n");
-    auto r = run(bin + "/feedline-pack --quiet --input " + (c.dir / "e.jsonl") + " --model " + c.model + " --output " + (c.dir / "e"), c.dir);
+    auto r =
+        run(bin + "/feedline-pack --quiet --input " + (c.dir / "e.jsonl") + " --model " + c.model + " --output " + (c.dir / "e"), c.dir);
     REQUIRE_MESSAGE(r.code == 0, r.err);
     auto s = nlohmann::json::parse(c.inspect("--json " + (c.dir / "e")).out);
     CHECK(s["documents"] == 3);
@@ -120,7 +123,8 @@ TEST_CASE("Tools.Pack.EmptyDocumentStaysADocument") {
 TEST_CASE("Tools.Pack.BadInputFailsAndLeavesNoFiles") {
     corpus c;
     ft::write_text(c.dir / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": broken}\n");
-    auto r = run(bin + "/feedline-pack --quiet --input " + (c.dir / "bad.jsonl") + " --model " + c.model + " --output " + (c.dir / "bad"), c.dir);
+    auto r = run(bin + "/feedline-pack --quiet --input " + (c.dir / "bad.jsonl") + " --model " + c.model + " --output " + (c.dir / "bad"),
+                 c.dir);
     CHECK(r.code == 1);
     CHECK(r.err.find("bad.jsonl @ byte 17: line 2: not valid JSON") != std::string::npos);
     for (const auto& e : std::filesystem::directory_iterator(c.dir.path()))
@@ -131,8 +135,8 @@ TEST_CASE("Tools.Pack.DiskFullIsAnIoErrorAndLeavesNoFiles") {
     corpus c(2000);
     // A file-size limit makes write() fail with EFBIG exactly as a full disk fails with ENOSPC; the
     // pack ignores SIGXFSZ itself, so the write returns the error instead of the signal killing it.
-    auto r = run("bash -c \"ulimit -f 64; exec " + bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " +
-                     c.model + " --output " + (c.dir / "full") + "\"",
+    auto r = run("bash -c \"ulimit -f 64; exec " + bin + "/feedline-pack --quiet --input " + c.jsonl + " --model " + c.model +
+                     " --output " + (c.dir / "full") + "\"",
                  c.dir);
     CHECK(r.code == 1);
     CHECK(r.err.find(c.dir / "full.bin") != std::string::npos);
@@ -188,11 +192,13 @@ TEST_CASE("Tools.Blend.IterateAndInspectTakeMegatronsDataPathForm") {
     corpus c;
     const std::string blend = "'0.75 " + (c.dir / "base") + " 0.25 " + c.jsonl + "'";
     const std::string cache = " --tokenizer " + c.model;
-    auto r = run("FEEDLINE_CACHE_DIR=" + (c.dir / "cache") + " " + bin + "/feedline-iterate " + blend + cache + " --batch-size 4 --seq-len 32 --batches 20", c.dir);
+    auto r = run("FEEDLINE_CACHE_DIR=" + (c.dir / "cache") + " " + bin + "/feedline-iterate " + blend + cache +
+                     " --batch-size 4 --seq-len 32 --batches 20",
+                 c.dir);
     REQUIRE_MESSAGE(r.code == 0, r.err);
     const auto j = nlohmann::json::parse(r.out);
     CHECK(j["batches"] == 20);
-    CHECK(j["state"]["weights"].size() == 2);  // one state for the whole blend
+    CHECK(j["state"]["weights"].size() == 2);                  // one state for the whole blend
     CHECK(j["state"]["taken"][0].get<std::uint64_t>() == 60);  // 3 of every 4 samples from the shards
     CHECK(j["state"]["taken"][1].get<std::uint64_t>() == 20);
     r = c.inspect(blend + " --json");
@@ -305,14 +311,15 @@ TEST_CASE("Tools.Options.TheDocsTableAndPythonsTypesAreTheDeclarationsAndFlagsNa
     r = run(bin + "/feedline-iterate --batches 2 --field content " + (c.dir / "d"), c.dir);  // a text option for shards
     CHECK(r.code == 1);
     CHECK_MESSAGE(r.err.find("text.documents.field (--field): set, but the data has no JSONL/text") != std::string::npos, r.err);
-    r = run(bin + "/feedline-iterate --batches 2 --skip-invalid=false --tokenizer " + c.model + " --seq-len 16 --batch-size 2 " + c.jsonl, c.dir);
+    r = run(bin + "/feedline-iterate --batches 2 --skip-invalid=false --tokenizer " + c.model + " --seq-len 16 --batch-size 2 " + c.jsonl,
+            c.dir);
     CHECK_MESSAGE(r.code == 0, r.err);
-    r = run(bin + "/feedline-train --data " + (c.dir / "d") + " --vocab-size 400 --max-steps 2 --shuffle none --tail pad --seq-len 16 --batch-size 2", c.dir);
+    r = run(bin + "/feedline-train --data " + (c.dir / "d") +
+                " --vocab-size 400 --max-steps 2 --shuffle none --tail pad --seq-len 16 --batch-size 2",
+            c.dir);
     CHECK_MESSAGE(r.code == 0, r.err);
     // --config FILE.json: the same names as Python and JSON; a flag wins over the file in either order.
-    {
-        std::ofstream(c.dir / "run.json") << R"({"max_steps": 3, "batch_size": 2, "seq_len": 16, "shuffle": "none"})";
-    }
+    { std::ofstream(c.dir / "run.json") << R"({"max_steps": 3, "batch_size": 2, "seq_len": 16, "shuffle": "none"})"; }
     const auto batches = [](const std::string& out) { return nlohmann::json::parse(out)["batches"].get<int>(); };
     r = run(bin + "/feedline-iterate --config " + (c.dir / "run.json") + " " + (c.dir / "d"), c.dir);
     REQUIRE_MESSAGE(r.code == 0, r.err);
@@ -321,9 +328,7 @@ TEST_CASE("Tools.Options.TheDocsTableAndPythonsTypesAreTheDeclarationsAndFlagsNa
     r = run(bin + "/feedline-iterate --batches 5 --config " + (c.dir / "run.json") + " " + (c.dir / "d"), c.dir);
     REQUIRE_MESSAGE(r.code == 0, r.err);
     CHECK(batches(r.out) == 5);
-    {
-        std::ofstream(c.dir / "bad.json") << R"({"seq_lenn": 16})";
-    }
+    { std::ofstream(c.dir / "bad.json") << R"({"seq_lenn": 16})"; }
     r = run(bin + "/feedline-iterate --config " + (c.dir / "bad.json") + " " + (c.dir / "d"), c.dir);
     CHECK(r.code == 1);
     CHECK_MESSAGE(r.err.find((c.dir / "bad.json") + ": no such option (did you mean seq_len?)") != std::string::npos, r.err);

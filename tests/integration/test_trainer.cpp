@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <utility>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "trainer_fixture.hpp"
 
@@ -71,7 +71,8 @@ TEST_CASE("feedline-train: trains straight from JSONL tokenized on the fly, and 
     // The same flags as on shards, with the JSONL the shards were packed from as --data.
     auto on_text = [&](const std::string& extra) {
         std::string cmd = data.train_command("--decay-steps 10 --warmup 2 " + extra);
-        return ft::run(cmd.replace(cmd.find(" --data " + data.train), 8 + data.train.size(), " --data " + (data.dir / "train.jsonl")), data.dir);
+        return ft::run(cmd.replace(cmd.find(" --data " + data.train), 8 + data.train.size(), " --data " + (data.dir / "train.jsonl")),
+                       data.dir);
     };
     auto full = on_text("--max-steps 10");
     REQUIRE_MESSAGE(full.code == 0, full.err);
@@ -96,12 +97,13 @@ namespace {
 
 // feedline-train --json on `dataset` with one data worker, then feedline-doctor diagnose on its log:
 // the finding codes (which the trainer's own summary must name too), and the device it trained on.
-std::pair<std::set<std::string>, std::string> diagnose_run(const ft::trainer_corpus& data, const std::string& name, const std::string& dataset,
-                                                           const std::string& model_flags) {
+std::pair<std::set<std::string>, std::string> diagnose_run(const ft::trainer_corpus& data, const std::string& name,
+                                                           const std::string& dataset, const std::string& model_flags) {
     const std::string log = data.dir / (name + ".log");
-    auto r = ft::run(data.bin + "/feedline-train --tokenizer " + data.model + " --json --log-every 20 --eval-every 0 --max-steps 100 --workers 1 " +
-                         model_flags + " --data " + dataset + " > " + log,
-                     data.dir);
+    auto r =
+        ft::run(data.bin + "/feedline-train --tokenizer " + data.model +
+                    " --json --log-every 20 --eval-every 0 --max-steps 100 --workers 1 " + model_flags + " --data " + dataset + " > " + log,
+                data.dir);
     REQUIRE_MESSAGE(r.code == 0, r.err);
     auto d = ft::run(data.bin + "/feedline-doctor diagnose " + log + " --json", data.dir);
     REQUIRE_MESSAGE(d.code != 2, d.err);
@@ -143,7 +145,8 @@ TEST_CASE("feedline-doctor diagnose: a trainer fed from shards is not data-bound
     ft::trainer_corpus data;
     // A step of a few milliseconds: one worker reading shards needs microseconds per batch, so even on a
     // busy machine (the other tests) the trainer does not wait; start-up stays under 1% of the run.
-    const auto [codes, device] = diagnose_run(data, "shards", data.train, "--context 4 --embed 32 --hidden 128 --batch-size 32 --seq-len 64");
+    const auto [codes, device] =
+        diagnose_run(data, "shards", data.train, "--context 4 --embed 32 --hidden 128 --batch-size 32 --seq-len 64");
     CHECK(codes.count("data-bound") == 0);
 }
 
@@ -164,8 +167,8 @@ TEST_CASE("feedline-doctor diagnose: on a GPU, a trainer starved by on-the-fly t
 TEST_CASE("feedline-doctor check --data: JSONL tokenized on the fly gives the per-worker tokenization rate") {
     if (!std::filesystem::exists(std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor")) ft::skip("feedline-doctor was not built");
     ft::trainer_corpus data;
-    auto r = ft::run(data.bin + "/feedline-doctor check --json --seconds 0.3 --max-workers 1 --seq-len 64 --data " + (data.dir / "train.jsonl") +
-                         " --tokenizer " + data.model,
+    auto r = ft::run(data.bin + "/feedline-doctor check --json --seconds 0.3 --max-workers 1 --seq-len 64 --data " +
+                         (data.dir / "train.jsonl") + " --tokenizer " + data.model,
                      data.dir);
     REQUIRE_MESSAGE(r.code != 2, r.err);
     const auto j = nlohmann::json::parse(r.out);
@@ -174,7 +177,8 @@ TEST_CASE("feedline-doctor check --data: JSONL tokenized on the fly gives the pe
     CHECK(row["batches"].get<double>() > 0);
     CHECK(row["tokenize_tokens_per_s_per_worker"].get<double>() > 0);
     // A tokenizer that is not there is bad input, named.
-    auto bad = ft::run(data.bin + "/feedline-doctor check --data " + (data.dir / "train.jsonl") + " --tokenizer " + (data.dir / "nope.model"), data.dir);
+    auto bad = ft::run(
+        data.bin + "/feedline-doctor check --data " + (data.dir / "train.jsonl") + " --tokenizer " + (data.dir / "nope.model"), data.dir);
     CHECK(bad.code == 2);
     CHECK(bad.err.find("nope.model") != std::string::npos);
 }
@@ -211,8 +215,8 @@ TEST_CASE("feedline-train: bad flags, data and checkpoints fail with a clear mes
     SUBCASE("--help documents every flag") {
         auto r = ft::run(data.bin + "/feedline-train --help", data.dir);
         CHECK(r.code == 0);
-        for (const char* flag : {"--data", "--max-steps", "--max-seconds", "--batch-size", "--seq-len", "--device", "--checkpoint", "--resume",
-                                 "--json", "--grad-accum", "--eval-data", "--tokenizer", "--vocab-size"})
+        for (const char* flag : {"--data", "--max-steps", "--max-seconds", "--batch-size", "--seq-len", "--device", "--checkpoint",
+                                 "--resume", "--json", "--grad-accum", "--eval-data", "--tokenizer", "--vocab-size"})
             CHECK_MESSAGE(r.out.find(flag) != std::string::npos, flag);
     }
 }
@@ -224,7 +228,8 @@ TEST_CASE("feedline-train: after going back to an earlier checkpoint, retention 
     auto r = ft::run(data.train_command("--max-steps 4 --checkpoint-every 2 --keep-checkpoints 0 --checkpoint " + ck), data.dir);
     REQUIRE_MESSAGE(r.code == 0, r.err);
     // Back to step 2, on to step 3, keeping one checkpoint: step 3 survives its own save.
-    r = ft::run(data.train_command("--max-steps 3 --keep-checkpoints 1 --checkpoint " + ck + " --resume " + ck + "/step-000000000002"), data.dir);
+    r = ft::run(data.train_command("--max-steps 3 --keep-checkpoints 1 --checkpoint " + ck + " --resume " + ck + "/step-000000000002"),
+                data.dir);
     REQUIRE_MESSAGE(r.code == 0, r.err);
     CHECK(fs::exists(ck + "/step-000000000003/manifest.json"));
     CHECK_FALSE(fs::exists(ck + "/step-000000000002"));

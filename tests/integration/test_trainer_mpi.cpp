@@ -17,10 +17,11 @@ TEST_CASE("feedline-train: mpirun -np 2 matches one rank with gradient accumulat
     // Under AddressSanitizer the ranks run without leak detection (the other checks stay on): Open MPI's
     // plugins are unloaded at MPI_Finalize with allocations LeakSanitizer can no longer attribute. The
     // one-rank run below never initialises MPI and keeps leak detection.
-    auto two = ft::run("ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                       "mpirun --allow-run-as-root --oversubscribe -np 2 " +
-                           data.train_command(common),
-                       data.dir);
+    auto two = ft::run(
+        "ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+        "mpirun --allow-run-as-root --oversubscribe -np 2 " +
+            data.train_command(common),
+        data.dir);
     if (two.code != 0 && two.err.find("built without MPI") != std::string::npos) ft::skip("feedline-train was built without MPI");
     REQUIRE_MESSAGE(two.code == 0, two.err);
     auto one = ft::run(data.train_command(common + " --grad-accum 2"), data.dir);

@@ -24,7 +24,8 @@ struct trainer_corpus {
         REQUIRE_MESSAGE(r.code == 0, r.err);
         r = run(bin + "/feedline-pack --quiet --append-eos --input " + (dir / "train.jsonl") + " --train-model 300 --output " + train, dir);
         REQUIRE_MESSAGE(r.code == 0, r.err);
-        r = run(bin + "/feedline-pack --quiet --append-eos --input " + (dir / "val.jsonl") + " --model " + model + " --output " + eval, dir);
+        r = run(bin + "/feedline-pack --quiet --append-eos --input " + (dir / "val.jsonl") + " --model " + model + " --output " + eval,
+                dir);
         REQUIRE_MESSAGE(r.code == 0, r.err);
     }
 

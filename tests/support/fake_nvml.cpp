@@ -4,8 +4,8 @@
 // layouts (nvml.h, stable C ABI). GPU 0: 80 GiB with 24 GiB held by "another process", 37% busy, link
 // gen 5 x16. GPU 1: a GPU in MIG mode seen by an unprivileged process, as nvml.h describes it: no
 // utilization (NVML_ERROR_NOT_SUPPORTED) and no memory (NVML_ERROR_NO_PERMISSION).
-#include <cstring>
 #include <strings.h>
+#include <cstring>
 
 namespace {
 
@@ -33,8 +33,12 @@ bool same_bus_id(const char* a, const char* b) { return strcasecmp(a, b) == 0; }
 
 extern "C" {
 
-struct nvmlMemory_t { unsigned long long total, free, used; };
-struct nvmlUtilization_t { unsigned gpu, memory; };
+struct nvmlMemory_t {
+    unsigned long long total, free, used;
+};
+struct nvmlUtilization_t {
+    unsigned gpu, memory;
+};
 struct nvmlPciInfo_t {
     char busIdLegacy[16];
     unsigned domain, bus, device, pciDeviceId, pciSubSystemId;

@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,8 +102,7 @@ inline std::vector<std::byte> patterned_bytes(std::uint64_t n, std::uint64_t see
 
 // Documents whose tokens are consecutive integers (document d holds d*1000, d*1000+1, ...), with
 // lengths from `lengths`, so any token read back can be checked by arithmetic.
-inline std::vector<std::vector<std::uint32_t>> arithmetic_documents(const std::vector<std::uint32_t>& lengths,
-                                                                     std::uint32_t modulo = 0) {
+inline std::vector<std::vector<std::uint32_t>> arithmetic_documents(const std::vector<std::uint32_t>& lengths, std::uint32_t modulo = 0) {
     std::vector<std::vector<std::uint32_t>> docs;
     for (std::size_t d = 0; d < lengths.size(); ++d) {
         std::vector<std::uint32_t> t(lengths[d]);

@@ -26,7 +26,8 @@ std::string pipeline_state_after(const ft::scratch_dir& dir, std::uint64_t batch
         for (std::uint32_t d = 0; d < 50; ++d) w.add_document(std::vector<std::uint32_t>(40 + d, d + 1));
         w.finish();
     }
-    feedline::pipeline p(prefix, {.batch_size = 2, .seq_len = 16, .workers = 1, .device = feedline::device_kind::cpu, .rank = 0, .world_size = 1});
+    feedline::pipeline p(prefix,
+                         {.batch_size = 2, .seq_len = 16, .workers = 1, .device = feedline::device_kind::cpu, .rank = 0, .world_size = 1});
     for (std::uint64_t i = 0; i < batches; ++i) REQUIRE(p.next());
     return feedline::to_json(p.state());
 }
@@ -82,7 +83,8 @@ std::string refusal(F&& load) {
 }  // namespace
 
 // One run's saves: each goes on from the one before.
-std::string save_run(const fs::path& root, const ft::scratch_dir& dir, std::vector<std::uint64_t> steps, std::size_t keep, std::string parent = {}) {
+std::string save_run(const fs::path& root, const ft::scratch_dir& dir, std::vector<std::uint64_t> steps, std::size_t keep,
+                     std::string parent = {}) {
     for (std::uint64_t step : steps) {
         auto c = sample(dir, step);
         c.parent = parent;
@@ -219,8 +221,10 @@ TEST_CASE("Checkpoint.DamageIsRefusedNamingTheFileAndResumeFallsBack") {
         expect_refused("manifest.json: missing");
         spill(newest / "manifest.json", "{\"format\": \"feedline-train checkpoint manifest\", \"version\": 1, \"files\": [");
         expect_refused("not JSON");
-        spill(newest / "manifest.json", nlohmann::json{{"format", "feedline-train checkpoint manifest"}, {"version", 1},
-                                                       {"files", {{{"name", "../../etc/passwd"}, {"bytes", 1}, {"crc32", 0}}}}}.dump());
+        spill(newest / "manifest.json", nlohmann::json{{"format", "feedline-train checkpoint manifest"},
+                                                       {"version", 1},
+                                                       {"files", {{{"name", "../../etc/passwd"}, {"bytes", 1}, {"crc32", 0}}}}}
+                                            .dump());
         expect_refused("is not a plain file name");
     }
     SUBCASE("a directory where a file belongs") {

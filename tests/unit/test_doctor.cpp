@@ -19,8 +19,8 @@
 
 #include <random>
 #include <regex>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include <feedline/pipeline.hpp>
 
@@ -82,7 +82,8 @@ TEST_CASE("Doctor.Plan.ReproducesTheZeroPapersWorkedExample") {
             CAPTURE(psi);
             CAPTURE(nd);
             const double expect[] = {16 * psi, 4 * psi + 12 * psi / double(nd), 2 * psi + 14 * psi / double(nd), 16 * psi / double(nd)};
-            for (unsigned stage = 0; stage <= 3; ++stage) CHECK(states_gb(make_plan(zero_case(psi, nd, stage))) * 1e9 == doctest::Approx(expect[stage]));
+            for (unsigned stage = 0; stage <= 3; ++stage)
+                CHECK(states_gb(make_plan(zero_case(psi, nd, stage))) * 1e9 == doctest::Approx(expect[stage]));
         }
 }
 
@@ -196,9 +197,7 @@ TEST_CASE("Doctor.Tool.JsonConfigAndExitCodes") {
     CHECK(j["per_gpu"]["optimizer_states"]["rule"].get<std::string>().find("ZeRO") != std::string::npos);
 
     // The same from a config file; the command line overrides it.
-    {
-        std::ofstream(dir / "job.json") << R"({"params": 7.5e9, "gpus": 8, "nodes": 8, "zero-stage": 1, "gpu-memory": "80GiB"})";
-    }
+    { std::ofstream(dir / "job.json") << R"({"params": 7.5e9, "gpus": 8, "nodes": 8, "zero-stage": 1, "gpu-memory": "80GiB"})"; }
     auto from_file = ft::run(tool + " --config " + std::string(dir / "job.json") + " --json", dir);
     REQUIRE_MESSAGE(from_file.code == 0, from_file.err);
     CHECK(nlohmann::json::parse(from_file.out)["per_gpu"] == j["per_gpu"]);
@@ -213,9 +212,7 @@ TEST_CASE("Doctor.Tool.JsonConfigAndExitCodes") {
     auto unit = ft::run(tool + " --params 1e9 --gpu-memory 80GiQ", dir);
     CHECK(unit.code == 2);
     CHECK(unit.err.find("gpu-memory") != std::string::npos);
-    {
-        std::ofstream(dir / "bad.json") << R"({"params": 1e9, "warp-drive": 3})";
-    }
+    { std::ofstream(dir / "bad.json") << R"({"params": 1e9, "warp-drive": 3})"; }
     auto unknown = ft::run(tool + " --config " + std::string(dir / "bad.json"), dir);
     CHECK(unknown.code == 2);
     CHECK(unknown.err.find("warp-drive") != std::string::npos);
@@ -254,25 +251,28 @@ TEST_CASE("Doctor.Diagnose.ScenariosGiveTheirFindings") {
         CHECK(first.count(c) == 1);
     }
     CHECK(first.count("data-bound") == 0);
-    const auto advice = doctor::diagnose(doctor::parse_scenario(nlohmann::json::parse(R"({"gpus": [{"memory_total_mib": 20480, "memory_used_mib": 9587,
+    const auto advice =
+        doctor::diagnose(doctor::parse_scenario(nlohmann::json::parse(R"({"gpus": [{"memory_total_mib": 20480, "memory_used_mib": 9587,
         "utilization": 1.0}], "training": {"micro_batch": 16, "grad_accum": 8}})"),
-                                                                "s"));
+                                                "s"));
     REQUIRE(advice.size() == 2);  // gpu-bound (stall unknown) and the headroom, with the numbers
     CHECK(advice[1].code == "gpu-memory-headroom");
     CHECK(advice[1].action.find("micro-batch 16 -> 32 and gradient accumulation 8 -> 4") != std::string::npos);
 
     // A busy GPU, the data side ahead, nothing else wrong: gpu-bound only, which needs no action.
-    const auto busy = doctor::diagnose(doctor::parse_scenario(nlohmann::json::parse(R"({"gpus": [{"memory_total_mib": 81559, "memory_used_mib": 70000,
+    const auto busy =
+        doctor::diagnose(doctor::parse_scenario(nlohmann::json::parse(R"({"gpus": [{"memory_total_mib": 81559, "memory_used_mib": 70000,
         "utilization": 0.98}], "host": {"cores": 32, "ram_total_mib": 262144, "ram_used_mib": 40000, "swap_total_mib": 0, "swap_used_mib": 0},
         "training": {"micro_batch": 8, "grad_accum": 1, "data_workers": 4, "pinned_memory": true, "stall_fraction": 0.004}})"),
-                                                              "s"));
+                                                "s"));
     REQUIRE(busy.size() == 1);
     CHECK(busy[0].code == "gpu-bound");
     CHECK_FALSE(doctor::needs_action(busy));
 
     // Starved: the GPU idles while the trainer waits for data.
-    CHECK(codes_of(R"({"gpus": [{"utilization": 0.45}], "training": {"data_workers": 2, "pinned_memory": true, "stall_fraction": 0.41}})") ==
-          std::set<std::string>{"data-bound"});
+    CHECK(
+        codes_of(R"({"gpus": [{"utilization": 0.45}], "training": {"data_workers": 2, "pinned_memory": true, "stall_fraction": 0.41}})") ==
+        std::set<std::string>{"data-bound"});
     // Cores: 8 GPUs x (1 + 6 workers) + 1 for the OS = 57 > 32.
     CHECK(codes_of(R"({"gpus": [{}, {}, {}, {}, {}, {}, {}, {}], "host": {"cores": 32}, "training": {"data_workers": 6}})") ==
           std::set<std::string>{"cores-short"});
@@ -350,8 +350,8 @@ TEST_CASE("Doctor.Check.FixtureMachinesGiveTheirFindings") {
     // A container: 1.5 CPUs of quota on 8 CPUs of affinity, 4 GiB of a 64 GiB host, io_uring off by sysctl.
     const auto box = doctor::read_machine(fixture_root("container_cgroup"));
     CHECK(box.io_uring_unavailable.has_value());
-    CHECK(codes(doctor::check(box)) == std::set<std::string>{"cgroup-cpu-quota", "cores-short", "smt-siblings", "pcie-link-slow", "cgroup-memory-limit",
-                                                             "memlock-low", "thp-always", "io-uring-unavailable"});
+    CHECK(codes(doctor::check(box)) == std::set<std::string>{"cgroup-cpu-quota", "cores-short", "smt-siblings", "pcie-link-slow",
+                                                             "cgroup-memory-limit", "memlock-low", "thp-always", "io-uring-unavailable"});
 }
 
 TEST_CASE("Doctor.Check.TheJobsSizeAndWhatNvmlReportsChangeTheFindings") {
@@ -360,8 +360,11 @@ TEST_CASE("Doctor.Check.TheJobsSizeAndWhatNvmlReportsChangeTheFindings") {
     CHECK(codes(doctor::check(server, {.gpus = 8, .workers_per_gpu = 8})).count("cores-short") == 1);
     CHECK(codes(doctor::check(server, {.gpus = 8, .workers_per_gpu = 6})).count("cores-short") == 0);
     // Another process holds 30% of a GPU before the job.
-    server.gpus[2].nvml = feedline::gpu_reading{.name = "H100", .pci_bus_id = server.gpus[2].where.pci_bus_id, .memory_total = 80ull << 30,
-                                                .memory_used = 24ull << 30, .utilization = 0};
+    server.gpus[2].nvml = feedline::gpu_reading{.name = "H100",
+                                                .pci_bus_id = server.gpus[2].where.pci_bus_id,
+                                                .memory_total = 80ull << 30,
+                                                .memory_used = 24ull << 30,
+                                                .utilization = 0};
     server.gpus[3].nvml = feedline::gpu_reading{.memory_total = 80ull << 30, .memory_used = 1ull << 30};
     std::vector<doctor::finding> held;
     for (const auto& f : doctor::check(server))
@@ -388,7 +391,7 @@ TEST_CASE("Doctor.Check.OnlyTheGpusThisProcessCanUseCount") {
     };
     REQUIRE(server.gpus.size() == 8);
     CHECK(gpus_in(doctor::check(server, {.workers_per_gpu = 9}), "cores-short") == 8);  // 8 x 10 + 1 > 64
-    for (auto& g : server.gpus) g.visible = g.where.pci_bus_id != "0000:ab:00.0";  // the x8 one is another job's
+    for (auto& g : server.gpus) g.visible = g.where.pci_bus_id != "0000:ab:00.0";       // the x8 one is another job's
     auto fs = doctor::check(server, {.workers_per_gpu = 9});
     CHECK(codes(fs).count("pcie-link-narrow") == 0);
     CHECK(gpus_in(fs, "cores-short") == 7);  // 7 x 10 + 1 = 71 > 64
@@ -471,13 +474,15 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     REQUIRE(t.gpus.size() == 1);
     CHECK(*t.gpus[0].utilization == doctest::Approx(0.97));
     CHECK(*t.ram_used_mib == doctest::Approx(95e9 / 1048576));
-    CHECK(codes(doctor::diagnose(t)) == std::set<std::string>{"gpu-bound", "gpu-memory-headroom", "host-memory-pressure", "mmap-counted-as-rss"});
+    CHECK(codes(doctor::diagnose(t)) ==
+          std::set<std::string>{"gpu-bound", "gpu-memory-headroom", "host-memory-pressure", "mmap-counted-as-rss"});
 
     // A pipeline's stats_jsonl: the last line counts (its stall is cumulative); workers are the data workers.
-    std::istringstream stats(R"({"unix_time": 1.0, "batches": 10, "stall_fraction": 0.9, "tokens_per_s": 1, "workers": 1})"
-                             "\n"
-                             R"({"unix_time": 2.0, "batches": 20, "stall_fraction": 0.3, "tokens_per_s": 1, "workers": 0, "rss_anon_bytes": 1, "rss_file_bytes": 2})"
-                             "\n");
+    std::istringstream stats(
+        R"({"unix_time": 1.0, "batches": 10, "stall_fraction": 0.9, "tokens_per_s": 1, "workers": 1})"
+        "\n"
+        R"({"unix_time": 2.0, "batches": 20, "stall_fraction": 0.3, "tokens_per_s": 1, "workers": 0, "rss_anon_bytes": 1, "rss_file_bytes": 2})"
+        "\n");
     const auto p = doctor::parse_log(stats, "stats.jsonl");
     CHECK(*p.stall_fraction == doctest::Approx(0.3));
     CHECK(*p.data_workers == 0);
@@ -487,7 +492,8 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     std::istringstream unpinned(
         R"json({"summary": true, "stall_fraction": 0, "pipeline": {"device": "pinned ring on CUDA device 0: 4 slots x 1 MiB, pageable (x)", "pinned_bytes": 0}})json");
     CHECK(codes(doctor::diagnose(doctor::parse_log(unpinned, "u.log"))) == std::set<std::string>{"pageable-copies"});
-    std::istringstream pinned(R"({"summary": true, "stall_fraction": 0, "pipeline": {"device": "pinned ring on CUDA device 0: 4 slots x 1 MiB, pinned", "pinned_bytes": 4194304}})");
+    std::istringstream pinned(
+        R"({"summary": true, "stall_fraction": 0, "pipeline": {"device": "pinned ring on CUDA device 0: 4 slots x 1 MiB, pinned", "pinned_bytes": 4194304}})");
     CHECK(codes(doctor::diagnose(doctor::parse_log(pinned, "p.log"))).empty());
 
     // Bad telemetry names the line and the field.
@@ -604,7 +610,8 @@ TEST_CASE("Doctor.Check.GpusThroughNvml") {
     // that gives this process neither utilization nor memory. It finds GPUs by bus id only in NVML's
     // own spelling, so the tool's sysfs spelling goes through the fallback.
     ft::scratch_dir dir;
-    auto r = ft::run(std::string("LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR + "/feedline-doctor check --json", dir);
+    auto r =
+        ft::run(std::string("LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR + "/feedline-doctor check --json", dir);
     REQUIRE_MESSAGE(r.code != 2, r.err);
     const auto j = nlohmann::json::parse(r.out);
     CHECK(j["machine"]["gpu_source"].get<std::string>().rfind("nvml", 0) == 0);
@@ -694,9 +701,9 @@ TEST_CASE("Doctor.Nvml.ReaderOnStandIn" * doctest::skip()) {
 TEST_CASE("Doctor.Nvml.PciAddressesCompareByNumberInEverySpelling") {
     using feedline::detail::parse_pci_bus_id;
     const std::array<unsigned, 3> want{0, 0x1a, 0};
-    CHECK(parse_pci_bus_id("0000:1a:00.0") == want);      // sysfs
-    CHECK(parse_pci_bus_id("0000:1A:00.0") == want);      // CUDA
-    CHECK(parse_pci_bus_id("00000000:1A:00.0") == want);  // NVML
+    CHECK(parse_pci_bus_id("0000:1a:00.0") == want);                                     // sysfs
+    CHECK(parse_pci_bus_id("0000:1A:00.0") == want);                                     // CUDA
+    CHECK(parse_pci_bus_id("00000000:1A:00.0") == want);                                 // NVML
     CHECK(parse_pci_bus_id("10000:01:00.0") == std::array<unsigned, 3>{0x10000, 1, 0});  // a VMD domain
     CHECK_FALSE(parse_pci_bus_id(""));
     CHECK_FALSE(parse_pci_bus_id("0000:1a:00"));
@@ -742,11 +749,13 @@ TEST_CASE("Doctor.Faults.HostileInputsAreRefusedNeverACrashOrAHang") {
 
     // A one-line stats log is a log, not a scenario; a log whose last line is cut (still being
     // written) is read up to it, with a note.
-    ft::write_text(dir / "one.jsonl", R"({"unix_time": 1.0, "batches": 10, "stall_fraction": 0.5, "tokens_per_s": 1, "workers": 1})" "\n");
+    ft::write_text(dir / "one.jsonl", R"({"unix_time": 1.0, "batches": 10, "stall_fraction": 0.5, "tokens_per_s": 1, "workers": 1})"
+                                      "\n");
     auto one = run("diagnose --json " + (dir / "one.jsonl"));
     REQUIRE_MESSAGE(one.code == 1, one.err);
     CHECK(nlohmann::json::parse(one.out)["input"] == "log");
-    ft::write_text(dir / "cut.jsonl", "{\"step\": 1, \"stall_fraction\": 0.5, \"tokens_per_s\": 10}\n{\"step\": 2, \"stall_fraction\": 0.5, \"tok");
+    ft::write_text(dir / "cut.jsonl",
+                   "{\"step\": 1, \"stall_fraction\": 0.5, \"tokens_per_s\": 10}\n{\"step\": 2, \"stall_fraction\": 0.5, \"tok");
     auto cut = run("diagnose --json " + (dir / "cut.jsonl"));
     REQUIRE_MESSAGE(cut.code == 1, cut.err);
     const auto cut_json = nlohmann::json::parse(cut.out);

@@ -85,7 +85,8 @@ namespace {
 // Waits (bounded) until a producer sleeps in acquire() or `done` is set: the handshake before checking
 // that something has not happened yet, instead of a sleep that only makes it unlikely.
 void until_blocked_or(const staging_ring& ring, const std::atomic<bool>& done) {
-    for (int i = 0; i < 100000 && ring.producers_asleep() == 0 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    for (int i = 0; i < 100000 && ring.producers_asleep() == 0 && !done.load(); ++i)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 }  // namespace
 
@@ -381,7 +382,7 @@ TEST_CASE("MakeRing.Numa.PinnedSlotsGoOnTheGpusNode") {
     CHECK(gpu_numa_node(two, "0000:ff:00.0") == -1);  // not a GPU of this machine
     CHECK(gpu_numa_node(two, "") == -1);              // the runtime could not say
     auto vm = read_topology({.root = std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/vm_1node"});
-    CHECK(gpu_numa_node(vm, "0000:18:00.0") == -1);   // one node: placement would be a no-op
+    CHECK(gpu_numa_node(vm, "0000:18:00.0") == -1);  // one node: placement would be a no-op
 }
 
 TEST_CASE("HostRing.WaitCheck.EndsAWaitAndTakesNothing") {

@@ -17,8 +17,8 @@ namespace {
 
 const std::vector<std::uint32_t> lengths = {5, 0, 1, 40, 17, 2, 100, 64};
 
-std::vector<std::string> write_shards(const ft::scratch_dir& dir, const std::string& name, token_dtype dt,
-                                      std::uint32_t delimiter, std::uint64_t shard_tokens) {
+std::vector<std::string> write_shards(const ft::scratch_dir& dir, const std::string& name, token_dtype dt, std::uint32_t delimiter,
+                                      std::uint64_t shard_tokens) {
     llmc_writer w(dir / name, dt, delimiter, shard_tokens);
     for (const auto& d : ft::arithmetic_documents(lengths)) w.add_document(d);
     return w.finish();

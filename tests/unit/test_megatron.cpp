@@ -57,8 +57,8 @@ void truncate_to(const std::string& path, std::uint64_t size) {
 
 TEST_CASE("Megatron.RoundTrip.EveryDtype") {
     ft::scratch_dir dir;
-    for (auto dt : {token_dtype::uint8, token_dtype::int8, token_dtype::int16, token_dtype::int32, token_dtype::int64,
-                    token_dtype::float64, token_dtype::float32, token_dtype::uint16}) {
+    for (auto dt : {token_dtype::uint8, token_dtype::int8, token_dtype::int16, token_dtype::int32, token_dtype::int64, token_dtype::float64,
+                    token_dtype::float32, token_dtype::uint16}) {
         CAPTURE(to_string(dt));
         // uint8/int8 cannot hold d*1000+i: reduce modulo a value every dtype holds.
         std::uint32_t modulo = dtype_size(dt) == 1 ? 100 : 0;
@@ -91,15 +91,15 @@ TEST_CASE("Megatron.Writer.LayoutMatchesMegatronByteForByte") {
     w.add_document(std::vector<std::uint16_t>{});
     w.finish();
     auto idx = ft::read_bytes(dir / "tiny.idx");
-    const unsigned char expected[] = {
-        'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0,  // magic
-        1, 0, 0, 0, 0, 0, 0, 0,                   // version
-        8,                                        // dtype code: uint16
-        2, 0, 0, 0, 0, 0, 0, 0,                   // sequences
-        3, 0, 0, 0, 0, 0, 0, 0,                   // document index entries (leading 0 included)
-        3, 0, 0, 0, 0, 0, 0, 0,                   // lengths (int32 x 2)
-        0, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0,  // pointers (int64 x 2)
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0};  // document index
+    const unsigned char expected[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0,  // magic
+                                      1,   0,   0,   0,   0,   0,   0,   0,     // version
+                                      8,                                        // dtype code: uint16
+                                      2,   0,   0,   0,   0,   0,   0,   0,     // sequences
+                                      3,   0,   0,   0,   0,   0,   0,   0,     // document index entries (leading 0 included)
+                                      3,   0,   0,   0,   0,   0,   0,   0,     // lengths (int32 x 2)
+                                      0,   0,   0,   0,   0,   0,   0,   0, 6, 0, 0, 0, 0, 0, 0, 0,  // pointers (int64 x 2)
+                                      0,   0,   0,   0,   0,   0,   0,   0, 1, 0, 0, 0, 0, 0, 0, 0,
+                                      2,   0,   0,   0,   0,   0,   0,   0};  // document index
     REQUIRE(idx.size() == sizeof(expected));
     CHECK(std::memcmp(idx.data(), expected, sizeof(expected)) == 0);
     CHECK(ft::read_bytes(dir / "tiny.bin").size() == 6);

@@ -38,7 +38,8 @@ TEST_CASE("Options.Declarations.EveryOptionParsesAndRoundTripsThroughJson") {
     pipeline_config back;
     options_from_json(back, j, "saved.json");
     CHECK(options_to_json(back) == j);
-    CHECK_THROWS_WITH_AS(options_from_json(back, nlohmann::json{{"bach_size", 3}}, "x.json"), doctest::Contains("no such option"), config_error);
+    CHECK_THROWS_WITH_AS(options_from_json(back, nlohmann::json{{"bach_size", 3}}, "x.json"), doctest::Contains("no such option"),
+                         config_error);
     CHECK_THROWS_WITH_AS(options_from_json(back, nlohmann::json{{"seed", 1.5}}, "x.json"), doctest::Contains("whole number"), config_error);
 #endif
 }
@@ -86,6 +87,8 @@ TEST_CASE("Options.Names.EveryEnumerationHasOneParserThatListsItsChoices") {
     CHECK(name_of(parse_enum<io_backend>("uring", "x")) == "io_uring");
     CHECK(choices_of<text_split>() == "file, blank or line");
     CHECK(parse_enum<sample_mode>("packed", "mode") == sample_mode::packed);
-    CHECK_THROWS_WITH_AS(parse_enum<tail_policy>("none", "tail"), doctest::Contains("config tail: 'none' (expected drop or pad)"), config_error);
-    CHECK(options_markdown().find("| `io_backend` | `--io-backend` | auto, io_uring, mmap or pread | `auto` | token shards |") != std::string::npos);
+    CHECK_THROWS_WITH_AS(parse_enum<tail_policy>("none", "tail"), doctest::Contains("config tail: 'none' (expected drop or pad)"),
+                         config_error);
+    CHECK(options_markdown().find("| `io_backend` | `--io-backend` | auto, io_uring, mmap or pread | `auto` | token shards |") !=
+          std::string::npos);
 }

@@ -5,8 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <feedline/format/dataset.hpp>
-#include <feedline/storage/pread_reader.hpp>
 #include <feedline/sampling/state_io.hpp>
+#include <feedline/storage/pread_reader.hpp>
 
 #include <map>
 #include <memory>
@@ -280,8 +280,14 @@ TEST_CASE("Sampler.RealShards.WindowsReadBackAsTheEpochStream") {
     auto starts = ds.shard_document_starts();
     CHECK(starts == std::vector<std::uint64_t>{0, 40, 90});
     const std::uint64_t T = 32;
-    sampler s(ds, {.seq_len = T, .global_batch = 4, .seed = 5, .shuffle = shuffle_mode::shard_blocks, .shuffle_samples = false,
-                   .rank = 0, .world_size = 1},
+    sampler s(ds,
+              {.seq_len = T,
+               .global_batch = 4,
+               .seed = 5,
+               .shuffle = shuffle_mode::shard_blocks,
+               .shuffle_samples = false,
+               .rank = 0,
+               .world_size = 1},
               starts);
     pread_reader reader;
     epoch_layout layout(ds, shuffle_mode::shard_blocks, 5, 0, starts);
@@ -312,8 +318,8 @@ TEST_CASE("Sampler.Sharding.RanksSplitEveryGlobalBatch") {
         sampler one(data, {.seq_len = 64, .global_batch = G, .mode = mode, .rank = 0, .world_size = 1});
         for (int world : {2, 3, 4}) {
             std::vector<sampler> ranks;
-            for (int r = 0; r < world; ++r) ranks.emplace_back(data, sampler_config{.seq_len = 64, .global_batch = G, .mode = mode,
-                                                                                  .rank = r, .world_size = world});
+            for (int r = 0; r < world; ++r)
+                ranks.emplace_back(data, sampler_config{.seq_len = 64, .global_batch = G, .mode = mode, .rank = r, .world_size = world});
             for (std::uint64_t step = 0; step < 40; ++step) {
                 auto whole = ids(one.plan_at(step));
                 std::vector<sample_id> joined;
@@ -339,8 +345,10 @@ TEST_CASE("Sampler.Epochs.EachSampleOncePerEpochAndTailsCounted") {
         for (std::uint64_t step = 0; step < s.steps_per_epoch(); ++step)
             for (auto& x : s.next().samples) {
                 CHECK(x.epoch == 0);
-                if (x.padding) ++pads;
-                else CHECK(seen.insert(x.index).second);
+                if (x.padding)
+                    ++pads;
+                else
+                    CHECK(seen.insert(x.index).second);
             }
         if (tail == tail_policy::drop) {
             CHECK(seen.size() == spe - spe % 7);
@@ -474,8 +482,10 @@ TEST_CASE("Sampler.Resume.ElasticAcrossWorldSizes") {
     for (int r = 0; r < 2; ++r) {
         sampler s(data, {.seq_len = 40, .global_batch = G, .rank = r, .world_size = 2});
         for (std::uint64_t i = 0; i < k; ++i) s.next();
-        if (r == 0) saved = s.state();
-        else CHECK(s.state() == saved);  // every rank holds the same state
+        if (r == 0)
+            saved = s.state();
+        else
+            CHECK(s.state() == saved);  // every rank holds the same state
     }
     std::vector<sampler> three;
     for (int r = 0; r < 3; ++r) {
@@ -671,8 +681,13 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
     } catch (const format_error& e) {
         CHECK(std::string(e.what()).find("check does not match") != std::string::npos);
     }
-    for (const auto& edit : {std::pair{"index", "[-5]"}, {"seed", "1e300"}, {"seed", "1.5"}, {"mode", "4294967296"},
-                             {"step", "\"5\""}, {"epoch", "3"}, {"weights", "[null]"}}) {
+    for (const auto& edit : {std::pair{"index", "[-5]"},
+                             {"seed", "1e300"},
+                             {"seed", "1.5"},
+                             {"mode", "4294967296"},
+                             {"step", "\"5\""},
+                             {"epoch", "3"},
+                             {"weights", "[null]"}}) {
         const std::string field = edit.first, value = edit.second;  // named copies: CAPTURE cannot take bindings
         CAPTURE(field);
         CAPTURE(value);

@@ -231,8 +231,8 @@ TEST_CASE("Storage.Mmap.AFileTruncatedWhileMappedIsAFormatErrorNotASigbus") {
     mmap_reader r;
     std::vector<std::byte> out(100);
     r.read(std::vector<read_request>{{&f, 0, 100, out.data()}});  // maps the whole file
-    REQUIRE(::truncate(path.c_str(), 4096) == 0);                   // another process shrinks it
-    for (int attempt = 0; attempt < 2; ++attempt) {                 // a second fault is caught too
+    REQUIRE(::truncate(path.c_str(), 4096) == 0);                 // another process shrinks it
+    for (int attempt = 0; attempt < 2; ++attempt) {               // a second fault is caught too
         try {
             r.read(std::vector<read_request>{{&f, 32768, 100, out.data()}});
             FAIL("read a page past the new end of the file");

@@ -84,7 +84,8 @@ TEST_CASE("Text.Jsonl.FastParserAcceptsWhatNlohmannAccepts") {
         {R"({"text": "first", "text": "last"})", status::ok, "last"},  // duplicate keys: the last counts
         {R"({"text": "a", "text": 7})", status::not_string, ""},
         {R"({"te\u0078t": "escaped key"})", status::ok, "escaped key"},
-        {R"({"id": 123456789012345678901234567890, "text": "big integer"})", status::ok, "big integer"},  // simdjson refuses, nlohmann decides
+        {R"({"id": 123456789012345678901234567890, "text": "big integer"})", status::ok,
+         "big integer"},  // simdjson refuses, nlohmann decides
         {R"({"id": 18446744073709551616, "text": "2^64"})", status::ok, "2^64"},
         {R"({"id": -9223372036854775809, "text": "below int64"})", status::ok, "below int64"},
         {"\xef\xbb\xbf{\"text\": \"after a BOM\"}", status::ok, "after a BOM"},
@@ -104,10 +105,11 @@ TEST_CASE("Text.Jsonl.FastParserAcceptsWhatNlohmannAccepts") {
         {R"({"id": 01, "text": "leading zero"})", status::invalid_json, ""},
         {R"({"text": "unterminated)", status::invalid_json, ""},
         {"", status::invalid_json, ""},
-        {std::string(1024, '[') + std::string(1024, ']'), status::missing_field, ""},  // as deep as allowed
-        {std::string(1025, '[') + std::string(1025, ']'), status::too_deep, ""},       // refused unparsed
+        {std::string(1024, '[') + std::string(1024, ']'), status::missing_field, ""},            // as deep as allowed
+        {std::string(1025, '[') + std::string(1025, ']'), status::too_deep, ""},                 // refused unparsed
         {"{\"text\": \"" + std::string(2000, '[') + "\"}", status::ok, std::string(2000, '[')},  // inside a string: not nesting
-        {"{\"text\": \"" + std::string(jsonl_field_parser::simdjson_max_line, 'x') + "\"}", status::ok, std::string(jsonl_field_parser::simdjson_max_line, 'x')},
+        {"{\"text\": \"" + std::string(jsonl_field_parser::simdjson_max_line, 'x') + "\"}", status::ok,
+         std::string(jsonl_field_parser::simdjson_max_line, 'x')},
     };
     jsonl_field_parser fast, reference(jsonl_field_parser::engine::nlohmann);
     for (const line_case& c : cases) {

@@ -9,8 +9,8 @@
 #include <feedline/exec/numa_memory.hpp>
 #include <feedline/exec/topology.hpp>
 #include <feedline/exec/trainer_cpu.hpp>
-#include <feedline/storage/mmap_reader.hpp>
 #include <feedline/pipeline/pipeline.hpp>
+#include <feedline/storage/mmap_reader.hpp>
 
 #include <atomic>
 #include <thread>
@@ -217,7 +217,9 @@ TEST_CASE("Topology.Fixture.SmtAndPcieLinks") {
 }
 
 TEST_CASE("HostMemory.Fixtures.RamSwapSwappinessAndHugepages") {
-    const auto root = [](const char* name) { return topology_source{std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/" + name}; };
+    const auto root = [](const char* name) {
+        return topology_source{std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/" + name};
+    };
     const auto vm = read_host_memory(root("vm_1node"));
     CHECK(vm.total == 25165824ull * 1024);
     CHECK(vm.available == 12582912ull * 1024);
@@ -292,15 +294,22 @@ TEST_CASE("GpuSampler.MeansEachIntervalOnItsOwnThread") {
 TEST_CASE("GpuSampler.NoReadingIsAbsentAndAThrowingReaderIsAFailedSample") {
     std::atomic<int> calls{0};
     {
-        gpu_sampler s([&]() -> std::optional<gpu_reading> { ++calls; return std::nullopt; }, std::chrono::milliseconds(1));
+        gpu_sampler s(
+            [&]() -> std::optional<gpu_reading> {
+                ++calls;
+                return std::nullopt;
+            },
+            std::chrono::milliseconds(1));
         while (calls < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         CHECK_FALSE(s.take().has_value());
     }
     calls = 0;
-    gpu_sampler t([&]() -> std::optional<gpu_reading> {
-        if (++calls < 3) throw std::runtime_error("driver hiccup");
-        return gpu_reading{.memory_total = 8, .utilization = 1.0};
-    }, std::chrono::milliseconds(1));
+    gpu_sampler t(
+        [&]() -> std::optional<gpu_reading> {
+            if (++calls < 3) throw std::runtime_error("driver hiccup");
+            return gpu_reading{.memory_total = 8, .utilization = 1.0};
+        },
+        std::chrono::milliseconds(1));
     while (t.samples_taken() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     CHECK(calls >= 4);  // two failed reads, then two good ones
     const auto g = t.take();
@@ -314,7 +323,8 @@ TEST_CASE("GpuSampler.NoReadingIsAbsentAndAThrowingReaderIsAFailedSample") {
 
 TEST_CASE("GpuSampler.AGpuWithoutUtilizationStillGivesItsMemory") {
     // MIG instances and some virtual GPUs report memory but not utilization.
-    gpu_sampler s([] { return std::optional<gpu_reading>(gpu_reading{.memory_total = 100, .memory_used = 40}); }, std::chrono::milliseconds(1));
+    gpu_sampler s([] { return std::optional<gpu_reading>(gpu_reading{.memory_total = 100, .memory_used = 40}); },
+                  std::chrono::milliseconds(1));
     while (s.samples_taken() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const auto g = s.take();
     REQUIRE(g.has_value());

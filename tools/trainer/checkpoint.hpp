@@ -93,7 +93,9 @@ inline std::string read_file(const std::filesystem::path& path) {
         done += static_cast<std::size_t>(n);
     }
     ::close(fd);
-    if (done != out.size()) throw checkpoint_error(path.string() + ": changed while read (" + std::to_string(done) + " of " + std::to_string(out.size()) + " bytes)");
+    if (done != out.size())
+        throw checkpoint_error(path.string() + ": changed while read (" + std::to_string(done) + " of " + std::to_string(out.size()) +
+                               " bytes)");
     return out;
 }
 
@@ -163,9 +165,11 @@ inline std::vector<manifest_entry> parse_manifest(const std::string& text, const
             const auto& name = ef.field("name");
             if (!name.is_string()) ef.fail("files[].name is not a string");
             manifest_entry m{name.get<std::string>(), ef.u64("bytes"), ef.u32("crc32")};
-            if (m.name.empty() || m.name == "." || m.name == ".." || m.name.find('/') != std::string::npos || m.name.find('\0') != std::string::npos)
+            if (m.name.empty() || m.name == "." || m.name == ".." || m.name.find('/') != std::string::npos ||
+                m.name.find('\0') != std::string::npos)
                 ef.fail("files[].name '" + m.name + "' is not a plain file name");
-            if (std::any_of(out.begin(), out.end(), [&](const manifest_entry& o) { return o.name == m.name; })) ef.fail("files[] lists " + m.name + " twice");
+            if (std::any_of(out.begin(), out.end(), [&](const manifest_entry& o) { return o.name == m.name; }))
+                ef.fail("files[] lists " + m.name + " twice");
             out.push_back(std::move(m));
         }
         for (const char* required : {"trainer.json", "tensors.bin"})
@@ -186,10 +190,11 @@ inline std::vector<std::pair<std::string, std::string>> read_verified(const std:
         const auto path = dir / e.name;
         std::string bytes = detail::read_file(path);
         if (bytes.size() != e.bytes)
-            throw checkpoint_error(path.string() + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " + std::to_string(e.bytes));
+            throw checkpoint_error(path.string() + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " +
+                                   std::to_string(e.bytes));
         if (const auto crc = detail::crc32_of(bytes); crc != e.crc32)
-            throw checkpoint_error(path.string() + ": CRC-32 " + std::to_string(crc) + " differs from the manifest's " + std::to_string(e.crc32) +
-                                   " (the file is corrupt)");
+            throw checkpoint_error(path.string() + ": CRC-32 " + std::to_string(crc) + " differs from the manifest's " +
+                                   std::to_string(e.crc32) + " (the file is corrupt)");
         files.emplace_back(e.name, std::move(bytes));
     }
     return files;
@@ -219,14 +224,16 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
         if (c.grad_accum == 0) f.fail("grad_accum is 0");
         c.seed = f.u64("seed");
         const auto& mode = f.field("mode");
-        if (!mode.is_string() || (mode.get<std::string>() != "windows" && mode.get<std::string>() != "packed")) f.fail("mode is not \"windows\" or \"packed\"");
+        if (!mode.is_string() || (mode.get<std::string>() != "windows" && mode.get<std::string>() != "packed"))
+            f.fail("mode is not \"windows\" or \"packed\"");
         c.mode = mode.get<std::string>();
         c.pipeline_state = f.field("pipeline_state").dump();
         if (j.contains("generation")) {
             c.generation = f.u64("generation");
             for (auto [name, out] : {std::pair{"id", &c.id}, std::pair{"parent", &c.parent}}) {
                 const auto& v = f.field(name);
-                if (!v.is_string() || !detail::is_lineage_id(v.get<std::string>(), std::string(name) == "parent")) f.fail(std::string(name) + " is not a checkpoint id");
+                if (!v.is_string() || !detail::is_lineage_id(v.get<std::string>(), std::string(name) == "parent"))
+                    f.fail(std::string(name) + " is not a checkpoint id");
                 *out = v.get<std::string>();
             }
         }
@@ -251,9 +258,11 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
     std::uint64_t stored = 0;
     std::memcpy(&stored, tensors.data() + sizeof detail::tensors_magic, sizeof stored);
     if (stored != n)
-        throw checkpoint_error(tensors_path + " @ byte 8: holds " + std::to_string(stored) + " parameters, the model in trainer.json has " + std::to_string(n));
+        throw checkpoint_error(tensors_path + " @ byte 8: holds " + std::to_string(stored) + " parameters, the model in trainer.json has " +
+                               std::to_string(n));
     if (tensors.size() != header + 3 * n * sizeof(float))
-        throw checkpoint_error(tensors_path + " @ byte " + std::to_string(std::min<std::uint64_t>(tensors.size(), header + 3 * n * sizeof(float))) + ": " +
+        throw checkpoint_error(tensors_path + " @ byte " +
+                               std::to_string(std::min<std::uint64_t>(tensors.size(), header + 3 * n * sizeof(float))) + ": " +
                                std::to_string(tensors.size()) + " bytes, expected " + std::to_string(header + 3 * n * sizeof(float)) +
                                (tensors.size() < header + 3 * n * sizeof(float) ? " (truncated)" : " (trailing bytes)"));
     std::uint64_t offset = header;
@@ -262,8 +271,9 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
         std::memcpy(v->data(), tensors.data() + offset, n * sizeof(float));
         for (std::uint64_t i = 0; i < n; ++i)
             if (!std::isfinite((*v)[i]) || (v == &c.v && (*v)[i] < 0))
-                throw checkpoint_error(tensors_path + " @ byte " + std::to_string(offset + i * sizeof(float)) + ": " +
-                                       (std::isfinite((*v)[i]) ? "a negative second moment" : "a value that is not finite (NaN or infinity)"));
+                throw checkpoint_error(
+                    tensors_path + " @ byte " + std::to_string(offset + i * sizeof(float)) + ": " +
+                    (std::isfinite((*v)[i]) ? "a negative second moment" : "a value that is not finite (NaN or infinity)"));
         offset += n * sizeof(float);
     }
     return c;
@@ -272,7 +282,8 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
 // Loads one checkpoint directory, verified. Throws checkpoint_error naming the file at fault.
 inline checkpoint load_checkpoint(const std::filesystem::path& dir) {
     if (!std::filesystem::exists(dir / "manifest.json"))
-        throw checkpoint_error((dir / "manifest.json").string() + ": missing (not a checkpoint, an interrupted save, or one from a feedline-train without manifests)");
+        throw checkpoint_error((dir / "manifest.json").string() +
+                               ": missing (not a checkpoint, an interrupted save, or one from a feedline-train without manifests)");
     const auto files = read_verified(dir);
     auto find = [&](const char* name) -> const std::string& {
         return std::find_if(files.begin(), files.end(), [&](const auto& f) { return f.first == name; })->second;
@@ -383,7 +394,8 @@ inline void check_checkpoint_root(const std::filesystem::path& root) {
     std::filesystem::create_directories(root, ec);
     if (ec) throw checkpoint_error(root.string() + ": cannot create the checkpoint directory (" + ec.message() + ")");
     const auto probe = root / (".partial-probe-" + feedline::unpredictable_suffix());
-    if (::mkdir(probe.c_str(), 0755) != 0) throw checkpoint_error(root.string() + ": checkpoints cannot be written here (" + std::strerror(errno) + ")");
+    if (::mkdir(probe.c_str(), 0755) != 0)
+        throw checkpoint_error(root.string() + ": checkpoints cannot be written here (" + std::strerror(errno) + ")");
     ::rmdir(probe.c_str());
 }
 
@@ -442,11 +454,13 @@ inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const
         tensors.append(reinterpret_cast<const char*>(&n), sizeof n);
         for (const auto* t : {&c.params, &c.m, &c.v}) tensors.append(reinterpret_cast<const char*>(t->data()), n * sizeof(float));
         nlohmann::json files = nlohmann::json::array();
-        for (const auto& [name, bytes] : {std::pair<const char*, const std::string&>{"trainer.json", json_text}, {"tensors.bin", tensors}}) {
+        for (const auto& [name, bytes] :
+             {std::pair<const char*, const std::string&>{"trainer.json", json_text}, {"tensors.bin", tensors}}) {
             detail::write_synced(work / name, bytes);
             files.push_back({{"name", name}, {"bytes", bytes.size()}, {"crc32", detail::crc32_of(bytes)}});
         }
-        detail::write_synced(work / "manifest.json", nlohmann::json{{"format", detail::manifest_format}, {"version", 1}, {"files", files}}.dump(2) + "\n");
+        detail::write_synced(work / "manifest.json",
+                             nlohmann::json{{"format", detail::manifest_format}, {"version", 1}, {"files", files}}.dump(2) + "\n");
         detail::sync_directory(work);
         // A checkpoint of this step saved before (the last periodic save, again at the end) is swapped
         // with the new one in one atomic exchange, so there is never a moment without either.
@@ -466,7 +480,8 @@ inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const
     // far as they are here. Only those beyond `keep` go.
     std::vector<fs::path> chain{final_dir};
     for (std::string next = saved.parent; !next.empty() && chain.size() <= existing.size();) {
-        const auto it = std::find_if(existing.begin(), existing.end(), [&](const auto& e) { return e.first.id == next && e.second != final_dir; });
+        const auto it =
+            std::find_if(existing.begin(), existing.end(), [&](const auto& e) { return e.first.id == next && e.second != final_dir; });
         if (it == existing.end()) break;
         chain.push_back(it->second);
         next = it->first.parent;

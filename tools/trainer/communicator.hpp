@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -36,8 +36,8 @@ public:
         (void)argc;
         (void)argv;
         if (env.world_size > 1)
-            throw std::runtime_error("launched as rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (" + env.source +
-                                     ") but this feedline-train was built without MPI (install libopenmpi-dev and rebuild)");
+            throw std::runtime_error("launched as rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (" +
+                                     env.source + ") but this feedline-train was built without MPI (install libopenmpi-dev and rebuild)");
 #endif
     }
     communicator(const communicator&) = delete;

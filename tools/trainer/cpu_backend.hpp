@@ -23,7 +23,7 @@ class cpu_backend final : public backend {
 public:
     cpu_backend(const model_config& c, const optimizer_config& o, std::vector<float> initial, communicator* comm = nullptr,
                 std::uint64_t chunk_tokens = 2048)
-        : c_(c), o_(o), comm_(comm), chunk_(std::max<std::uint64_t>(1, chunk_tokens)), params_(std::move(initial)) {
+            : c_(c), o_(o), comm_(comm), chunk_(std::max<std::uint64_t>(1, chunk_tokens)), params_(std::move(initial)) {
         if (params_.size() != c_.parameter_count()) throw std::invalid_argument("cpu_backend: parameter buffer has the wrong size");
         grads_.assign(params_.size(), 0.0f);
         m_.assign(params_.size(), 0.0f);
@@ -36,7 +36,9 @@ public:
         ctx_.resize(chunk_ * c_.context);
     }
 
-    std::string describe() const override { return "cpu (OpenBLAS sgemm, " + std::to_string(openblas_get_num_threads()) + " threads, fp32)"; }
+    std::string describe() const override {
+        return "cpu (OpenBLAS sgemm, " + std::to_string(openblas_get_num_threads()) + " threads, fp32)";
+    }
 
     void zero_grads() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
@@ -94,19 +96,21 @@ private:
             const std::int32_t* inputs = b.inputs + row * b.seq_len;
             const std::int32_t* positions = b.positions ? b.positions + row * b.seq_len : nullptr;
             for (std::uint64_t j = 0; j < k; ++j) {
-                const std::int32_t tok = context_token(inputs, positions, static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(j), pad);
+                const std::int32_t tok =
+                    context_token(inputs, positions, static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(j), pad);
                 ctx_[i * k + j] = tok;
                 std::memcpy(&x_[i * C + j * d], E + std::uint64_t(tok) * d, d * sizeof(float));
             }
         }
         // A = tanh(X W1 + b1)
         for (std::uint64_t i = 0; i < n; ++i) std::memcpy(&a_[i * H], b1, H * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(H), int(C), 1.0f, x_.data(), int(C), W1, int(H), 1.0f, a_.data(), int(H));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(H), int(C), 1.0f, x_.data(), int(C), W1, int(H), 1.0f, a_.data(),
+                    int(H));
         for (std::uint64_t i = 0; i < n * H; ++i) a_[i] = std::tanh(a_[i]);
         // Logits = A W2 + b2
         for (std::uint64_t i = 0; i < n; ++i) std::memcpy(&logits_[i * V], b2, V * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(V), int(H), 1.0f, a_.data(), int(H), W2, int(V), 1.0f, logits_.data(),
-                    int(V));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(V), int(H), 1.0f, a_.data(), int(H), W2, int(V), 1.0f,
+                    logits_.data(), int(V));
         // Softmax cross-entropy; logits become dLoss/dLogits (softmax - one-hot; 0 for ignored targets).
         const std::int32_t* targets = b.targets + at;
         for (std::uint64_t i = 0; i < n; ++i) {
@@ -133,16 +137,20 @@ private:
         float* db1 = grads_.data() + c_.b1_at();
         float* db2 = grads_.data() + c_.b2_at();
         // dW2 += A^T dL;  db2 += column sums of dL;  dA = dL W2^T
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(H), int(V), int(n), 1.0f, a_.data(), int(H), logits_.data(), int(V), 1.0f, dW2, int(V));
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(H), int(V), int(n), 1.0f, a_.data(), int(H), logits_.data(), int(V), 1.0f,
+                    dW2, int(V));
         for (std::uint64_t i = 0; i < n; ++i)
             for (std::uint64_t v = 0; v < V; ++v) db2[v] += logits_[i * V + v];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(H), int(V), 1.0f, logits_.data(), int(V), W2, int(V), 0.0f, da_.data(), int(H));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(H), int(V), 1.0f, logits_.data(), int(V), W2, int(V), 0.0f,
+                    da_.data(), int(H));
         // Through tanh: dH = dA (1 - A^2);  db1 += column sums;  dW1 += X^T dH;  dX = dH W1^T
         for (std::uint64_t i = 0; i < n * H; ++i) da_[i] *= 1.0f - a_[i] * a_[i];
         for (std::uint64_t i = 0; i < n; ++i)
             for (std::uint64_t h = 0; h < H; ++h) db1[h] += da_[i * H + h];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(C), int(H), int(n), 1.0f, x_.data(), int(C), da_.data(), int(H), 1.0f, dW1, int(H));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(C), int(H), 1.0f, da_.data(), int(H), W1, int(H), 0.0f, dx_.data(), int(C));
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(C), int(H), int(n), 1.0f, x_.data(), int(C), da_.data(), int(H), 1.0f, dW1,
+                    int(H));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(C), int(H), 1.0f, da_.data(), int(H), W1, int(H), 0.0f, dx_.data(),
+                    int(C));
         // Scatter dX back to the embedding rows it came from.
         for (std::uint64_t i = 0; i < n; ++i)
             for (std::uint64_t j = 0; j < k; ++j) {

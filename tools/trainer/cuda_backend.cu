@@ -40,8 +40,8 @@ __global__ void to_bf16(const float* in, __nv_bfloat16* out, std::uint64_t n) {
 }
 
 // X[i, j*d + e] = E[context token j of position i, e]; ctx[i*k + j] remembers the token for the scatter.
-__global__ void gather(const std::int32_t* inputs, const std::int32_t* positions, std::uint64_t T, std::uint64_t n, std::uint32_t k, std::uint32_t d,
-                       std::int32_t pad, const float* E, float* X, __nv_bfloat16* Xh, std::int32_t* ctx) {
+__global__ void gather(const std::int32_t* inputs, const std::int32_t* positions, std::uint64_t T, std::uint64_t n, std::uint32_t k,
+                       std::uint32_t d, std::int32_t pad, const float* E, float* X, __nv_bfloat16* Xh, std::int32_t* ctx) {
     const std::uint64_t idx = blockIdx.x * std::uint64_t(blockDim.x) + threadIdx.x;
     if (idx >= n * k * d) return;
     const std::uint64_t e = idx % d, j = (idx / d) % k, i = idx / (std::uint64_t(d) * k);
@@ -131,8 +131,8 @@ __global__ void scatter(const float* dX, const std::int32_t* ctx, float* dE, std
     atomicAdd(&dE[std::uint64_t(ctx[ij]) * d + e], dX[idx]);
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::uint64_t n, std::uint64_t decayed, optimizer_config o, float lr,
-                             float scale, float bias1, float bias2) {
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::uint64_t n, std::uint64_t decayed, optimizer_config o,
+                             float lr, float scale, float bias1, float bias2) {
     const std::uint64_t i = blockIdx.x * std::uint64_t(blockDim.x) + threadIdx.x;
     if (i < n) adamw_update(p[i], g[i] * scale, m[i], v[i], o, lr, bias1, bias2, i < decayed);
 }
@@ -166,7 +166,7 @@ class cuda_backend final : public backend {
 public:
     cuda_backend(const model_config& c, const optimizer_config& o, const std::vector<float>& initial, int device, gpu_precision precision,
                  communicator* comm)
-        : c_(c), o_(o), device_(device), comm_(comm) {
+            : c_(c), o_(o), device_(device), comm_(comm) {
         try {
             setup(initial, precision);
         } catch (...) {
@@ -209,7 +209,8 @@ private:
             const auto uuids = comm_->allgather(&prop.uuid, sizeof prop.uuid);
             for (int r = 0; r < comm_->size() && !gpu_shared_; ++r)
                 for (int q = r + 1; q < comm_->size() && !gpu_shared_; ++q)
-                    gpu_shared_ = std::memcmp(uuids.data() + r * sizeof prop.uuid, uuids.data() + q * sizeof prop.uuid, sizeof prop.uuid) == 0;
+                    gpu_shared_ =
+                        std::memcmp(uuids.data() + r * sizeof prop.uuid, uuids.data() + q * sizeof prop.uuid, sizeof prop.uuid) == 0;
         }
         if (comm_ && comm_->size() > 1 && !gpu_shared_) {
             ncclUniqueId id{};
@@ -232,15 +233,14 @@ private:
     }
 
 public:
-
     std::string describe() const override {
         std::string collective = "one rank";
         if (comm_ && comm_->size() > 1)
             collective = nccl_         ? "NCCL all-reduce"
                          : gpu_shared_ ? "MPI all-reduce through host memory: ranks share a GPU, and NCCL needs one GPU per rank"
                                        : "MPI all-reduce through host memory (built without NCCL)";
-        return "cuda:" + std::to_string(device_) + " " + name_ + " (cuBLAS, " + (bf16_ ? "bf16 operands, fp32 accumulation" : "fp32") + ", " +
-               collective + ")";
+        return "cuda:" + std::to_string(device_) + " " + name_ + " (cuBLAS, " + (bf16_ ? "bf16 operands, fp32 accumulation" : "fp32") +
+               ", " + collective + ")";
     }
     void* stream() noexcept override { return stream_; }
 
@@ -275,7 +275,7 @@ public:
         tanh_backward<<<blocks_for(n * H), threads, 0, stream_>>>(da_.p, dHh, a_.p, n * H);
         TRAINER_LAUNCH();
         TRAINER_CUBLAS(cublasSgemv(blas_, CUBLAS_OP_N, int(H), int(n), &one, da_.p, int(H), ones_.p, 1, &one, G + c_.b1_at(), 1));  // db1
-        gemm(true, false, C, H, n, operand(x_.p, Xh), operand(da_.p, dHh), 1.0f, G + c_.w1_at());    // dW1 += X^T dH
+        gemm(true, false, C, H, n, operand(x_.p, Xh), operand(da_.p, dHh), 1.0f, G + c_.w1_at());      // dW1 += X^T dH
         gemm(false, true, n, C, H, operand(da_.p, dHh), operand(P + c_.w1_at(), w1h_.p), 0.0f, x_.p);  // dX = dH W1^T (X no longer needed)
         scatter<<<blocks_for(n * C), threads, 0, stream_>>>(x_.p, ctx_.p, G + c_.embeddings_at(), n, c_.context, c_.embed);
         TRAINER_LAUNCH();
@@ -308,8 +308,8 @@ public:
     void adamw(const adamw_step& s) override {
         const float bias1 = 1.0f - std::pow(o_.beta1, static_cast<float>(s.step));
         const float bias2 = 1.0f - std::pow(o_.beta2, static_cast<float>(s.step));
-        adamw_kernel<<<blocks_for(params_.n), threads, 0, stream_>>>(params_.p, grads_.p, m_.p, v_.p, params_.n, c_.decayed_count(), o_, s.lr,
-                                                                     s.grad_scale, bias1, bias2);
+        adamw_kernel<<<blocks_for(params_.n), threads, 0, stream_>>>(params_.p, grads_.p, m_.p, v_.p, params_.n, c_.decayed_count(), o_,
+                                                                     s.lr, s.grad_scale, bias1, bias2);
         TRAINER_LAUNCH();
         if (bf16_) refresh_bf16_weights();
     }
@@ -350,15 +350,18 @@ private:
         const void* p;
         cudaDataType_t type;
     };
-    operand_ref operand(const float* f, const __nv_bfloat16* h) const { return bf16_ ? operand_ref{h, CUDA_R_16BF} : operand_ref{f, CUDA_R_32F}; }
+    operand_ref operand(const float* f, const __nv_bfloat16* h) const {
+        return bf16_ ? operand_ref{h, CUDA_R_16BF} : operand_ref{f, CUDA_R_32F};
+    }
 
     // Row-major C[M, N] = op(A) op(B) + beta C, fp32 output and accumulation. A row-major matrix is
     // its transpose in column-major terms, so cuBLAS computes C^T = op(B)^T op(A)^T with the same flags.
     void gemm(bool ta, bool tb, std::uint64_t M, std::uint64_t N, std::uint64_t K, operand_ref A, operand_ref B, float beta, float* C) {
         const float alpha = 1.0f;
         const int lda = int(ta ? M : K), ldb = int(tb ? K : N);
-        TRAINER_CUBLAS(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N), int(M), int(K), &alpha, B.p,
-                                    B.type, ldb, A.p, A.type, lda, &beta, C, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        TRAINER_CUBLAS(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N), int(M), int(K), &alpha,
+                                    B.p, B.type, ldb, A.p, A.type, lda, &beta, C, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
     }
 
     void refresh_bf16_weights() {

@@ -26,18 +26,18 @@
 namespace trainer {
 
 struct model_config {
-    std::uint32_t vocab = 8000;   // token ids in [0, vocab); id `vocab` is the padding context token
-    std::uint32_t context = 4;    // k: tokens each prediction looks at (the current one and k - 1 before it)
-    std::uint32_t embed = 64;     // d: embedding width
-    std::uint32_t hidden = 256;   // H: hidden layer width
+    std::uint32_t vocab = 8000;  // token ids in [0, vocab); id `vocab` is the padding context token
+    std::uint32_t context = 4;   // k: tokens each prediction looks at (the current one and k - 1 before it)
+    std::uint32_t embed = 64;    // d: embedding width
+    std::uint32_t hidden = 256;  // H: hidden layer width
 
     std::uint64_t concat() const noexcept { return std::uint64_t(context) * embed; }  // C = k x d
     // Offsets into the flat parameter buffer.
-    std::uint64_t embeddings_at() const noexcept { return 0; }                                   // [vocab + 1, d]
+    std::uint64_t embeddings_at() const noexcept { return 0; }                                             // [vocab + 1, d]
     std::uint64_t w1_at() const noexcept { return embeddings_at() + (std::uint64_t(vocab) + 1) * embed; }  // [C, H]
-    std::uint64_t w2_at() const noexcept { return w1_at() + concat() * hidden; }                 // [H, vocab]
-    std::uint64_t b1_at() const noexcept { return w2_at() + std::uint64_t(hidden) * vocab; }     // [H]
-    std::uint64_t b2_at() const noexcept { return b1_at() + hidden; }                            // [vocab]
+    std::uint64_t w2_at() const noexcept { return w1_at() + concat() * hidden; }                           // [H, vocab]
+    std::uint64_t b1_at() const noexcept { return w2_at() + std::uint64_t(hidden) * vocab; }               // [H]
+    std::uint64_t b2_at() const noexcept { return b1_at() + hidden; }                                      // [vocab]
     std::uint64_t parameter_count() const noexcept { return b2_at() + vocab; }
     std::uint64_t decayed_count() const noexcept { return b1_at(); }
     // Multiply-adds per token for forward + backward (the GEMMs; the rest is small).

@@ -8,12 +8,11 @@
 // One optimizer step = grad_accum micro-batches of batch_size rows on each rank. Gradients are sums
 // over target tokens, divided once by the global count of target tokens in the step, so 2 ranks with
 // batch B and 1 rank with batch B and 2 accumulation steps compute the same update.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <feedline/pipeline.hpp>
-
 
 #include <chrono>
 #include <cmath>
@@ -85,7 +84,8 @@ std::uint32_t vocabulary_from(const options& o) {
     if (!o.tokenizer.empty()) {
         return static_cast<std::uint32_t>(feedline::make_tokenizer({.model = o.tokenizer, .add_eos = false}, "--tokenizer")->vocab_size());
     }
-    throw feedline::config_error("--vocab-size", "unknown: pass --vocab-size V or --tokenizer MODEL (the sentencepiece model the data was packed with)");
+    throw feedline::config_error("--vocab-size",
+                                 "unknown: pass --vocab-size V or --tokenizer MODEL (the sentencepiece model the data was packed with)");
 }
 
 // Counts the step's target tokens and checks every id fits the model (host copy of the batch).
@@ -93,20 +93,20 @@ std::uint64_t check_batch(const feedline::batch& b, std::uint32_t vocab, std::ve
     std::uint64_t count = 0;
     for (std::int32_t t : b.host_inputs())
         if (t < 0 || static_cast<std::uint32_t>(t) >= vocab)
-            throw feedline::config_error("--vocab-size", fmt::format("batch {} holds token id {}, outside the model's vocabulary of {}", b.step(), t, vocab));
+            throw feedline::config_error(
+                "--vocab-size", fmt::format("batch {} holds token id {}, outside the model's vocabulary of {}", b.step(), t, vocab));
     for (std::int32_t t : b.host_targets()) {
         if (t < 0) continue;
         if (static_cast<std::uint32_t>(t) >= vocab)
-            throw feedline::config_error("--vocab-size", fmt::format("batch {} holds token id {}, outside the model's vocabulary of {}", b.step(), t, vocab));
+            throw feedline::config_error(
+                "--vocab-size", fmt::format("batch {} holds token id {}, outside the model's vocabulary of {}", b.step(), t, vocab));
         ++count;
         ++unigram[static_cast<std::size_t>(t)];
     }
     return count;
 }
 
-trainer::batch_view view_of(const feedline::batch& b) {
-    return {b.inputs(), b.targets(), b.position_ids(), b.size(), b.seq_len()};
-}
+trainer::batch_view view_of(const feedline::batch& b) { return {b.inputs(), b.targets(), b.position_ids(), b.size(), b.seq_len()}; }
 
 double unigram_entropy(const std::vector<double>& counts) {
     double total = 0, h = 0;
@@ -133,14 +133,16 @@ int run(options o, trainer::communicator& comm) {
             if (lead) std::fprintf(stderr, "%s\n", line.c_str());
         });
         const auto& r = *resumed;
-        if (r.model.vocab != o.model.vocab || r.model.context != o.model.context || r.model.embed != o.model.embed || r.model.hidden != o.model.hidden)
+        if (r.model.vocab != o.model.vocab || r.model.context != o.model.context || r.model.embed != o.model.embed ||
+            r.model.hidden != o.model.hidden)
             throw feedline::config_error("--resume", o.resume + ": the checkpoint's model (" + trainer::to_json(r.model).dump() +
                                                          ") differs from the one asked for (" + trainer::to_json(o.model).dump() + ")");
         if (r.global_batch != o.batch_size * comm.size() * o.grad_accum || r.seq_len != o.seq_len || r.mode != o.mode || r.seed != o.seed)
-            throw feedline::config_error("--resume", fmt::format("{}: the checkpoint was trained with {} samples x {} tokens per step, mode {}, seed {}; "
-                                                                 "this run asks for {} x {}, mode {}, seed {}",
-                                                                 o.resume, r.global_batch, r.seq_len, r.mode, r.seed,
-                                                                 o.batch_size * comm.size() * o.grad_accum, o.seq_len, o.mode, o.seed));
+            throw feedline::config_error(
+                "--resume", fmt::format("{}: the checkpoint was trained with {} samples x {} tokens per step, mode {}, seed {}; "
+                                        "this run asks for {} x {}, mode {}, seed {}",
+                                        o.resume, r.global_batch, r.seq_len, r.mode, r.seed, o.batch_size * comm.size() * o.grad_accum,
+                                        o.seq_len, o.mode, o.seed));
     }
 
     // Where the model runs: the rank's GPU (by local rank) when there is one, else the CPU.
@@ -164,7 +166,7 @@ int run(options o, trainer::communicator& comm) {
     std::unique_ptr<trainer::backend> model;
 #ifdef FEEDLINE_TRAINER_CUDA
     if (gpu >= 0) {
-        const auto precision = o.precision == "bf16" ? trainer::gpu_precision::bf16
+        const auto precision = o.precision == "bf16"   ? trainer::gpu_precision::bf16
                                : o.precision == "fp32" ? trainer::gpu_precision::fp32
                                                        : trainer::gpu_precision::automatic;
         model = trainer::make_cuda_backend(o.model, o.optimizer, initial, gpu, precision, &comm);
@@ -219,11 +221,11 @@ int run(options o, trainer::communicator& comm) {
     }
     const std::uint64_t tokens_at_start = tokens;
 
-    say(fmt::format("feedline-train: {} parameters (vocab {}, context {}, embed {}, hidden {}) on {}; {} rank(s) x {} x {} tokens x {} accumulation = "
-                    "{} tokens per step; data {} ({})",
-                    o.model.parameter_count(), o.model.vocab, o.model.context, o.model.embed, o.model.hidden, model->describe(), comm.size(),
-                    o.batch_size, o.seq_len, o.grad_accum, comm.size() * o.batch_size * o.seq_len * o.grad_accum, o.data,
-                    data.describe()));
+    say(fmt::format(
+        "feedline-train: {} parameters (vocab {}, context {}, embed {}, hidden {}) on {}; {} rank(s) x {} x {} tokens x {} accumulation = "
+        "{} tokens per step; data {} ({})",
+        o.model.parameter_count(), o.model.vocab, o.model.context, o.model.embed, o.model.hidden, model->describe(), comm.size(),
+        o.batch_size, o.seq_len, o.grad_accum, comm.size() * o.batch_size * o.seq_len * o.grad_accum, o.data, data.describe()));
 
     double pending_train_loss = 0;  // training loss taken off the device early (by an evaluation)
     auto evaluate = [&]() -> std::optional<double> {
@@ -320,8 +322,9 @@ int run(options o, trainer::communicator& comm) {
                 add_telemetry(j, gpu_now);
                 say(tools::json_text(j));
             } else {
-                say(fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>9.0f} tok/s | data stall {:5.2f}% | rss {} MiB | gpu {} MiB", step, o.max_steps,
-                                loss, lr, tps, 100 * stall, feedline::resident_bytes() >> 20, model->device_bytes() >> 20));
+                say(fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>9.0f} tok/s | data stall {:5.2f}% | rss {} MiB | gpu {} MiB",
+                                step, o.max_steps, loss, lr, tps, 100 * stall, feedline::resident_bytes() >> 20,
+                                model->device_bytes() >> 20));
             }
             window_start = clock_type::now();
             window_wait = 0;
@@ -332,7 +335,8 @@ int run(options o, trainer::communicator& comm) {
         if (o.eval_every && step % o.eval_every == 0)
             if (auto e = evaluate()) {
                 last_eval = e;
-                say(o.json ? tools::json_text(nlohmann::json{{"step", step}, {"eval_loss", *e}}) : fmt::format("step {:>5} | eval loss {:.4f}", step, *e));
+                say(o.json ? tools::json_text(nlohmann::json{{"step", step}, {"eval_loss", *e}})
+                           : fmt::format("step {:>5} | eval loss {:.4f}", step, *e));
                 window_start = clock_type::now();  // evaluation time is not training time
             }
         if (!o.checkpoint.empty() && o.checkpoint_every && step % o.checkpoint_every == 0) {
@@ -356,10 +360,19 @@ int run(options o, trainer::communicator& comm) {
     const double tps = train_seconds > 0 ? static_cast<double>(tokens - tokens_at_start) / train_seconds : 0;
     const double stall = train_seconds > 0 ? total_wait / train_seconds : 0;
     // The summary line, and the finding feedline-doctor diagnose draws from it (the same rules).
-    nlohmann::json j{{"summary", true},          {"steps", step},           {"tokens", tokens},        {"seconds", train_seconds},
-                     {"tokens_per_s", tps},       {"stall_fraction", stall}, {"unigram_entropy", entropy}, {"device", model->describe()},
-                     {"micro_batch", o.batch_size}, {"grad_accum", o.grad_accum}, {"data_workers", data.stats().workers},
-                     {"cores", feedline::read_topology().usable_cores()}, {"gpu_telemetry", gpu_monitor ? "nvml" : gpu_monitor_note},
+    nlohmann::json j{{"summary", true},
+                     {"steps", step},
+                     {"tokens", tokens},
+                     {"seconds", train_seconds},
+                     {"tokens_per_s", tps},
+                     {"stall_fraction", stall},
+                     {"unigram_entropy", entropy},
+                     {"device", model->describe()},
+                     {"micro_batch", o.batch_size},
+                     {"grad_accum", o.grad_accum},
+                     {"data_workers", data.stats().workers},
+                     {"cores", feedline::read_topology().usable_cores()},
+                     {"gpu_telemetry", gpu_monitor ? "nvml" : gpu_monitor_note},
                      {"pipeline", nlohmann::json::parse(data.stats().to_json())}};
     if (first_loss) j["first_loss"] = *first_loss;
     if (last_loss) j["final_loss"] = *last_loss;
@@ -387,12 +400,13 @@ int run(options o, trainer::communicator& comm) {
     } else if (first_loss && last_loss) {
         std::string verdict = findings.empty() ? std::string("no finding: the data path kept up") : std::string();
         for (const auto& f : findings) verdict += (verdict.empty() ? "" : "; ") + f.code + ": " + f.action;
-        say(fmt::format("\nSummary: {} steps on {} in {:.1f} s. The training loss fell from {:.3f} to {:.3f} nats per token ({:.0f}% lower){}; the "
-                        "unigram entropy of the tokens trained on is {:.3f}, so the model learned {:.3f} nats of context beyond token frequencies. "
-                        "Throughput {:.0f} tokens/s; the trainer waited for data {:.2f}% of the time.\nfeedline-doctor: {}",
-                        step, model->describe(), train_seconds, *first_loss, *last_loss, 100 * (1 - *last_loss / *first_loss),
-                        last_eval ? fmt::format(", held-out loss {:.3f}", *last_eval) : std::string(), entropy, entropy - *last_loss, tps,
-                        100 * stall, verdict));
+        say(fmt::format(
+            "\nSummary: {} steps on {} in {:.1f} s. The training loss fell from {:.3f} to {:.3f} nats per token ({:.0f}% lower){}; the "
+            "unigram entropy of the tokens trained on is {:.3f}, so the model learned {:.3f} nats of context beyond token frequencies. "
+            "Throughput {:.0f} tokens/s; the trainer waited for data {:.2f}% of the time.\nfeedline-doctor: {}",
+            step, model->describe(), train_seconds, *first_loss, *last_loss, 100 * (1 - *last_loss / *first_loss),
+            last_eval ? fmt::format(", held-out loss {:.3f}", *last_eval) : std::string(), entropy, entropy - *last_loss, tps, 100 * stall,
+            verdict));
     }
     return 0;
 }
@@ -404,9 +418,10 @@ int main(int argc, char** argv) {
     o.model.vocab = 0;  // from --vocab-size, else from --tokenizer (vocabulary_from), never the model's default
     CLI::App app{"Train a small next-token model on a feedline dataset (GPU via cuBLAS if present, else CPU via OpenBLAS)"};
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides an earlier one
-    app.add_option("--data", o.data,
-                   "training data: Megatron prefix, llm.c shard pattern or directory, JSONL / text (tokenized on the fly with --tokenizer), "
-                   "or a blend: \"0.7 data/web 0.3 code/*.jsonl\"")
+    app.add_option(
+           "--data", o.data,
+           "training data: Megatron prefix, llm.c shard pattern or directory, JSONL / text (tokenized on the fly with --tokenizer), "
+           "or a blend: \"0.7 data/web 0.3 code/*.jsonl\"")
         ->required();
     app.add_option("--eval-data", o.eval_data, "held-out data for evaluation (same forms as --data)");
     app.add_option("--max-steps", o.max_steps, "optimizer steps in all (a resumed run continues up to this)")->capture_default_str();
@@ -435,15 +450,21 @@ int main(int argc, char** argv) {
     app.add_option("--log-every", o.log_every, "progress line every N steps")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--eval-every", o.eval_every, "evaluate on --eval-data every N steps (0: only at the end)")->capture_default_str();
     app.add_option("--eval-batches", o.eval_batches, "batches per evaluation")->capture_default_str();
-    app.add_option("--checkpoint", o.checkpoint, "directory to keep checkpoints in (DIR/step-N: model, optimizer, data position; at the end and every --checkpoint-every)");
-    app.add_option("--keep-checkpoints", o.keep_checkpoints, "checkpoints of this run's lineage to keep under --checkpoint, newest first (0: all); others are never removed")->capture_default_str();
+    app.add_option(
+        "--checkpoint", o.checkpoint,
+        "directory to keep checkpoints in (DIR/step-N: model, optimizer, data position; at the end and every --checkpoint-every)");
+    app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                   "checkpoints of this run's lineage to keep under --checkpoint, newest first (0: all); others are never removed")
+        ->capture_default_str();
     app.add_option("--checkpoint-every", o.checkpoint_every, "also save every N steps (0: only at the end)")->capture_default_str();
-    app.add_option("--resume", o.resume, "continue from a --checkpoint directory (its newest intact checkpoint) or one DIR/step-N (same model and batch shape)");
+    app.add_option("--resume", o.resume,
+                   "continue from a --checkpoint directory (its newest intact checkpoint) or one DIR/step-N (same model and batch shape)");
     app.add_flag("--json", o.json, "progress as JSON lines (step, loss, tokens_per_s, stall_fraction, ...)");
     // The pipeline's other options (shuffle, tail, prefetch, io_backend, text options, ...) as they are
     // declared; the ones above are the trainer's own.
-    tools::add_pipeline_options(app, o.data_options,
-                                {.except = {"batch_size", "seq_len", "seed", "mode", "workers", "device", "rank", "world_size", "max_steps", "tokenizer"}});
+    tools::add_pipeline_options(
+        app, o.data_options,
+        {.except = {"batch_size", "seq_len", "seed", "mode", "workers", "device", "rank", "world_size", "max_steps", "tokenizer"}});
     if (const int code = tools::parse_command_line("feedline-train", 1, app, argc, argv); code >= 0) return code;
     std::unique_ptr<trainer::communicator> comm;
     try {
@@ -452,7 +473,7 @@ int main(int argc, char** argv) {
     } catch (...) {
         // One line naming what failed (a resource limit with its hint), then the other ranks, which
         // may be waiting in a collective, are ended too.
-        const int code = tools::run_tool("feedline-train", 1, [] () -> int { throw; });
+        const int code = tools::run_tool("feedline-train", 1, []() -> int { throw; });
         if (comm) comm->abort(code);
         return code;
     }

@@ -64,7 +64,8 @@ inline std::vector<std::string> regular_files_in(const std::string& dir) {
         if (ec) throw io_error(dir, ec.value(), "cannot list the directory");
         const std::string path = it->path().string();
         struct stat st {};
-        if (::stat(path.c_str(), &st) != 0) throw io_error(path, errno, "cannot stat this entry of " + dir + " (a dangling link or a symlink loop?)");
+        if (::stat(path.c_str(), &st) != 0)
+            throw io_error(path, errno, "cannot stat this entry of " + dir + " (a dangling link or a symlink loop?)");
         if (S_ISREG(st.st_mode)) files.push_back(path);
     }
     if (ec) throw io_error(dir, ec.value(), "cannot list the directory");

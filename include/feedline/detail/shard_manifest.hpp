@@ -20,9 +20,9 @@
 #include <vector>
 
 #include <feedline/detail/paths.hpp>
+#include <feedline/error.hpp>
 #include <feedline/output/atomic_file.hpp>
 #include <feedline/output/output_lock.hpp>
-#include <feedline/error.hpp>
 
 namespace feedline::detail {
 
@@ -38,8 +38,7 @@ inline constexpr std::string_view shard_manifest_header = "feedline shard manife
 inline std::string format_shard_manifest(const std::vector<manifest_entry>& entries) {
     std::string out(shard_manifest_header);
     out += '\n';
-    for (const auto& e : entries)
-        out += std::to_string(e.id.bytes) + ' ' + std::to_string(e.id.mtime_ns) + ' ' + e.name + '\n';
+    for (const auto& e : entries) out += std::to_string(e.id.bytes) + ' ' + std::to_string(e.id.mtime_ns) + ' ' + e.name + '\n';
     return out;
 }
 
@@ -86,7 +85,7 @@ public:
     // the manifest and throws io_error naming every file numbered like the set's shards that it does
     // not vouch for (see check()). `lock` must be held on `prefix` for this object's life.
     numbered_outputs(std::string prefix, std::vector<std::string> exts, const output_lock& lock)
-        : prefix_(std::move(prefix)), exts_(std::move(exts)), lock_(lock) {
+            : prefix_(std::move(prefix)), exts_(std::move(exts)), lock_(lock) {
         if (prefix_.find('\n') != std::string::npos) throw config_error("output", "an output prefix with a newline in it");
         const std::filesystem::path p(prefix_);
         dir_ = p.has_parent_path() ? p.parent_path().string() : ".";
@@ -111,17 +110,19 @@ public:
         for (const auto& name : numbered_names()) {
             const std::string full = (std::filesystem::path(dir_) / name).string();
             const auto id = identity_of(full);
-            const bool ours = id && std::any_of(listed.begin(), listed.end(), [&](const manifest_entry& e) { return e.name == name && e.id == *id; });
+            const bool ours =
+                id && std::any_of(listed.begin(), listed.end(), [&](const manifest_entry& e) { return e.name == name && e.id == *id; });
             (ours ? owned : foreign).push_back(full);
         }
         if (!foreign.empty()) {
             std::string names;
             for (std::size_t i = 0; i < foreign.size() && i < 5; ++i) names += (i ? ", " : "") + foreign[i];
             if (foreign.size() > 5) names += " and " + std::to_string(foreign.size() - 5) + " more";
-            throw io_error(foreign.front(), EEXIST,
-                           std::to_string(foreign.size()) + " file(s) named like the shards of " + prefix_ + " that no manifest of an earlier pack into it (" +
-                               manifest_path() + ") vouches for: " + names +
-                               ". feedline replaces or removes only files it can prove it wrote; move them away or write to another prefix");
+            throw io_error(
+                foreign.front(), EEXIST,
+                std::to_string(foreign.size()) + " file(s) named like the shards of " + prefix_ +
+                    " that no manifest of an earlier pack into it (" + manifest_path() + ") vouches for: " + names +
+                    ". feedline replaces or removes only files it can prove it wrote; move them away or write to another prefix");
         }
         return owned;
     }
@@ -147,7 +148,8 @@ public:
                 if (ends_with(full, *ext)) these.push_back(full);
             std::sort(these.rbegin(), these.rend());
             for (const auto& full : these)
-                if (::unlink(full.c_str()) != 0 && errno != ENOENT) throw io_error(full, errno, "cannot remove a shard of the earlier pack");
+                if (::unlink(full.c_str()) != 0 && errno != ENOENT)
+                    throw io_error(full, errno, "cannot remove a shard of the earlier pack");
         }
         if (!owned.empty()) sync_parent_directory(prefix_);
         for (std::size_t i = 0; i < identities.size(); ++i) commit(i);

@@ -18,8 +18,8 @@
 namespace feedline {
 
 struct gpu_availability {
-    int devices = 0;     // usable CUDA devices (0 when none, or when built without CUDA)
-    std::string reason;  // why there are none, or the first device's name
+    int devices = 0;            // usable CUDA devices (0 when none, or when built without CUDA)
+    std::string reason;         // why there are none, or the first device's name
     bool none_visible = false;  // the driver answered and has no device for this process (none, or CUDA_VISIBLE_DEVICES hides them all)
     explicit operator bool() const noexcept { return devices > 0; }
 };
@@ -50,8 +50,8 @@ inline gpu_availability gpu_probe() {
     cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
         (void)cudaGetLastError();
-        out.reason = std::string("no usable GPU: cudaGetDeviceCount says ") + cudaGetErrorName(status) + " (" +
-                     cudaGetErrorString(status) + ")";
+        out.reason =
+            std::string("no usable GPU: cudaGetDeviceCount says ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
         out.none_visible = status == cudaErrorNoDevice;
         return out;
     }

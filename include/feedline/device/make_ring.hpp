@@ -90,8 +90,8 @@ inline ring_selection make_ring(ring_options options, device_choice device = {})
     gpu_availability gpu = gpu_probe();
     if (gpu && device.index >= gpu.devices) {
         if (device.kind == device_kind::cuda)
-            throw config_error("device", "CUDA device " + std::to_string(device.index) + " requested, " + std::to_string(gpu.devices) +
-                                             " present");
+            throw config_error("device",
+                               "CUDA device " + std::to_string(device.index) + " requested, " + std::to_string(gpu.devices) + " present");
         gpu.devices = 0;
         gpu.reason = "device " + std::to_string(device.index) + " not present";
     }

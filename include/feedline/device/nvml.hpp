@@ -30,7 +30,7 @@ namespace feedline {
 // utilization on MIG, memory on a MIG GPU for an unprivileged process (nvml.h: aggregate memory "only
 // if the caller has appropriate privileges").
 struct gpu_reading {
-    std::string name, pci_bus_id;   // pci_bus_id as sysfs spells it: "0000:1a:00.0"
+    std::string name, pci_bus_id;                            // pci_bus_id as sysfs spells it: "0000:1a:00.0"
     std::optional<std::uint64_t> memory_total, memory_used;  // bytes, all processes together
     std::optional<double> utilization;  // share of the last sample period a kernel ran, 0..1; MIG and vGPUs may not say
     std::optional<unsigned> pcie_gen, pcie_width, pcie_max_gen, pcie_max_width;
@@ -55,9 +55,13 @@ inline std::optional<std::array<unsigned, 3>> parse_pci_bus_id(const std::string
 namespace detail::nvml_abi {
 using result = int;  // nvmlReturn_t: 0 is NVML_SUCCESS
 using device = struct opaque_device*;
-struct utilization { unsigned gpu, memory; };            // nvmlUtilization_t, percent
-struct memory { unsigned long long total, free, used; };  // nvmlMemory_t, bytes
-struct pci_info {                                         // nvmlPciInfo_t (v3)
+struct utilization {
+    unsigned gpu, memory;
+};  // nvmlUtilization_t, percent
+struct memory {
+    unsigned long long total, free, used;
+};                 // nvmlMemory_t, bytes
+struct pci_info {  // nvmlPciInfo_t (v3)
     char bus_id_legacy[16];
     unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
     char bus_id[32];
@@ -134,8 +138,9 @@ private:
         }
         decltype(init_) init = nullptr;
         if (!bind(init, "nvmlInit_v2") || !bind(count_, "nvmlDeviceGetCount_v2") || !bind(by_index_, "nvmlDeviceGetHandleByIndex_v2") ||
-            !bind(by_pci_, "nvmlDeviceGetHandleByPciBusId_v2") || !bind(name_, "nvmlDeviceGetName") || !bind(memory_, "nvmlDeviceGetMemoryInfo") ||
-            !bind(utilization_, "nvmlDeviceGetUtilizationRates") || !bind(pci_, "nvmlDeviceGetPciInfo_v3"))
+            !bind(by_pci_, "nvmlDeviceGetHandleByPciBusId_v2") || !bind(name_, "nvmlDeviceGetName") ||
+            !bind(memory_, "nvmlDeviceGetMemoryInfo") || !bind(utilization_, "nvmlDeviceGetUtilizationRates") ||
+            !bind(pci_, "nvmlDeviceGetPciInfo_v3"))
             return;
         // Optional: virtual GPUs and old drivers lack them, and the readings then leave the fields empty.
         link_gen_ = reinterpret_cast<decltype(link_gen_)>(::dlsym(lib_, "nvmlDeviceGetCurrPcieLinkGeneration"));
@@ -195,10 +200,10 @@ private:
 
 // The mean of a GPU's samples over one logging interval.
 struct gpu_interval {
-    std::optional<double> utilization;                  // mean, 0..1; empty when no sample had it
+    std::optional<double> utilization;                       // mean, 0..1; empty when no sample had it
     std::optional<std::uint64_t> memory_used, memory_total;  // mean used (bytes), total; empty when no sample had them
-    unsigned samples = 0;                               // 0: no sample fell in the interval; the latest one is repeated
-    unsigned utilization_samples = 0;                   // of them, those with a utilization (the weight of its mean)
+    unsigned samples = 0;                                    // 0: no sample fell in the interval; the latest one is repeated
+    unsigned utilization_samples = 0;                        // of them, those with a utilization (the weight of its mean)
 };
 
 // Samples a GPU every `period` on its own thread, so the trainer never waits on the driver; take()
@@ -229,7 +234,7 @@ public:
     // A sampler for the GPU at `pci_bus_id` through NVML, or nullptr (with the reason in `why`) when
     // NVML is absent or does not know the GPU.
     static std::unique_ptr<gpu_sampler> for_gpu(const std::string& pci_bus_id, std::string* why = nullptr,
-                                                 std::chrono::milliseconds period = std::chrono::milliseconds(100)) {
+                                                std::chrono::milliseconds period = std::chrono::milliseconds(100)) {
         const nvml& lib = nvml::get();
         auto fail = [&](std::string r) {
             if (why) *why = std::move(r);

@@ -36,11 +36,11 @@ struct batch_shape {
 };
 
 struct ring_options {
-    std::size_t slots = 4;           // batches in flight between the workers and the trainer
-    std::size_t slot_bytes = 0;      // bytes per batch (all of a batch's tensors)
-    int numa_node = -1;              // host memory placement (-1: first touch); the GPU's node is best
-    int device = 0;                  // pinned ring: the CUDA device
-    bool pin = true;                 // pinned ring: false keeps host slots pageable (baseline for benchmarks)
+    std::size_t slots = 4;             // batches in flight between the workers and the trainer
+    std::size_t slot_bytes = 0;        // bytes per batch (all of a batch's tensors)
+    int numa_node = -1;                // host memory placement (-1: first touch); the GPU's node is best
+    int device = 0;                    // pinned ring: the CUDA device
+    bool pin = true;                   // pinned ring: false keeps host slots pageable (baseline for benchmarks)
     std::uint64_t first_sequence = 0;  // the first batch's number (a restored pipeline starts past 0)
     // Coalesced wake-ups: once next() has to sleep, it sleeps until half the prefetch depth is ready
     // (at most this long), not until its one batch is. 0: woken for each batch. Only for producers
@@ -153,8 +153,8 @@ public:
     // ring: queues its H2D copy. Never blocks on the consumer.
     void publish(std::uint64_t seq, std::size_t bytes, batch_shape shape = {}) {
         if (bytes > slot_bytes_)
-            throw config_error("slot_bytes", "batch of " + std::to_string(bytes) + " bytes published into slots of " +
-                                                 std::to_string(slot_bytes_));
+            throw config_error("slot_bytes",
+                               "batch of " + std::to_string(bytes) + " bytes published into slots of " + std::to_string(slot_bytes_));
         slot& s = slots_[seq % n_];
         s.bytes = bytes;
         s.shape = shape;
@@ -276,13 +276,13 @@ public:
 protected:
     // Throws config_error for 0 slots or 0 bytes.
     explicit staging_ring(const ring_options& o)
-        : n_(o.slots),
-          slot_bytes_(o.slot_bytes),
-          slots_(std::make_unique<slot[]>(o.slots == 0 ? 1 : o.slots)),
-          first_(o.first_sequence),
-          next_(o.first_sequence),
-          depth_(o.slots),
-          coalesce_(std::clamp<std::chrono::microseconds>(o.coalesce_wakeups, std::chrono::microseconds(0), std::chrono::hours(24))) {
+            : n_(o.slots),
+              slot_bytes_(o.slot_bytes),
+              slots_(std::make_unique<slot[]>(o.slots == 0 ? 1 : o.slots)),
+              first_(o.first_sequence),
+              next_(o.first_sequence),
+              depth_(o.slots),
+              coalesce_(std::clamp<std::chrono::microseconds>(o.coalesce_wakeups, std::chrono::microseconds(0), std::chrono::hours(24))) {
         if (o.slots == 0) throw config_error("slots", "a ring needs at least 1 slot");
         if (o.slot_bytes == 0) throw config_error("slot_bytes", "must be at least 1");
         // Slot i first serves the first sequence s >= first_sequence with s % N == i.
@@ -318,7 +318,8 @@ private:
         return d >= n_ || seq < first_ + consumed_.load(std::memory_order_acquire) + d;
     }
     static std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
-        return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+        return static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     }
 
     void release_slot(std::uint64_t seq, std::size_t slot, void* stream) noexcept {

@@ -36,9 +36,9 @@ struct observations {
     std::optional<double> micro_batch, grad_accum, data_workers, stall_fraction, tokens_per_s;
     std::optional<bool> pinned_memory;
     std::optional<double> rss_anon_mib, rss_file_mib;  // the training process
-    std::optional<double> gpu_numa_node;                // the GPU's NUMA node
-    std::vector<double> worker_numa_nodes;              // where the data workers run
-    std::vector<std::string> notes;                     // what the reader passed over (a cut last line)
+    std::optional<double> gpu_numa_node;               // the GPU's NUMA node
+    std::vector<double> worker_numa_nodes;             // where the data workers run
+    std::vector<std::string> notes;                    // what the reader passed over (a cut last line)
 };
 
 struct finding {
@@ -81,7 +81,8 @@ inline void only(const nlohmann::json& o, std::initializer_list<const char*> key
     }
 }
 
-inline void not_above(const std::optional<double>& used, const std::optional<double>& total, const std::string& where, const std::string& field) {
+inline void not_above(const std::optional<double>& used, const std::optional<double>& total, const std::string& where,
+                      const std::string& field) {
     if (used && total && *used > *total) bad(where, field, fmt::format("{} is more than the total {}", *used, *total));
 }
 
@@ -98,7 +99,8 @@ inline observations parse_scenario(const nlohmann::json& j, const std::string& w
             const auto& e = (*g)[i];
             const std::string p = "gpus[" + std::to_string(i) + "].";
             only(e, {"memory_total_mib", "memory_used_mib", "utilization"}, where, p);
-            gpu_observation x{number(e, "memory_total_mib", where, p), number(e, "memory_used_mib", where, p), number(e, "utilization", where, p)};
+            gpu_observation x{number(e, "memory_total_mib", where, p), number(e, "memory_used_mib", where, p),
+                              number(e, "utilization", where, p)};
             if (x.utilization && *x.utilization > 1) bad(where, p + "utilization", "is a fraction in [0, 1]");
             not_above(x.memory_used_mib, x.memory_total_mib, where, p + "memory_used_mib");
             o.gpus.push_back(x);
@@ -152,7 +154,8 @@ constexpr double mib = 1024.0 * 1024.0;
 
 // A log line's number field, or nullopt when the line lacks it (or has null); anything but a number in
 // [0, max] is an error naming the line and the field.
-inline std::optional<double> log_number(const nlohmann::json& j, const char* key, double max, const std::string& where, const std::string& line) {
+inline std::optional<double> log_number(const nlohmann::json& j, const char* key, double max, const std::string& where,
+                                        const std::string& line) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) return std::nullopt;
     if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= max))
@@ -178,7 +181,8 @@ inline void read_log_fields(const nlohmann::json& j, observations& o, const std:
     const auto ram_total = log_number(j, "host_ram_total_bytes", any, where, line);
     const auto ram_available = log_number(j, "host_ram_available_bytes", any, where, line);
     if (ram_total && ram_available) {
-        if (*ram_available > *ram_total) throw feedline::format_error(where, 0, line + ": host_ram_available_bytes is more than host_ram_total_bytes");
+        if (*ram_available > *ram_total)
+            throw feedline::format_error(where, 0, line + ": host_ram_available_bytes is more than host_ram_total_bytes");
         o.ram_total_mib = *ram_total / mib;
         o.ram_used_mib = (*ram_total - *ram_available) / mib;
     }
@@ -209,7 +213,8 @@ inline constexpr std::size_t max_depth = 64;
 // Is this object a line of a log (a trainer's progress or summary line, a pipeline's stats line)
 // rather than a scenario?
 inline bool is_log_line(const nlohmann::json& j) {
-    return j.is_object() && (j.contains("step") || j.contains("summary") || (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")));
+    return j.is_object() && (j.contains("step") || j.contains("summary") ||
+                             (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")));
 }
 
 // Parses one JSON text of at most max_depth levels; nullopt when it is not JSON.
@@ -233,7 +238,8 @@ inline bool bounded_getline(std::istream& in, std::string& line, std::size_t n, 
             return true;
         }
         if (line.size() == max_line_bytes)
-            throw feedline::format_error(where, 0, "line " + std::to_string(n) + " is longer than " + std::to_string(max_line_bytes >> 20) + " MiB: not a log line");
+            throw feedline::format_error(
+                where, 0, "line " + std::to_string(n) + " is longer than " + std::to_string(max_line_bytes >> 20) + " MiB: not a log line");
         line.push_back(static_cast<char>(c));
     }
     return !line.empty();
@@ -284,7 +290,8 @@ inline observations parse_log(std::istream& in, const std::string& where) {
         }
     }
     if (!summary && !last_stats && progress == 0)
-        throw feedline::format_error(where, 0, "no progress, summary or stats lines (is this a feedline-train --json log or a stats_jsonl?)");
+        throw feedline::format_error(where, 0,
+                                     "no progress, summary or stats lines (is this a feedline-train --json log or a stats_jsonl?)");
     if (summary || last_stats) {
         const nlohmann::json& s = summary ? *summary : *last_stats;
         const std::string here = "line " + std::to_string(summary ? summary_line : stats_line);
@@ -302,7 +309,8 @@ inline observations parse_log(std::istream& in, const std::string& where) {
 // parse_log a line at a time): one JSON object that is not a log line is a scenario (`scenario` set),
 // anything else is a log. Throws format_error/config_error naming `where` and the line or field.
 inline observations parse_input(const std::string& text, const std::string& where, bool& scenario) {
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw feedline::format_error(where, 0, "empty: expected a scenario or a log");
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+        throw feedline::format_error(where, 0, "empty: expected a scenario or a log");
     const auto whole = feedline::jsonl_field_parser::deeper_than(text, max_depth) ? std::nullopt : parse_bounded(text, where, "the file");
     scenario = whole && whole->is_object() && !is_log_line(*whole);
     if (scenario) return parse_scenario(*whole, where);
@@ -323,13 +331,20 @@ inline std::vector<finding> diagnose(const observations& o) {
     const bool busy = mean_util && *mean_util >= gpu_busy;
 
     if (o.stall_fraction && *o.stall_fraction >= data_bound_stall)
-        out.push_back({"data-bound", "action", {{"stall_fraction", *o.stall_fraction}, {"data_workers", o.data_workers ? nlohmann::json(*o.data_workers) : nlohmann::json()}},
-                       fmt::format("the trainer waited for data {:.1f}% of its time: raise the data workers{}, deepen the prefetch, or tokenize ahead "
-                                   "(feedline-pack) instead of on the fly",
-                                   100 * *o.stall_fraction, o.data_workers ? fmt::format(" (now {:g})", *o.data_workers) : std::string())});
+        out.push_back(
+            {"data-bound",
+             "action",
+             {{"stall_fraction", *o.stall_fraction}, {"data_workers", o.data_workers ? nlohmann::json(*o.data_workers) : nlohmann::json()}},
+             fmt::format(
+                 "the trainer waited for data {:.1f}% of its time: raise the data workers{}, deepen the prefetch, or tokenize ahead "
+                 "(feedline-pack) instead of on the fly",
+                 100 * *o.stall_fraction, o.data_workers ? fmt::format(" (now {:g})", *o.data_workers) : std::string())});
     if (busy && (!o.stall_fraction || *o.stall_fraction < gpu_ahead_stall))
-        out.push_back({"gpu-bound", "info", {{"gpu_utilization", *mean_util}, {"stall_fraction", o.stall_fraction ? nlohmann::json(*o.stall_fraction) : nlohmann::json()}},
-                       "the GPU is busy and the data side is ahead: more data workers or prefetch will not speed this run up"});
+        out.push_back(
+            {"gpu-bound",
+             "info",
+             {{"gpu_utilization", *mean_util}, {"stall_fraction", o.stall_fraction ? nlohmann::json(*o.stall_fraction) : nlohmann::json()}},
+             "the GPU is busy and the data side is ahead: more data workers or prefetch will not speed this run up"});
     if (busy && o.micro_batch && o.grad_accum)
         for (std::size_t i = 0; i < o.gpus.size(); ++i) {
             const auto& g = o.gpus[i];
@@ -342,44 +357,68 @@ inline std::vector<finding> diagnose(const observations& o) {
             double k = 1;
             while (*o.grad_accum / (2 * k) >= 1 && std::fmod(*o.grad_accum, 2 * k) == 0 && share * 2 * k <= gpu_memory_target) k *= 2;
             if (k < 2) continue;
-            out.push_back({"gpu-memory-headroom", "action",
-                           {{"gpu", i}, {"memory_used_mib", *g.memory_used_mib}, {"memory_total_mib", *g.memory_total_mib}, {"utilization", *g.utilization},
-                            {"micro_batch", *o.micro_batch}, {"grad_accum", *o.grad_accum}},
-                           fmt::format("GPU {} uses {:.0f}% of its memory while busy: micro-batch {:g} -> {:g} and gradient accumulation {:g} -> {:g} keep "
-                                       "the global batch ({:g} sequences per GPU per step) with {:g}x fewer, larger steps",
-                                       i, 100 * share, *o.micro_batch, *o.micro_batch * k, *o.grad_accum, *o.grad_accum / k, *o.micro_batch * *o.grad_accum, k)});
+            out.push_back(
+                {"gpu-memory-headroom",
+                 "action",
+                 {{"gpu", i},
+                  {"memory_used_mib", *g.memory_used_mib},
+                  {"memory_total_mib", *g.memory_total_mib},
+                  {"utilization", *g.utilization},
+                  {"micro_batch", *o.micro_batch},
+                  {"grad_accum", *o.grad_accum}},
+                 fmt::format(
+                     "GPU {} uses {:.0f}% of its memory while busy: micro-batch {:g} -> {:g} and gradient accumulation {:g} -> {:g} keep "
+                     "the global batch ({:g} sequences per GPU per step) with {:g}x fewer, larger steps",
+                     i, 100 * share, *o.micro_batch, *o.micro_batch * k, *o.grad_accum, *o.grad_accum / k, *o.micro_batch * *o.grad_accum,
+                     k)});
             break;  // one finding for the run: data-parallel GPUs are alike
         }
     if (o.ram_total_mib && o.ram_used_mib && *o.ram_total_mib > 0 && *o.ram_used_mib / *o.ram_total_mib >= host_memory_pressure) {
         const double avail = *o.ram_total_mib - *o.ram_used_mib;
-        out.push_back({"host-memory-pressure", "action", {{"ram_used_mib", *o.ram_used_mib}, {"ram_total_mib", *o.ram_total_mib}},
-                       fmt::format("host RAM is {:.0f}% used ({:.0f} MiB free): cut data workers' copies and prefetch depth; feedline bounds "
-                                   "its own memory by a budget, by default a quarter of what is available ({:.0f} MiB now)",
-                                   100 * *o.ram_used_mib / *o.ram_total_mib, avail, avail / 4)});
+        out.push_back(
+            {"host-memory-pressure",
+             "action",
+             {{"ram_used_mib", *o.ram_used_mib}, {"ram_total_mib", *o.ram_total_mib}},
+             fmt::format("host RAM is {:.0f}% used ({:.0f} MiB free): cut data workers' copies and prefetch depth; feedline bounds "
+                         "its own memory by a budget, by default a quarter of what is available ({:.0f} MiB now)",
+                         100 * *o.ram_used_mib / *o.ram_total_mib, avail, avail / 4)});
     }
     if (o.swap_used_mib && *o.swap_used_mib >= swap_in_use_mib)
-        out.push_back({"swap-in-use", "action", {{"swap_used_mib", *o.swap_used_mib}, {"swap_total_mib", o.swap_total_mib ? nlohmann::json(*o.swap_total_mib) : nlohmann::json()}},
+        out.push_back({"swap-in-use",
+                       "action",
+                       {{"swap_used_mib", *o.swap_used_mib},
+                        {"swap_total_mib", o.swap_total_mib ? nlohmann::json(*o.swap_total_mib) : nlohmann::json()}},
                        fmt::format("{:.0f} MiB are swapped out: a training step that touches swapped pages waits for the disk; free memory "
                                    "(fewer loader processes, a smaller prefetch) or turn swap off on training nodes",
                                    *o.swap_used_mib)});
     if (o.data_workers && *o.data_workers == 0)
-        out.push_back({"no-data-workers", "action", {{"data_workers", 0}},
+        out.push_back({"no-data-workers",
+                       "action",
+                       {{"data_workers", 0}},
                        "batches are prepared on the training process's own thread, between steps: give the loader workers (DataLoader "
                        "num_workers, or feedline, whose workers are threads) so the next batch is ready when a step ends"});
     if (o.pinned_memory && !*o.pinned_memory)
-        out.push_back({"pageable-copies", "action", {{"pinned_memory", false}},
-                       "batches are copied to the GPU from pageable memory, which runs at a fraction of pinned bandwidth (0.11x on an H100, "
-                       "docs/benchmarks.md) and cannot overlap compute: pin_memory=True, or feedline's pinned ring"});
+        out.push_back(
+            {"pageable-copies",
+             "action",
+             {{"pinned_memory", false}},
+             "batches are copied to the GPU from pageable memory, which runs at a fraction of pinned bandwidth (0.11x on an H100, "
+             "docs/benchmarks.md) and cannot overlap compute: pin_memory=True, or feedline's pinned ring"});
     if (o.cores && !o.gpus.empty() && o.data_workers) {
         const double need = double(o.gpus.size()) * (1 + *o.data_workers) + feedline::os_reserve_cores;
         if (*o.cores < need)
-            out.push_back({"cores-short", "action", {{"cores", *o.cores}, {"gpus", o.gpus.size()}, {"data_workers", *o.data_workers}, {"cores_needed", need}},
-                           fmt::format("{:g} cores for {} training process(es) with {:g} data workers each and {} for the OS ({:g} needed): fewer "
-                                       "workers per process, or a machine with more cores",
-                                       *o.cores, o.gpus.size(), *o.data_workers, feedline::os_reserve_cores, need)});
+            out.push_back(
+                {"cores-short",
+                 "action",
+                 {{"cores", *o.cores}, {"gpus", o.gpus.size()}, {"data_workers", *o.data_workers}, {"cores_needed", need}},
+                 fmt::format("{:g} cores for {} training process(es) with {:g} data workers each and {} for the OS ({:g} needed): fewer "
+                             "workers per process, or a machine with more cores",
+                             *o.cores, o.gpus.size(), *o.data_workers, feedline::os_reserve_cores, need)});
     }
     if (o.rss_anon_mib && o.rss_file_mib && *o.rss_file_mib >= 1024 && *o.rss_file_mib >= *o.rss_anon_mib)
-        out.push_back({"mmap-counted-as-rss", "info", {{"rss_anon_mib", *o.rss_anon_mib}, {"rss_file_mib", *o.rss_file_mib}},
+        out.push_back({"mmap-counted-as-rss",
+                       "info",
+                       {{"rss_anon_mib", *o.rss_anon_mib}, {"rss_file_mib", *o.rss_file_mib}},
                        fmt::format("{:.0f} MiB of the process's RSS are mapped file pages (the dataset in the page cache, shared and "
                                    "reclaimable), against {:.0f} MiB of its own memory: not a leak, and not what the process costs",
                                    *o.rss_file_mib, *o.rss_anon_mib)});
@@ -388,10 +427,13 @@ inline std::vector<finding> diagnose(const observations& o) {
         for (double n : o.worker_numa_nodes)
             if (n != *o.gpu_numa_node) away.insert(n);
         if (!away.empty())
-            out.push_back({"numa-remote", "action", {{"gpu_node", *o.gpu_numa_node}, {"worker_nodes", o.worker_numa_nodes}},
-                           fmt::format("data workers run on NUMA node(s) other than the GPU's ({:g}): their batches cross the inter-socket link "
-                                       "before PCIe; pin them to the GPU's node",
-                                       *o.gpu_numa_node)});
+            out.push_back(
+                {"numa-remote",
+                 "action",
+                 {{"gpu_node", *o.gpu_numa_node}, {"worker_nodes", o.worker_numa_nodes}},
+                 fmt::format("data workers run on NUMA node(s) other than the GPU's ({:g}): their batches cross the inter-socket link "
+                             "before PCIe; pin them to the GPU's node",
+                             *o.gpu_numa_node)});
     }
     return out;
 }

@@ -29,8 +29,8 @@ struct measure_options {
     // pass leaves what it read in the page cache, so a dataset within the limit is measured warm by the
     // pipeline runs that follow (one beyond it partly cold, as training would read it).
     std::uint64_t read_bytes = 0;
-    double seconds = 1.0;                     // per worker count
-    unsigned max_workers = 0;                 // 0: the usable cores
+    double seconds = 1.0;      // per worker count
+    unsigned max_workers = 0;  // 0: the usable cores
     std::uint64_t batch_size = 8, seq_len = 512;
 };
 
@@ -94,9 +94,14 @@ inline nlohmann::json measure_reads(const measure_options& o) {
     std::uint64_t total = 0;
     std::size_t count = 0;
     for (const auto& f : open_all()) total += f->size(), ++count;
-    const std::uint64_t cap = o.read_bytes ? o.read_bytes : std::min<std::uint64_t>(4ull << 30, feedline::read_host_memory().available.value_or(0) / 2);
+    const std::uint64_t cap =
+        o.read_bytes ? o.read_bytes : std::min<std::uint64_t>(4ull << 30, feedline::read_host_memory().available.value_or(0) / 2);
     const std::uint64_t limit = std::min(total, cap);
-    nlohmann::json out = {{"files", count}, {"dataset_bytes", total}, {"bytes_per_pass", limit}, {"whole_dataset", limit == total}, {"request_bytes", 1 << 20}};
+    nlohmann::json out = {{"files", count},
+                          {"dataset_bytes", total},
+                          {"bytes_per_pass", limit},
+                          {"whole_dataset", limit == total},
+                          {"request_bytes", 1 << 20}};
     for (auto backend : {feedline::io_backend::pread, feedline::io_backend::io_uring, feedline::io_backend::mmap}) {
         const std::string name(feedline::to_string(backend));
         try {
@@ -117,7 +122,8 @@ inline nlohmann::json measure_reads(const measure_options& o) {
 // the pinned ring and the GPU when there is one), over `seconds` after two start-up batches.
 inline nlohmann::json measure_pipeline_once(const measure_options& o, unsigned workers, const std::string& device) {
     const bool text = feedline::kinds_of(feedline::parse_data_spec(o.data)).text;
-    feedline::pipeline_config c{.batch_size = o.batch_size, .seq_len = o.seq_len, .workers = workers, .device = feedline::parse_device(device)};
+    feedline::pipeline_config c{
+        .batch_size = o.batch_size, .seq_len = o.seq_len, .workers = workers, .device = feedline::parse_device(device)};
     if (text) c.text.tokenizer = o.tokenizer;
     feedline::pipeline p(o.data, c);
     for (int i = 0; i < 2; ++i)  // start-up (plans, the first fills) is not the steady rate
@@ -129,8 +135,11 @@ inline nlohmann::json measure_pipeline_once(const measure_options& o, unsigned w
     const double s = detail::seconds_since(t0);
     const auto after = p.stats();
     const double tokens = double(batches * o.batch_size * o.seq_len);
-    nlohmann::json row{{"workers", workers}, {"batches", batches}, {"tokens_per_s", s > 0 ? tokens / s : 0},
-                       {"stall_fraction", s > 0 ? std::min(1.0, (after.stall_s - before.stall_s) / s) : 0}, {"device", after.device}};
+    nlohmann::json row{{"workers", workers},
+                       {"batches", batches},
+                       {"tokens_per_s", s > 0 ? tokens / s : 0},
+                       {"stall_fraction", s > 0 ? std::min(1.0, (after.stall_s - before.stall_s) / s) : 0},
+                       {"device", after.device}};
     if (text && after.tokenize_s > before.tokenize_s)  // tokens one worker tokenizes per second of its time
         row["tokenize_tokens_per_s_per_worker"] = tokens / (after.tokenize_s - before.tokenize_s);
     return row;

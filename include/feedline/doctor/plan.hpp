@@ -38,7 +38,7 @@ inline constexpr double gib = 1024.0 * 1024.0 * 1024.0;
 struct plan_input {
     double params = 0;  // Ψ; 0: from the shape below
     std::uint64_t layers = 0, hidden = 0, heads = 0, vocab = 0;
-    std::string precision = "bf16";  // bf16 | fp16 (mixed precision with fp32 master weights) | fp32
+    std::string precision = "bf16";   // bf16 | fp16 (mixed precision with fp32 master weights) | fp32
     std::string optimizer = "adamw";  // adamw | sgd (with momentum)
     std::uint64_t gpus = 1;           // per node
     std::uint64_t nodes = 1;
@@ -47,12 +47,12 @@ struct plan_input {
     std::uint64_t micro_batch = 1, seq_len = 2048, grad_accum = 1;
     bool activation_checkpointing = false;
     double gpu_memory = 80 * gib;
-    double gpu_reserve = 1 * gib;  // CUDA context, library workspaces, allocator slack
+    double gpu_reserve = 1 * gib;     // CUDA context, library workspaces, allocator slack
     double tokens_per_s_per_gpu = 0;  // 0: from gpu_tflops x mfu
     double gpu_tflops = 0, mfu = 0.4;
-    std::string data = "shards";      // shards (pre-tokenized) | text (tokenized on the fly)
-    double worker_tokens_per_s = 0;   // 0: the measured figure for `data` (docs/sizing.md)
-    double dataset_bytes = 0;         // page cache wanted for the dataset on each node (0: not counted)
+    std::string data = "shards";        // shards (pre-tokenized) | text (tokenized on the fly)
+    double worker_tokens_per_s = 0;     // 0: the measured figure for `data` (docs/sizing.md)
+    double dataset_bytes = 0;           // page cache wanted for the dataset on each node (0: not counted)
     double process_overhead = 4 * gib;  // host memory of one training process besides the above
     std::uint64_t os_cores = feedline::os_reserve_cores;
     std::uint64_t prefetch = 8;  // batches staged per rank (feedline's ring)
@@ -93,8 +93,8 @@ inline state_bytes bytes_per_parameter(const plan_input& in) {
     const double k = (mixed ? 4.0 : 0.0) + (adam ? 8.0 : 4.0);
     const double w = mixed ? 2.0 : 4.0;
     return {w, w, k,
-            std::string(mixed ? "16-bit parameters and gradients (2 + 2 bytes)" : "fp32 parameters and gradients (4 + 4 bytes)") + ", optimizer states " +
-                std::to_string(int(k)) + " bytes per parameter (" + (mixed ? "fp32 master weights, " : "") +
+            std::string(mixed ? "16-bit parameters and gradients (2 + 2 bytes)" : "fp32 parameters and gradients (4 + 4 bytes)") +
+                ", optimizer states " + std::to_string(int(k)) + " bytes per parameter (" + (mixed ? "fp32 master weights, " : "") +
                 (adam ? "Adam momentum and variance" : "SGD momentum") + "): ZeRO section 3.1"};
 }
 
@@ -118,14 +118,20 @@ inline void check_input(const plan_input& in) {
     if (shape) {
         for (auto [v, f] : {std::pair{in.layers, "layers"}, {in.hidden, "hidden"}, {in.heads, "heads"}, {in.vocab, "vocab"}})
             if (v == 0) throw config_error(f, "the model's shape needs --layers, --hidden, --heads and --vocab, each > 0");
-        if (in.hidden % in.heads != 0) throw config_error("heads", std::to_string(in.heads) + " does not divide --hidden " + std::to_string(in.hidden));
+        if (in.hidden % in.heads != 0)
+            throw config_error("heads", std::to_string(in.heads) + " does not divide --hidden " + std::to_string(in.hidden));
     }
-    if (in.precision != "bf16" && in.precision != "fp16" && in.precision != "fp32") throw config_error("precision", "'" + in.precision + "' (expected bf16, fp16 or fp32)");
+    if (in.precision != "bf16" && in.precision != "fp16" && in.precision != "fp32")
+        throw config_error("precision", "'" + in.precision + "' (expected bf16, fp16 or fp32)");
     if (in.optimizer != "adamw" && in.optimizer != "sgd") throw config_error("optimizer", "'" + in.optimizer + "' (expected adamw or sgd)");
     if (in.data != "shards" && in.data != "text") throw config_error("data", "'" + in.data + "' (expected shards or text)");
     if (in.zero_stage > 3) throw config_error("zero-stage", std::to_string(in.zero_stage) + " (expected 0, 1, 2 or 3)");
-    for (auto [v, f] : {std::pair{in.gpus, "gpus"}, {in.nodes, "nodes"}, {in.micro_batch, "micro-batch"}, {in.seq_len, "seq-len"},
-                        {in.grad_accum, "grad-accum"}, {in.prefetch, "prefetch"}})
+    for (auto [v, f] : {std::pair{in.gpus, "gpus"},
+                        {in.nodes, "nodes"},
+                        {in.micro_batch, "micro-batch"},
+                        {in.seq_len, "seq-len"},
+                        {in.grad_accum, "grad-accum"},
+                        {in.prefetch, "prefetch"}})
         if (v == 0 || v > (std::uint64_t(1) << 32)) throw config_error(f, "must be an integer in [1, 2^32]");
     positive(in.gpu_memory, "gpu-memory");
     non_negative(in.gpu_reserve, "gpu-reserve");
@@ -166,8 +172,10 @@ inline plan_result make_plan(const plan_input& in) {
     };
     const auto st = states_on_gpu(nd);
     const std::string part = "ZeRO stage " + std::to_string(z) + " over " + std::to_string(r.ranks) + " rank(s)";
-    r.per_gpu.push_back({"parameters", st[0], "bytes", std::to_string(int(b.params)) + " bytes x " + params_rule + (z >= 3 ? ", / Nd (" + part + ")" : "")});
-    r.per_gpu.push_back({"gradients", st[1], "bytes", std::to_string(int(b.grads)) + " bytes per parameter" + (z >= 2 ? ", / Nd (" + part + ")" : "")});
+    r.per_gpu.push_back({"parameters", st[0], "bytes",
+                         std::to_string(int(b.params)) + " bytes x " + params_rule + (z >= 3 ? ", / Nd (" + part + ")" : "")});
+    r.per_gpu.push_back(
+        {"gradients", st[1], "bytes", std::to_string(int(b.grads)) + " bytes per parameter" + (z >= 2 ? ", / Nd (" + part + ")" : "")});
     r.per_gpu.push_back({"optimizer_states", st[2], "bytes",
                          in.offload_optimizer ? "offloaded to host memory" : b.rule + (z >= 1 ? ", / Nd (" + part + ")" : "")});
 
@@ -175,11 +183,13 @@ inline plan_result make_plan(const plan_input& in) {
     double act = 0;
     std::string act_rule = "not computed: needs the model's shape (--layers, --hidden, --heads, --vocab)";
     if (shape) {
-        const double s = double(in.seq_len), bb = double(in.micro_batch), h = double(in.hidden), a = double(in.heads), l = double(in.layers);
+        const double s = double(in.seq_len), bb = double(in.micro_batch), h = double(in.hidden), a = double(in.heads),
+                     l = double(in.layers);
         const double per_layer = s * bb * h * (34 + 5 * a * s / h) * (in.precision == "fp32" ? 2.0 : 1.0);
         if (in.activation_checkpointing) {
             act = l * 2 * s * bb * h * (in.precision == "fp32" ? 2.0 : 1.0) + per_layer;
-            act_rule = "2 s b h per layer (each layer's input) + one layer's s b h (34 + 5 a s / h) while recomputed (Korthikanti et al. 2022)";
+            act_rule =
+                "2 s b h per layer (each layer's input) + one layer's s b h (34 + 5 a s / h) while recomputed (Korthikanti et al. 2022)";
         } else {
             act = l * per_layer;
             act_rule = "s b h (34 + 5 a s / h) bytes per layer, no recomputation (Korthikanti et al. 2022, section 4.1)";
@@ -202,9 +212,10 @@ inline plan_result make_plan(const plan_input& in) {
     if (unpartitioned + act + in.gpu_reserve > in.gpu_memory) {
         r.min_ranks = 0;
         std::string why = "--zero-stage " + std::to_string(z) + (in.offload_optimizer ? " with the optimizer offloaded" : "") + ": ";
-        why += fmt::format("what no number of GPUs divides ({:.2f} GiB of model states, {:.2f} GiB of activations, {:.2f} GiB reserve) exceeds "
-                           "--gpu-memory {:.2f} GiB",
-                           unpartitioned / gib, act / gib, in.gpu_reserve / gib, in.gpu_memory / gib);
+        why += fmt::format(
+            "what no number of GPUs divides ({:.2f} GiB of model states, {:.2f} GiB of activations, {:.2f} GiB reserve) exceeds "
+            "--gpu-memory {:.2f} GiB",
+            unpartitioned / gib, act / gib, in.gpu_reserve / gib, in.gpu_memory / gib);
         throw feedline::config_error("gpu-memory", why + "; raise the ZeRO stage, offload, checkpoint activations or lower --micro-batch");
     }
     std::uint64_t lo = 1, hi = 1;
@@ -215,8 +226,10 @@ inline plan_result make_plan(const plan_input& in) {
     }
     while (lo < hi) {
         const std::uint64_t mid = lo + (hi - lo) / 2;
-        if (fits_with(double(mid))) hi = mid;
-        else lo = mid + 1;
+        if (fits_with(double(mid)))
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     r.min_ranks = lo;
 
@@ -229,11 +242,13 @@ inline plan_result make_plan(const plan_input& in) {
         rate_rule = "--gpu-tflops x --mfu / (" + std::string(in.activation_checkpointing ? "8" : "6") + " x parameters) FLOPs per token";
     }
     const double per_worker = in.worker_tokens_per_s > 0 ? in.worker_tokens_per_s
-                              : in.data == "text"     ? measured_text_worker_tokens_per_s
-                                                      : measured_shard_worker_tokens_per_s;
-    const std::string worker_rule = in.worker_tokens_per_s > 0 ? "--worker-tokens-per-s"
-                                    : "measured: one feedline worker, " + std::string(in.data == "text" ? "JSONL tokenized on the fly" : "token shards") +
-                                          ", docs/benchmarks.md (measure yours: bench_end_to_end)";
+                              : in.data == "text"        ? measured_text_worker_tokens_per_s
+                                                         : measured_shard_worker_tokens_per_s;
+    const std::string worker_rule = in.worker_tokens_per_s > 0
+                                        ? "--worker-tokens-per-s"
+                                        : "measured: one feedline worker, " +
+                                              std::string(in.data == "text" ? "JSONL tokenized on the fly" : "token shards") +
+                                              ", docs/benchmarks.md (measure yours: bench_end_to_end)";
     const double node_rate = rate * double(in.gpus);
     const double workers_per_node = rate > 0 ? std::ceil(node_rate / per_worker) : 0;
     const double bytes_per_token = in.data == "text" ? text_bytes_per_token : shard_bytes_per_token;
@@ -242,13 +257,21 @@ inline plan_result make_plan(const plan_input& in) {
     const double offloaded = in.offload_optimizer ? psi * b.optimizer / (z >= 1 ? nd : 1.0) * double(in.gpus) : 0;
     const double batch_bytes = double(in.micro_batch) * double(in.seq_len) * 4 * 2;  // int32 inputs + targets
     const double pinned = batch_bytes * double(in.prefetch) * double(in.gpus);
-    r.per_node.push_back({"tokens_per_s", node_rate, "tokens/s", rate > 0 ? rate_rule + " x GPUs per node" : "not computed: give --tokens-per-s-per-gpu or --gpu-tflops"});
-    r.per_node.push_back({"data_workers", workers_per_node, "cores", rate > 0 ? "tokens/s per node / " + fmt::format("{:.3g}", per_worker) + " tokens/s per worker (" + worker_rule + ")" : "not computed: no training rate"});
+    r.per_node.push_back({"tokens_per_s", node_rate, "tokens/s",
+                          rate > 0 ? rate_rule + " x GPUs per node" : "not computed: give --tokens-per-s-per-gpu or --gpu-tflops"});
+    r.per_node.push_back({"data_workers", workers_per_node, "cores",
+                          rate > 0
+                              ? "tokens/s per node / " + fmt::format("{:.3g}", per_worker) + " tokens/s per worker (" + worker_rule + ")"
+                              : "not computed: no training rate"});
     r.per_node.push_back({"cpu_cores", double(in.gpus) + workers_per_node + double(in.os_cores), "cores",
                           "one training process per GPU + data workers + " + std::to_string(in.os_cores) + " for the OS"});
-    r.per_node.push_back({"host_offloaded_states", offloaded, "bytes", in.offload_optimizer ? "optimizer states of the node's ranks (" + part + ")" : "no offload"});
-    r.per_node.push_back({"host_pinned_staging", pinned, "bytes", "--prefetch batches of micro-batch x seq-len int32 inputs and targets per GPU"});
-    r.per_node.push_back({"host_page_cache", in.dataset_bytes, "bytes", in.dataset_bytes > 0 ? "--dataset-bytes (the dataset kept in the page cache)" : "not counted: give --dataset-bytes"});
+    r.per_node.push_back({"host_offloaded_states", offloaded, "bytes",
+                          in.offload_optimizer ? "optimizer states of the node's ranks (" + part + ")" : "no offload"});
+    r.per_node.push_back(
+        {"host_pinned_staging", pinned, "bytes", "--prefetch batches of micro-batch x seq-len int32 inputs and targets per GPU"});
+    r.per_node.push_back(
+        {"host_page_cache", in.dataset_bytes, "bytes",
+         in.dataset_bytes > 0 ? "--dataset-bytes (the dataset kept in the page cache)" : "not counted: give --dataset-bytes"});
     r.per_node.push_back({"host_processes", in.process_overhead * double(in.gpus), "bytes", "--process-overhead per training process"});
     double host = 0;
     for (const auto& f : r.per_node)

@@ -71,8 +71,9 @@ inline void read_kib_fields(const topology_source& src, const char* path,
 
 inline host_memory read_host_memory(const topology_source& src = {}) {
     host_memory m;
-    detail::read_kib_fields(src, "/proc/meminfo",
-                            {{"MemTotal", &m.total}, {"MemAvailable", &m.available}, {"SwapTotal", &m.swap_total}, {"SwapFree", &m.swap_free}});
+    detail::read_kib_fields(
+        src, "/proc/meminfo",
+        {{"MemTotal", &m.total}, {"MemAvailable", &m.available}, {"SwapTotal", &m.swap_total}, {"SwapFree", &m.swap_free}});
     if (auto s = detail::read_first_line(detail::under(src.root, "/proc/sys/vm/swappiness"))) {
         char* end = nullptr;
         const long v = std::strtol(s->c_str(), &end, 10);
@@ -81,7 +82,8 @@ inline host_memory read_host_memory(const topology_source& src = {}) {
     // "always [madvise] never": the bracketed word is the mode in force.
     if (auto s = detail::read_first_line(detail::under(src.root, "/sys/kernel/mm/transparent_hugepage/enabled"))) {
         const auto open = s->find('['), close = s->find(']');
-        if (open != std::string::npos && close != std::string::npos && close > open) m.transparent_hugepages = s->substr(open + 1, close - open - 1);
+        if (open != std::string::npos && close != std::string::npos && close > open)
+            m.transparent_hugepages = s->substr(open + 1, close - open - 1);
     }
     return m;
 }

@@ -47,7 +47,10 @@ public:
         std::memset(data_, 0, size_);  // first touch: pages land on the toucher's node and are faulted in now
     }
     numa_buffer(numa_buffer&& o) noexcept
-        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), numa_(o.numa_), placement_(std::move(o.placement_)) {}
+            : data_(std::exchange(o.data_, nullptr)),
+              size_(std::exchange(o.size_, 0)),
+              numa_(o.numa_),
+              placement_(std::move(o.placement_)) {}
     numa_buffer& operator=(numa_buffer&& o) noexcept {
         if (this != &o) {
             release();

@@ -57,7 +57,7 @@ private:
 
 template <class T>
 inline constexpr bool lockfree_storable =
-    std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T> && std::is_default_constructible_v<T>;
+    std::is_trivially_copyable_v<T>&& std::is_trivially_destructible_v<T>&& std::is_default_constructible_v<T>;
 
 }  // namespace detail
 
@@ -73,8 +73,7 @@ class mpmc_queue : public detail::closable<mpmc_queue<T>, T> {
 
 public:
     // Allocates all storage. Throws config_error when capacity is 0 or too large.
-    explicit mpmc_queue(std::size_t capacity)
-        : capacity_(capacity), items_(checked(capacity)), free_(direct ? 1 : capacity) {
+    explicit mpmc_queue(std::size_t capacity) : capacity_(capacity), items_(checked(capacity)), free_(direct ? 1 : capacity) {
         if constexpr (!direct) {
             slots_ = std::make_unique<std::optional<T>[]>(capacity);
             for (std::uint32_t i = 0; i < capacity; ++i) free_.push(i);

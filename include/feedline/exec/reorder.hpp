@@ -24,7 +24,7 @@ class reorder_window : public detail::closable<reorder_window<T>, T> {
 public:
     // Allocates `capacity` slots up front. Throws config_error for capacity 0.
     explicit reorder_window(std::size_t capacity, std::uint64_t first_sequence = 0)
-        : capacity_(capacity), slots_(std::make_unique<slot[]>(capacity == 0 ? 1 : capacity)), next_(first_sequence) {
+            : capacity_(capacity), slots_(std::make_unique<slot[]>(capacity == 0 ? 1 : capacity)), next_(first_sequence) {
         if (capacity == 0) throw config_error("reorder window", "capacity must be at least 1");
     }
     reorder_window(const reorder_window&) = delete;

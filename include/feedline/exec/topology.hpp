@@ -9,15 +9,15 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <sys/resource.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -93,15 +93,15 @@ struct gpu_info {
 
 struct topology {
     std::vector<int> online_cpus;
-    std::vector<int> allowed_cpus;              // the process affinity mask
-    std::optional<double> cgroup_cpu_quota;     // in CPUs (cpu.max quota / period); nullopt: no limit
+    std::vector<int> allowed_cpus;           // the process affinity mask
+    std::optional<double> cgroup_cpu_quota;  // in CPUs (cpu.max quota / period); nullopt: no limit
     std::optional<std::uint64_t> cgroup_memory_max;
     std::vector<numa_node_info> nodes;
-    std::vector<std::uint64_t> hugepage_sizes;  // bytes
+    std::vector<std::uint64_t> hugepage_sizes;   // bytes
     std::optional<std::uint64_t> memlock_limit;  // bytes; nullopt: unlimited
     std::vector<gpu_info> gpus;
-    std::string numa_source;                    // "libnuma" or "sysfs"
-    unsigned threads_per_core = 0;              // SMT siblings of the first online CPU; 0: unknown
+    std::string numa_source;        // "libnuma" or "sysfs"
+    unsigned threads_per_core = 0;  // SMT siblings of the first online CPU; 0: unknown
 
     // Cores this process can really use: the affinity mask, capped by the cgroup quota.
     double usable_cores() const {
@@ -209,7 +209,7 @@ inline topology read_topology(const topology_source& src = {}) {
     if (auto s = detail::read_first_line(cgroup_dir / "memory.max"))
         if (*s != "max") t.cgroup_memory_max = std::strtoull(s->c_str(), nullptr, 10);
 
-    // NUMA nodes: libnuma on the live machine when built in, sysfs otherwise.
+            // NUMA nodes: libnuma on the live machine when built in, sysfs otherwise.
 #if FEEDLINE_HAS_NUMA
     if (live && ::numa_available() >= 0) {
         t.numa_source = "libnuma";
@@ -248,8 +248,8 @@ inline topology read_topology(const topology_source& src = {}) {
     // SMT: how many hardware threads share the first online CPU's core (a data worker and the trainer
     // on two siblings share one core's execution units).
     if (!t.online_cpus.empty())
-        if (auto s = detail::read_first_line(under(src.root, "/sys/devices/system/cpu/cpu" + std::to_string(t.online_cpus.front()) +
-                                                                 "/topology/thread_siblings_list")))
+        if (auto s = detail::read_first_line(
+                under(src.root, "/sys/devices/system/cpu/cpu" + std::to_string(t.online_cpus.front()) + "/topology/thread_siblings_list")))
             t.threads_per_core = static_cast<unsigned>(parse_cpu_list(*s).size());
 
     std::error_code ec;
@@ -297,10 +297,10 @@ struct worker_plan {
     unsigned gpus = 0;             // consumers (0 = CPU training: one consumer)
     unsigned workers_per_gpu = 0;  // data workers per consumer
     unsigned os_reserve = 0;
-    unsigned cores_needed = 0;     // gpus x (workers_per_gpu + 1) + os_reserve
+    unsigned cores_needed = 0;  // gpus x (workers_per_gpu + 1) + os_reserve
     double cores_available = 0;
     bool short_of_cores = false;
-    std::string explanation;       // one line for logs
+    std::string explanation;  // one line for logs
 };
 
 // Cores left to the OS, interrupts and the launcher by every sizing rule (recommend_workers, and

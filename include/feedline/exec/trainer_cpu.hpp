@@ -93,12 +93,13 @@ public:
     std::string describe() const {
         const std::string n = std::to_string(allowed_count_), p = std::to_string(producers_);
         if (!wanted_) return "left to the kernel (avoid_trainer_cpu = false)";
-        if (const int rc = failure_.load(); rc != 0) return "may share the trainer's CPU: setting a worker's affinity failed (" + std::string(std::strerror(rc)) + ")";
+        if (const int rc = failure_.load(); rc != 0)
+            return "may share the trainer's CPU: setting a worker's affinity failed (" + std::string(std::strerror(rc)) + ")";
         if (allowed_count_ == 0) return "may share the trainer's CPU: the CPU affinity mask is unreadable";
         if (!enabled()) return "may share the trainer's CPU: " + p + " producer thread(s) for " + n + " CPU(s), none to spare";
         if (const int cpu = cpu_.load(std::memory_order_relaxed); cpu >= 0)
-            return "off the trainer's CPU (now " + std::to_string(cpu) + "): " + p + " producer thread(s) on the other " + std::to_string(allowed_count_ - 1) +
-                   " of " + n + " CPUs";
+            return "off the trainer's CPU (now " + std::to_string(cpu) + "): " + p + " producer thread(s) on the other " +
+                   std::to_string(allowed_count_ - 1) + " of " + n + " CPUs";
         return "unpinned until the trainer is busy between batches: " + p + " producer thread(s), " + n + " CPUs";
     }
 

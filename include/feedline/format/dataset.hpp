@@ -53,7 +53,9 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
     bool have_format = false;
     auto add = [&](dataset_format f, std::string shard, const std::string& spec) {
         if (have_format && f != out.format)
-            throw config_error("dataset", "'" + spec + "' holds " + (f == dataset_format::llmc ? shard + ", an llm.c shard (a .bin without an .idx)," : shard + ", a Megatron prefix,") +
+            throw config_error("dataset", "'" + spec + "' holds " +
+                                              (f == dataset_format::llmc ? shard + ", an llm.c shard (a .bin without an .idx),"
+                                                                         : shard + ", a Megatron prefix,") +
                                               " but earlier shards are " + std::string(to_string(out.format)) +
                                               "; one dataset holds one format (a Megatron .bin that lost its .idx looks like this too)");
         out.format = f;
@@ -63,9 +65,12 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
     auto add_files = [&](const storage_scheme& scheme, const std::vector<std::string>& files, const std::string& spec) {
         std::vector<std::string> prefixes, lone_bins;
         for (const auto& p : files) {
-            if (detail::ends_with(p, ".idx")) prefixes.push_back(detail::strip_suffix(p, ".idx"));
-            else if (detail::ends_with(p, ".bin") && !scheme.exists(detail::strip_suffix(p, ".bin") + ".idx")) lone_bins.push_back(p);
-            else if (detail::ends_with(p, ".bin")) prefixes.push_back(detail::strip_suffix(p, ".bin"));
+            if (detail::ends_with(p, ".idx"))
+                prefixes.push_back(detail::strip_suffix(p, ".idx"));
+            else if (detail::ends_with(p, ".bin") && !scheme.exists(detail::strip_suffix(p, ".bin") + ".idx"))
+                lone_bins.push_back(p);
+            else if (detail::ends_with(p, ".bin"))
+                prefixes.push_back(detail::strip_suffix(p, ".bin"));
         }
         std::sort(prefixes.begin(), prefixes.end());
         prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
@@ -96,10 +101,12 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
         } else if (scheme.exists(spec)) {
             add(dataset_format::llmc, spec, spec);  // validated (magic, size) when opened
         } else if (scheme.exists(spec + ".bin") || scheme.exists(spec + ".lock")) {
-            throw io_error(spec + ".idx", ENOENT, scheme.exists(spec + ".lock") ? "missing: a pack is writing this prefix (" + spec + ".lock)"
-                                                                                : "missing: " + spec + ".bin has no index beside it");
+            throw io_error(spec + ".idx", ENOENT,
+                           scheme.exists(spec + ".lock") ? "missing: a pack is writing this prefix (" + spec + ".lock)"
+                                                         : "missing: " + spec + ".bin has no index beside it");
         } else {
-            throw io_error(spec, ENOENT, "no such dataset (expected a Megatron prefix with .idx/.bin, an llm.c .bin, a directory or a glob)");
+            throw io_error(spec, ENOENT,
+                           "no such dataset (expected a Megatron prefix with .idx/.bin, an llm.c .bin, a directory or a glob)");
         }
     }
     if (out.shards.empty()) throw config_error("dataset", "no dataset given");
@@ -196,7 +203,8 @@ public:
             // The first document starting in each shard that has one (a document may run on into
             // the next shards).
             for (std::size_t s = 0; s < shards_.size(); ++s) {
-                const auto d = static_cast<std::uint64_t>(std::lower_bound(llmc_starts_.begin(), llmc_starts_.end(), shard_first_token_[s]) - llmc_starts_.begin());
+                const auto d = static_cast<std::uint64_t>(
+                    std::lower_bound(llmc_starts_.begin(), llmc_starts_.end(), shard_first_token_[s]) - llmc_starts_.begin());
                 if (d < n && llmc_starts_[d] < shard_first_token_[s + 1]) out.push_back(d);
             }
         }
@@ -208,9 +216,11 @@ public:
     document_span document(std::uint64_t d) const {
         if (format_ == dataset_format::llmc) {
             ensure_llmc_index();
-            if (d >= llmc_starts_.size()) throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(llmc_starts_.size()));
+            if (d >= llmc_starts_.size())
+                throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(llmc_starts_.size()));
             const std::uint64_t start = llmc_starts_[d], end = d + 1 < llmc_starts_.size() ? llmc_starts_[d + 1] : total_tokens_;
-            const auto shard = static_cast<std::uint32_t>(std::upper_bound(shard_first_token_.begin(), shard_first_token_.end(), start) - shard_first_token_.begin() - 1);
+            const auto shard = static_cast<std::uint32_t>(std::upper_bound(shard_first_token_.begin(), shard_first_token_.end(), start) -
+                                                          shard_first_token_.begin() - 1);
             return {shard, start - shard_first_token_[shard], end - start};
         }
         if (d >= document_starts_.back())
@@ -228,8 +238,8 @@ public:
     void append_requests(const document_span& doc, std::uint64_t first, std::uint64_t count, std::byte* dest,
                          std::vector<read_request>& out) const {
         if (first > doc.length || count > doc.length - first)
-            throw std::out_of_range("tokens [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                                    ") outside a document of " + std::to_string(doc.length));
+            throw std::out_of_range("tokens [" + std::to_string(first) + ", " + std::to_string(first + count) + ") outside a document of " +
+                                    std::to_string(doc.length));
         append_stream_requests(doc.shard, doc.first_token + first, count, dest, out);
     }
 
@@ -239,8 +249,7 @@ public:
                                 std::vector<read_request>& out) const {
         const std::size_t item = dtype_size(dtype_);
         while (count > 0) {
-            if (shard >= shards_.size())
-                throw std::out_of_range("token range runs past the last shard");
+            if (shard >= shards_.size()) throw std::out_of_range("token range runs past the last shard");
             const auto& s = shards_[shard];
             if (first >= s.tokens && format_ == dataset_format::llmc) {
                 first -= s.tokens;
@@ -322,7 +331,7 @@ private:
     mutable std::vector<shard_info> shards_;
     std::vector<std::unique_ptr<megatron_shard>> megatron_;
     std::vector<std::unique_ptr<llmc_shard>> llmc_;
-    std::vector<std::uint64_t> document_starts_;  // Megatron: first global document of each shard
+    std::vector<std::uint64_t> document_starts_;    // Megatron: first global document of each shard
     std::vector<std::uint64_t> shard_first_token_;  // llm.c: each shard's token 0 in the concatenated stream, then the total
     mutable std::mutex index_mutex_;
     mutable std::atomic<bool> llmc_indexed_{false};

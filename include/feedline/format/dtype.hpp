@@ -48,8 +48,8 @@ inline constexpr std::string_view to_string(token_dtype t) noexcept {
 
 // Parses a dtype name as written by to_string. Throws config_error naming the value.
 inline token_dtype parse_dtype(std::string_view s) {
-    for (auto t : {token_dtype::uint8, token_dtype::int8, token_dtype::int16, token_dtype::int32, token_dtype::int64,
-                   token_dtype::float64, token_dtype::float32, token_dtype::uint16, token_dtype::uint32})
+    for (auto t : {token_dtype::uint8, token_dtype::int8, token_dtype::int16, token_dtype::int32, token_dtype::int64, token_dtype::float64,
+                   token_dtype::float32, token_dtype::uint16, token_dtype::uint32})
         if (to_string(t) == s) return t;
     throw config_error("dtype", "unknown dtype '" + std::string(s) + "'");
 }
@@ -121,10 +121,8 @@ inline T load_token(const std::byte* src, token_dtype t, std::size_t i) noexcept
 // Converts `count` tokens of type `t` at `src` to T. Same-type integer copies become one memcpy.
 template <class T>
 inline void convert_tokens(const std::byte* src, token_dtype t, std::size_t count, T* out) noexcept {
-    if ((t == token_dtype::uint16 && std::is_same_v<T, std::uint16_t>) ||
-        (t == token_dtype::uint32 && std::is_same_v<T, std::uint32_t>) ||
-        (t == token_dtype::int32 && std::is_same_v<T, std::int32_t>) ||
-        (t == token_dtype::int64 && std::is_same_v<T, std::int64_t>)) {
+    if ((t == token_dtype::uint16 && std::is_same_v<T, std::uint16_t>) || (t == token_dtype::uint32 && std::is_same_v<T, std::uint32_t>) ||
+        (t == token_dtype::int32 && std::is_same_v<T, std::int32_t>) || (t == token_dtype::int64 && std::is_same_v<T, std::int64_t>)) {
         std::memcpy(out, src, count * sizeof(T));
         return;
     }

@@ -79,8 +79,10 @@ public:
         for (std::size_t i = 0; i < line.size(); ++i) {
             const char c = line[i];
             if (in_string) {
-                if (c == '\\') ++i;
-                else if (c == '"') in_string = false;
+                if (c == '\\')
+                    ++i;
+                else if (c == '"')
+                    in_string = false;
             } else if (c == '"') {
                 in_string = true;
             } else if (c == '[' || c == '{') {

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include <feedline/output/atomic_file.hpp>
-#include <feedline/output/output_lock.hpp>
 #include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
+#include <feedline/output/atomic_file.hpp>
+#include <feedline/output/output_lock.hpp>
 #include <feedline/storage/file.hpp>
 #include <feedline/storage/storage_scheme.hpp>
 
@@ -70,8 +70,9 @@ inline llmc_header parse_llmc_header(std::span<const std::byte> bytes, std::uint
         out.dtype = token_dtype::uint32;
         out.delimiter = llama3_bot;
     } else {
-        throw format_error(path, 0, "wrong magic " + std::to_string(h[0]) +
-                                        ": expected 20240520 (uint16 tokens) or 20240801 (uint32 tokens); is this an llm.c shard?");
+        throw format_error(path, 0,
+                           "wrong magic " + std::to_string(h[0]) +
+                               ": expected 20240520 (uint16 tokens) or 20240801 (uint32 tokens); is this an llm.c shard?");
     }
     if (h[2] < 0) throw format_error(path, 8, "negative token count " + std::to_string(h[2]));
     out.tokens = static_cast<std::uint64_t>(h[2]);
@@ -121,9 +122,9 @@ public:
     // Throws config_error for a dtype or delimiter llm.c cannot hold, io_error when another writer
     // holds the prefix or files named like its shards are not an earlier pack's. `held`: a lock the
     // caller already holds on `prefix` (feedline-pack holds one for the whole run).
-    llmc_writer(std::string prefix, token_dtype dtype, std::uint32_t delimiter,
-                std::uint64_t shard_tokens = 100'000'000, const output_lock* held = nullptr)
-        : prefix_(std::move(prefix)), dtype_(dtype), delimiter_(delimiter), shard_tokens_(shard_tokens) {
+    llmc_writer(std::string prefix, token_dtype dtype, std::uint32_t delimiter, std::uint64_t shard_tokens = 100'000'000,
+                const output_lock* held = nullptr)
+            : prefix_(std::move(prefix)), dtype_(dtype), delimiter_(delimiter), shard_tokens_(shard_tokens) {
         if (dtype != token_dtype::uint16 && dtype != token_dtype::uint32)
             throw config_error("dtype", "llm.c shards hold uint16 or uint32 tokens, not " + std::string(to_string(dtype)));
         if (shard_tokens == 0 || shard_tokens > llmc_layout::max_tokens)
@@ -158,7 +159,9 @@ public:
         ++documents_;
     }
     template <class T>
-    void add_document(const std::vector<T>& tokens) { add_document(std::span<const T>(tokens)); }
+    void add_document(const std::vector<T>& tokens) {
+        add_document(std::span<const T>(tokens));
+    }
 
     std::uint64_t documents() const noexcept { return documents_; }
 

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -22,10 +22,10 @@
 #include <utility>
 #include <vector>
 
-#include <feedline/output/atomic_file.hpp>
-#include <feedline/output/output_lock.hpp>
 #include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
+#include <feedline/output/atomic_file.hpp>
+#include <feedline/output/output_lock.hpp>
 #include <feedline/storage/file.hpp>
 #include <feedline/storage/guarded_copy.hpp>
 #include <feedline/storage/mmap_reader.hpp>
@@ -56,19 +56,17 @@ public:
     // array sizes add up to the file size, and that the document index starts at 0, never decreases
     // and ends at S. `bin_size` (when known) also bounds every sequence. Throws format_error naming
     // `path`, the byte offset and what was expected.
-    megatron_index_view(std::span<const std::byte> bytes, std::string path,
-                        std::optional<std::uint64_t> bin_size = std::nullopt)
-        : bytes_(bytes), path_(std::move(path)) {
+    megatron_index_view(std::span<const std::byte> bytes, std::string path, std::optional<std::uint64_t> bin_size = std::nullopt)
+            : bytes_(bytes), path_(std::move(path)) {
         using namespace megatron_layout;
         if (bytes_.size() < header_size)
-            fail(bytes_.size(), "truncated index: " + std::to_string(bytes_.size()) + " bytes, the header alone needs " +
-                                    std::to_string(header_size));
+            fail(bytes_.size(),
+                 "truncated index: " + std::to_string(bytes_.size()) + " bytes, the header alone needs " + std::to_string(header_size));
         std::array<char, header_size> header{};
         load(header.data(), 0, header_size);
         if (std::memcmp(header.data(), magic.data(), magic.size()) != 0)
             fail(0, "wrong magic: expected \"MMIDIDX\\0\\0\" (a Megatron-LM .idx file)");
-        if (auto v = u64(version_offset); v != version)
-            fail(version_offset, "unknown version " + std::to_string(v) + " (expected 1)");
+        if (auto v = u64(version_offset); v != version) fail(version_offset, "unknown version " + std::to_string(v) + " (expected 1)");
         auto code = static_cast<std::uint8_t>(header[dtype_offset]);
         auto dt = dtype_from_megatron_code(code);
         if (!dt) fail(dtype_offset, "unknown dtype code " + std::to_string(code) + " (expected 1-8)");
@@ -79,16 +77,15 @@ public:
         const std::uint64_t limit = std::uint64_t(1) << 56;
         if (sequences_ > limit || documents_ > limit)
             fail(sequences_ > limit ? sequence_count_offset : document_count_offset,
-                 "implausible count (sequences " + std::to_string(sequences_) + ", documents " +
-                     std::to_string(documents_) + ")");
+                 "implausible count (sequences " + std::to_string(sequences_) + ", documents " + std::to_string(documents_) + ")");
         const std::uint64_t expected = header_size + sequences_ * 12 + documents_ * 8;
         if (bytes_.size() == expected + sequences_ && sequences_ > 0)
             has_modes_ = true;  // multimodal datasets append one int8 mode per sequence
         else if (bytes_.size() != expected)
             fail(std::min<std::uint64_t>(bytes_.size(), expected),
                  "sizes do not add up: " + std::to_string(sequences_) + " sequences and " + std::to_string(documents_) +
-                     " document indices need " + std::to_string(expected) + " bytes, the file has " +
-                     std::to_string(bytes_.size()) + (bytes_.size() < expected ? " (truncated)" : ""));
+                     " document indices need " + std::to_string(expected) + " bytes, the file has " + std::to_string(bytes_.size()) +
+                     (bytes_.size() < expected ? " (truncated)" : ""));
         if (documents_ == 0) fail(document_count_offset, "document index is empty (it must hold at least the leading 0)");
         validate(bin_size);
     }
@@ -145,17 +142,16 @@ private:
             for (std::uint64_t k = 0; k < n; ++k) {
                 const std::uint64_t i = first + k;
                 const std::int32_t len = lengths[k];
-                if (len < 0) fail(lengths_offset() + 4 * i, "sequence " + std::to_string(i) + " has negative length " + std::to_string(len));
+                if (len < 0)
+                    fail(lengths_offset() + 4 * i, "sequence " + std::to_string(i) + " has negative length " + std::to_string(len));
                 const std::int64_t ptr = values[k];
                 if (ptr < 0 || static_cast<std::uint64_t>(ptr) % item != 0)
-                    fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " has invalid byte pointer " +
-                                                        std::to_string(ptr) + " (must be >= 0 and a multiple of " +
-                                                        std::to_string(item) + ")");
+                    fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " has invalid byte pointer " + std::to_string(ptr) +
+                                                        " (must be >= 0 and a multiple of " + std::to_string(item) + ")");
                 const std::uint64_t end = static_cast<std::uint64_t>(ptr) + static_cast<std::uint64_t>(len) * item;
                 if (bin_size && end > *bin_size)
-                    fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " spans bytes [" + std::to_string(ptr) +
-                                                        ", " + std::to_string(end) + ") beyond the .bin size " +
-                                                        std::to_string(*bin_size));
+                    fail(pointers_offset() + 8 * i, "sequence " + std::to_string(i) + " spans bytes [" + std::to_string(ptr) + ", " +
+                                                        std::to_string(end) + ") beyond the .bin size " + std::to_string(*bin_size));
                 total_tokens_ += static_cast<std::uint64_t>(len);
                 data_end_ = std::max(data_end_, end);
             }
@@ -169,8 +165,8 @@ private:
                 const std::int64_t d = values[k];
                 if (j == 0 && d != 0) fail(documents_offset(), "document index must start at 0, found " + std::to_string(d));
                 if (d < prev)
-                    fail(documents_offset() + 8 * j, "document index decreases: entry " + std::to_string(j) + " is " +
-                                                         std::to_string(d) + " after " + std::to_string(prev));
+                    fail(documents_offset() + 8 * j, "document index decreases: entry " + std::to_string(j) + " is " + std::to_string(d) +
+                                                         " after " + std::to_string(prev));
                 if (static_cast<std::uint64_t>(d) > sequences_)
                     fail(documents_offset() + 8 * j, "document index entry " + std::to_string(j) + " = " + std::to_string(d) +
                                                          " exceeds the sequence count " + std::to_string(sequences_));
@@ -178,8 +174,8 @@ private:
             }
         }
         if (static_cast<std::uint64_t>(prev) != sequences_)
-            fail(documents_offset() + 8 * (documents_ - 1), "document index ends at " + std::to_string(prev) +
-                                                                 ", expected the sequence count " + std::to_string(sequences_));
+            fail(documents_offset() + 8 * (documents_ - 1),
+                 "document index ends at " + std::to_string(prev) + ", expected the sequence count " + std::to_string(sequences_));
     }
 
     std::span<const std::byte> bytes_;
@@ -212,20 +208,26 @@ private:
     // The .idx is loaded (a local one mapped) and its source closed with `pair`: a shard holds one
     // descriptor, its .bin's.
     megatron_shard(const std::string& prefix, source_pair pair)
-        : prefix_(prefix), idx_path_(pair.first->name()), bin_(std::move(pair.second)), idx_(load_whole(*pair.first)),
-          index_(idx_.bytes, idx_path_, bin_->size()) {
+            : prefix_(prefix),
+              idx_path_(pair.first->name()),
+              bin_(std::move(pair.second)),
+              idx_(load_whole(*pair.first)),
+              index_(idx_.bytes, idx_path_, bin_->size()) {
         if (index_.data_end() != bin_->size())
             throw format_error(bin_->name(), index_.data_end(),
                                "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + idx_path_ + ") ends at byte " +
-                                   std::to_string(index_.data_end()) + ": the two were not written together (a re-pack replaced one of them?)");
+                                   std::to_string(index_.data_end()) +
+                                   ": the two were not written together (a re-pack replaced one of them?)");
     }
 
     // Is the local file now at `path` the one `s` has open? (Other sources: nothing to check.)
     static bool still_at(const byte_source& s, const std::string& path) {
         const file* f = s.local_file();
         if (f == nullptr) return true;
-        struct stat open_st {}, now {};
-        return ::fstat(f->fd(), &open_st) == 0 && ::stat(path.c_str(), &now) == 0 && open_st.st_ino == now.st_ino && open_st.st_dev == now.st_dev;
+        struct stat open_st {
+        }, now{};
+        return ::fstat(f->fd(), &open_st) == 0 && ::stat(path.c_str(), &now) == 0 && open_st.st_ino == now.st_ino &&
+               open_st.st_dev == now.st_dev;
     }
     // Opens the .idx, then the .bin, then checks both names still lead to what was opened: a writer
     // publishes by removing the old .idx before renaming the new .bin in (megatron_writer::commit), so
@@ -242,7 +244,9 @@ private:
                 if (attempt == 0 || e.error_code() != ENOENT) throw;  // missing from the start: no retry
             }
             if (attempt == 200)
-                throw io_error(idx, EAGAIN, "the pair " + prefix + ".idx/.bin kept changing while it was opened for two seconds (a pack is publishing it?)");
+                throw io_error(
+                    idx, EAGAIN,
+                    "the pair " + prefix + ".idx/.bin kept changing while it was opened for two seconds (a pack is publishing it?)");
             ::usleep(10'000);
         }
     }
@@ -264,8 +268,11 @@ public:
     // be created or another writer holds the prefix. `held`: a lock the caller already holds, on this
     // prefix or on the set it belongs to (megatron_shards_writer, feedline-pack).
     megatron_writer(std::string prefix, token_dtype dtype, const output_lock* held = nullptr)
-        : prefix_(std::move(prefix)), dtype_(dtype), lock_(held ? held : &own_lock_.emplace(prefix_)),
-          bin_(prefix_ + ".bin", 1u << 20, lock_->tag()), document_index_{0} {
+            : prefix_(std::move(prefix)),
+              dtype_(dtype),
+              lock_(held ? held : &own_lock_.emplace(prefix_)),
+              bin_(prefix_ + ".bin", 1u << 20, lock_->tag()),
+              document_index_{0} {
         if (!megatron_code(dtype)) throw config_error("dtype", std::string(to_string(dtype)) + " has no Megatron dtype code; use int32");
     }
 
@@ -285,7 +292,9 @@ public:
         document_index_.push_back(static_cast<std::int64_t>(lengths_.size()));
     }
     template <class T>
-    void add_document(const std::vector<T>& tokens) { add_document(std::span<const T>(tokens)); }
+    void add_document(const std::vector<T>& tokens) {
+        add_document(std::span<const T>(tokens));
+    }
 
     std::uint64_t documents() const noexcept { return documents_ + lengths_.size(); }
     std::uint64_t bytes_written() const noexcept { return bin_.size(); }
@@ -365,8 +374,11 @@ public:
     // Throws as megatron_writer, and io_error naming files numbered like this set's shards that no
     // manifest of an earlier pack vouches for. `held`: a lock the caller already holds on `prefix`.
     megatron_shards_writer(std::string prefix, token_dtype dtype, std::uint64_t shard_bytes, const output_lock* held = nullptr)
-        : prefix_(std::move(prefix)), dtype_(dtype), shard_bytes_(shard_bytes), lock_(held ? held : &own_lock_.emplace(prefix_)),
-          outputs_(prefix_, {".bin", ".idx"}, *lock_) {
+            : prefix_(std::move(prefix)),
+              dtype_(dtype),
+              shard_bytes_(shard_bytes),
+              lock_(held ? held : &own_lock_.emplace(prefix_)),
+              outputs_(prefix_, {".bin", ".idx"}, *lock_) {
         open_next();
     }
 
@@ -379,7 +391,9 @@ public:
         shards_.back()->add_document(tokens);
     }
     template <class T>
-    void add_document(const std::vector<T>& tokens) { add_document(std::span<const T>(tokens)); }
+    void add_document(const std::vector<T>& tokens) {
+        add_document(std::span<const T>(tokens));
+    }
 
     // Closes and publishes every pair; returns their prefixes. Throws io_error.
     std::vector<std::string> finish() {
@@ -393,7 +407,8 @@ public:
 
 private:
     void open_next() {
-        shards_.push_back(std::make_unique<megatron_writer>(detail::strip_suffix(outputs_.path(shards_.size(), ".bin"), ".bin"), dtype_, lock_));
+        shards_.push_back(
+            std::make_unique<megatron_writer>(detail::strip_suffix(outputs_.path(shards_.size(), ".bin"), ".bin"), dtype_, lock_));
     }
     std::string prefix_;
     token_dtype dtype_;

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <system_error>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <feedline/detail/paths.hpp>
@@ -35,13 +35,14 @@ enum class text_split { whole_file, blank_lines, lines };
 
 template <>
 struct enum_names<text_split> {
-    static constexpr std::array values{std::pair{text_split::whole_file, std::string_view("file")}, std::pair{text_split::blank_lines, std::string_view("blank")},
+    static constexpr std::array values{std::pair{text_split::whole_file, std::string_view("file")},
+                                       std::pair{text_split::blank_lines, std::string_view("blank")},
                                        std::pair{text_split::lines, std::string_view("line")}};
 };
 
 struct text_options {
-    std::string field = "text";     // JSONL field that holds the document
-    bool skip_invalid = false;      // count and skip bad JSONL lines instead of throwing
+    std::string field = "text";                 // JSONL field that holds the document
+    bool skip_invalid = false;                  // count and skip bad JSONL lines instead of throwing
     text_split split = text_split::whole_file;  // plain text only
     // The longest line or document read, in bytes (a JSONL line, a plain-text line, a blank-line block
     // or a whole-file document): a longer one is a format_error naming the file, offset and line (or,
@@ -58,11 +59,12 @@ public:
     // Throws io_error when the file is not a regular file or cannot be opened, config_error for JSONL
     // without JSON support built.
     explicit text_reader(std::string path, text_options options = {})
-        : path_(std::move(path)), opt_(std::move(options)), in_((require_regular_file(path_), path_), std::ios::binary) {
+            : path_(std::move(path)), opt_(std::move(options)), in_((require_regular_file(path_), path_), std::ios::binary) {
         if (!in_) throw io_error(path_, errno, "cannot open");
         jsonl_ = detail::ends_with(path_, ".jsonl") || detail::ends_with(path_, ".json") || detail::ends_with(path_, ".ndjson");
 #if !FEEDLINE_HAS_JSON
-        if (jsonl_) throw config_error("input", path_ + ": JSONL support not built (nlohmann_json was not found when feedline was configured)");
+        if (jsonl_)
+            throw config_error("input", path_ + ": JSONL support not built (nlohmann_json was not found when feedline was configured)");
 #endif
     }
 
@@ -109,8 +111,9 @@ private:
             offset_ += n;
             if (!too_long && limit != 0 && line.size() + stored > limit) {
                 if (!opt_.skip_invalid || skipped == nullptr)
-                    throw format_error(path_, line_offset_, "line " + std::to_string(line_no_ + 1) + " is longer than max_line_bytes (" + std::to_string(limit) +
-                                                                " bytes; raise text.documents.max_line_bytes for longer documents)");
+                    throw format_error(path_, line_offset_,
+                                       "line " + std::to_string(line_no_ + 1) + " is longer than max_line_bytes (" + std::to_string(limit) +
+                                           " bytes; raise text.documents.max_line_bytes for longer documents)");
                 too_long = true;
                 std::string().swap(line);
             }
@@ -137,8 +140,9 @@ private:
             if (std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); })) continue;
             const jsonl_field_status status = json_.extract(line, opt_.field, doc.text);
             if (status != jsonl_field_status::ok) {
-                const std::string problem = status == jsonl_field_status::invalid_json    ? "not valid JSON"
-                                            : status == jsonl_field_status::too_deep      ? "nested deeper than " + std::to_string(jsonl_field_parser::max_depth) + " levels"
+                const std::string problem = status == jsonl_field_status::invalid_json ? "not valid JSON"
+                                            : status == jsonl_field_status::too_deep
+                                                ? "nested deeper than " + std::to_string(jsonl_field_parser::max_depth) + " levels"
                                             : status == jsonl_field_status::missing_field ? "no \"" + opt_.field + "\" field"
                                                                                           : "field \"" + opt_.field + "\" is not a string";
                 if (!opt_.skip_invalid) throw format_error(path_, line_offset_, "line " + std::to_string(line_no_) + ": " + problem);
@@ -165,8 +169,9 @@ private:
         std::error_code ec;
         const auto size = std::filesystem::file_size(path_, ec);
         if (!ec && opt_.max_line_bytes != 0 && size > opt_.max_line_bytes)
-            throw format_error(path_, 0, "a whole-file document of " + std::to_string(size) + " bytes is longer than max_line_bytes (" +
-                                             std::to_string(opt_.max_line_bytes) + " bytes; raise text.documents.max_line_bytes, or split the file)");
+            throw format_error(path_, 0,
+                               "a whole-file document of " + std::to_string(size) + " bytes is longer than max_line_bytes (" +
+                                   std::to_string(opt_.max_line_bytes) + " bytes; raise text.documents.max_line_bytes, or split the file)");
         doc.text.assign(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
         if (in_.bad()) throw io_error(path_, errno, "read failed");
         doc.line = 1;
@@ -216,9 +221,10 @@ private:
                 if (too_long) continue;
                 if (long_line || (limit != 0 && doc.text.size() + line.size() > limit)) {
                     if (!opt_.skip_invalid)
-                        throw format_error(path_, doc.offset, "the document starting at line " + std::to_string(doc.line) +
-                                                                  " (a blank-line-separated block) is longer than max_line_bytes (" + std::to_string(limit) +
-                                                                  " bytes; raise text.documents.max_line_bytes, or separate its paragraphs with blank lines)");
+                        throw format_error(path_, doc.offset,
+                                           "the document starting at line " + std::to_string(doc.line) +
+                                               " (a blank-line-separated block) is longer than max_line_bytes (" + std::to_string(limit) +
+                                               " bytes; raise text.documents.max_line_bytes, or separate its paragraphs with blank lines)");
                     too_long = true;
                     std::string().swap(doc.text);
                     continue;

@@ -36,7 +36,8 @@ public:
             jsonl_.push_back(reader.is_jsonl());
             text_document doc;
             while (reader.next(doc)) {
-                if (doc.end - doc.offset > UINT32_MAX) throw config_error("text document", path + ": a document at offset " + std::to_string(doc.offset) + " exceeds 4 GiB");
+                if (doc.end - doc.offset > UINT32_MAX)
+                    throw config_error("text document", path + ": a document at offset " + std::to_string(doc.offset) + " exceeds 4 GiB");
                 documents_.push_back({doc.offset, static_cast<std::uint32_t>(doc.end - doc.offset), index});
                 text_bytes_ += doc.text.size();
             }
@@ -73,7 +74,8 @@ public:
         pread_exact(f.fd(), f.path(), s.raw.data(), d.length, d.offset);
         if (jsonl_[d.file]) {
             if (s.json.extract(s.raw, options_.field, text) != jsonl_field_status::ok)
-                throw format_error(f.path(), d.offset, "this JSONL line no longer holds a \"" + options_.field + "\" string (file changed?)");
+                throw format_error(f.path(), d.offset,
+                                   "this JSONL line no longer holds a \"" + options_.field + "\" string (file changed?)");
             return;
         }
         if (options_.split == text_split::whole_file) {

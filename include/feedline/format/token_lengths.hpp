@@ -12,17 +12,17 @@
 
 #include <boost/crc.hpp>
 
+#include <sys/stat.h>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
-#include <feedline/output/atomic_file.hpp>
 #include <feedline/error.hpp>
+#include <feedline/output/atomic_file.hpp>
 #include <feedline/storage/file.hpp>
 
 namespace feedline {
@@ -73,13 +73,15 @@ struct token_lengths {
         take(&v, 4);
         if (v != version) fail("unsupported version " + std::to_string(v));
         take(&key_bytes, 4);
-        if (key_bytes > in.size() - at) fail("a key of " + std::to_string(key_bytes) + " bytes does not fit the remaining " + std::to_string(in.size() - at));
+        if (key_bytes > in.size() - at)
+            fail("a key of " + std::to_string(key_bytes) + " bytes does not fit the remaining " + std::to_string(in.size() - at));
         token_lengths out;
         out.key.resize(key_bytes);
         take(out.key.data(), key_bytes);
         std::uint64_t n = 0;
         take(&n, 8);
-        if (n > (in.size() - at) / 4) fail(std::to_string(n) + " documents do not fit the remaining " + std::to_string(in.size() - at) + " bytes");
+        if (n > (in.size() - at) / 4)
+            fail(std::to_string(n) + " documents do not fit the remaining " + std::to_string(in.size() - at) + " bytes");
         out.lengths.resize(n);
         take(out.lengths.data(), n * 4);
         boost::crc_32_type crc;

@@ -13,8 +13,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -64,7 +64,8 @@ struct file_identity {
 inline std::optional<file_identity> identity_of(const std::string& path) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-    return file_identity{static_cast<std::uint64_t>(st.st_size), static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+    return file_identity{static_cast<std::uint64_t>(st.st_size),
+                         static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
 class atomic_file {
@@ -73,8 +74,8 @@ public:
     // lock passes the lock's tag (output/output_lock.hpp), so a later writer can prove what a killed
     // one left; without one it is "<pid>-<64 random bits>". Throws io_error.
     explicit atomic_file(std::string final_path, std::size_t buffer_bytes = 1u << 20, const std::string& tag = {})
-        : final_path_(std::move(final_path)),
-          temp_path_(final_path_ + ".tmp-" + (tag.empty() ? std::to_string(::getpid()) + "-" + unpredictable_suffix() : tag)) {
+            : final_path_(std::move(final_path)),
+              temp_path_(final_path_ + ".tmp-" + (tag.empty() ? std::to_string(::getpid()) + "-" + unpredictable_suffix() : tag)) {
         fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd_ < 0) throw io_error(final_path_, errno, "cannot create " + temp_path_);
         buffer_.reserve(buffer_bytes);
@@ -124,8 +125,7 @@ public:
     // failure (the temp file is then removed by the destructor).
     void commit() {
         close_pending();
-        if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0)
-            throw io_error(final_path_, errno, "cannot rename " + temp_path_);
+        if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) throw io_error(final_path_, errno, "cannot rename " + temp_path_);
         committed_ = true;
         sync_parent_directory(final_path_);
     }

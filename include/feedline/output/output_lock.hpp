@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include <feedline/output/atomic_file.hpp>
 #include <feedline/error.hpp>
+#include <feedline/output/atomic_file.hpp>
 
 namespace feedline {
 
@@ -47,7 +47,9 @@ public:
         for (int attempt = 0;; ++attempt) {
             fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
             if (fd_ < 0)
-                throw io_error(path_, errno, errno == ELOOP ? "is a symbolic link where the writer's lock file belongs; remove it" : "cannot create the writer's lock file");
+                throw io_error(path_, errno,
+                               errno == ELOOP ? "is a symbolic link where the writer's lock file belongs; remove it"
+                                              : "cannot create the writer's lock file");
             struct stat st {};
             if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
                 close_fd();
@@ -59,8 +61,9 @@ public:
                 holder = holder.substr(0, holder.find(" token"));  // "pid N"
                 close_fd();
                 if (err == EWOULDBLOCK)
-                    throw io_error(path_, EBUSY, "another writer" + (holder.empty() ? std::string() : " (" + holder + ")") +
-                                                     " is writing " + prefix_ + "; wait for it to finish, or write elsewhere");
+                    throw io_error(path_, EBUSY,
+                                   "another writer" + (holder.empty() ? std::string() : " (" + holder + ")") + " is writing " + prefix_ +
+                                       "; wait for it to finish, or write elsewhere");
                 throw io_error(path_, err, "cannot lock the writer's lock file");
             }
             // The holder we waited behind may have removed the file after we opened it: then the lock
@@ -72,7 +75,8 @@ public:
         }
         stale_tag_ = parse_tag(read_holder());
         const std::string line = "feedline writer pid " + std::to_string(::getpid()) + " token " + token_ + "\n";
-        if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size()) || ::fsync(fd_) != 0) {
+        if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size()) ||
+            ::fsync(fd_) != 0) {
             const int err = errno;
             close_fd();
             throw io_error(path_, err, "cannot write the writer's lock file");
@@ -129,7 +133,8 @@ private:
             const std::string path = (fs::path(dir) / name).string();
             if (::lstat(path.c_str(), &st) != 0) continue;
             std::error_code ignored;
-            if (S_ISREG(st.st_mode) ? ::unlink(path.c_str()) == 0 : S_ISDIR(st.st_mode) && fs::remove_all(path, ignored) > 0) removed.push_back(path);
+            if (S_ISREG(st.st_mode) ? ::unlink(path.c_str()) == 0 : S_ISDIR(st.st_mode) && fs::remove_all(path, ignored) > 0)
+                removed.push_back(path);
         }
         if (!removed.empty()) sync_parent_directory(prefix_);
         return removed;

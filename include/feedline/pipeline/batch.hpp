@@ -38,11 +38,15 @@ public:
     // The same in host memory (always readable on the CPU).
     std::span<const std::int32_t> host_inputs() const noexcept { return host(layout_->inputs, tokens()); }
     std::span<const std::int32_t> host_targets() const noexcept { return host(layout_->targets, tokens()); }
-    std::span<const std::int32_t> host_position_ids() const noexcept { return layout_->packed ? host(layout_->position_ids, tokens()) : std::span<const std::int32_t>{}; }
+    std::span<const std::int32_t> host_position_ids() const noexcept {
+        return layout_->packed ? host(layout_->position_ids, tokens()) : std::span<const std::int32_t>{};
+    }
     std::span<const std::int32_t> host_cu_seqlens() const noexcept {
         return layout_->packed ? host(layout_->cu_seqlens, layout_->batch * (layout_->seq_len + 1)) : std::span<const std::int32_t>{};
     }
-    std::span<const std::int32_t> host_pieces() const noexcept { return layout_->packed ? host(layout_->pieces, layout_->batch) : std::span<const std::int32_t>{}; }
+    std::span<const std::int32_t> host_pieces() const noexcept {
+        return layout_->packed ? host(layout_->pieces, layout_->batch) : std::span<const std::int32_t>{};
+    }
     // [B]: the dataset each row came from, as its position in the pipeline's blend (all 0 for one dataset).
     std::span<const std::int32_t> host_datasets() const noexcept { return host(layout_->datasets, layout_->batch); }
 

@@ -26,9 +26,9 @@ struct shard_options {
 
 // Options only JSONL / text corpora use: they are tokenized on the fly by the workers.
 struct text_config {
-    std::string tokenizer;                  // the tokenizer model (required for text; kind picked by make_tokenizer)
-    bool add_bos = false, add_eos = true;   // the model's BOS before / EOS after every document
-    text_options documents;                 // what a document is: JSONL field, plain-text split, skip_invalid
+    std::string tokenizer;                 // the tokenizer model (required for text; kind picked by make_tokenizer)
+    bool add_bos = false, add_eos = true;  // the model's BOS before / EOS after every document
+    text_options documents;                // what a document is: JSONL field, plain-text split, skip_invalid
     // Where the corpus's token-length index is kept between runs (one tokenizing pass on first open):
     // "" = $FEEDLINE_CACHE_DIR, else $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; "none" = memory only.
     std::string cache_dir;
@@ -36,26 +36,26 @@ struct text_config {
 };
 
 struct pipeline_config {
-    std::uint64_t batch_size = 8;      // samples per step on this rank (global batch = batch_size x world size)
-    std::uint64_t seq_len = 1024;      // tokens per sample (inputs and targets are [batch_size, seq_len])
+    std::uint64_t batch_size = 8;  // samples per step on this rank (global batch = batch_size x world size)
+    std::uint64_t seq_len = 1024;  // tokens per sample (inputs and targets are [batch_size, seq_len])
     std::uint64_t seed = 1234;
     sample_mode mode = sample_mode::windows;
     shuffle_mode shuffle = shuffle_mode::global;
     tail_policy tail = tail_policy::drop;  // one dataset's last incomplete batch of an epoch (blends have no epoch end)
-    unsigned workers = 0;              // 0: from the machine (recommend_workers), autotuned while running; N: exactly N
-    unsigned max_workers = 0;          // workers = 0: the most the autotuner may run (0: from the machine)
-    std::size_t prefetch = 0;          // batches staged ahead of the trainer (ring slots); 0: 2 per worker to start,
-                                       // autotuned up to twice that (at least 4 more) within the memory budget
-    std::uint64_t memory_budget = 0;   // bytes for slots, scratch and indexes; 0: a quarter of what is available
-    device_choice device;              // auto | cpu | cuda:N (parse_device for strings)
-    int rank = -1, world_size = -1;    // -1: from torchrun / Open MPI's environment
-    std::uint64_t max_steps = 0;       // 0: run until the trainer stops; else the iteration ends after this step
-    std::string stats_jsonl;           // append a stats() snapshot as a JSON line here every stats_every batches and at the end
+    unsigned workers = 0;                  // 0: from the machine (recommend_workers), autotuned while running; N: exactly N
+    unsigned max_workers = 0;              // workers = 0: the most the autotuner may run (0: from the machine)
+    std::size_t prefetch = 0;              // batches staged ahead of the trainer (ring slots); 0: 2 per worker to start,
+                                           // autotuned up to twice that (at least 4 more) within the memory budget
+    std::uint64_t memory_budget = 0;       // bytes for slots, scratch and indexes; 0: a quarter of what is available
+    device_choice device;                  // auto | cpu | cuda:N (parse_device for strings)
+    int rank = -1, world_size = -1;        // -1: from torchrun / Open MPI's environment
+    std::uint64_t max_steps = 0;           // 0: run until the trainer stops; else the iteration ends after this step
+    std::string stats_jsonl;               // append a stats() snapshot as a JSON line here every stats_every batches and at the end
     std::uint64_t stats_every = 100;
-    bool avoid_trainer_cpu = true;     // keep the threads filling the ring off a busy trainer's CPU when there is one
-                                       // to spare (exec/trainer_cpu.hpp); false leaves placement to the kernel
-    shard_options shards;              // token shards only
-    text_config text;                  // JSONL / text only
+    bool avoid_trainer_cpu = true;  // keep the threads filling the ring off a busy trainer's CPU when there is one
+                                    // to spare (exec/trainer_cpu.hpp); false leaves placement to the kernel
+    shard_options shards;           // token shards only
+    text_config text;               // JSONL / text only
     // Options set explicitly (by set_option: a command line, JSON, Python), one bit per declaration in
     // pipeline/options.hpp; a config written in C++ leaves it empty and counts as set what differs
     // from the default.
@@ -67,9 +67,9 @@ struct pipeline_config {
 struct memory_plan {
     std::uint64_t budget = 0;
     std::size_t slots = 0, slot_bytes = 0;
-    std::size_t depth = 0;            // prefetch depth to start with (<= slots; the autotuner may raise it to slots)
-    std::uint64_t worker_bytes = 0;   // scratch per worker (raw tokens of one batch, a tokenizer, ...)
-    std::uint64_t index_bytes = 0;    // the sampler's epoch layouts and the sources' indexes and caches
+    std::size_t depth = 0;           // prefetch depth to start with (<= slots; the autotuner may raise it to slots)
+    std::uint64_t worker_bytes = 0;  // scratch per worker (raw tokens of one batch, a tokenizer, ...)
+    std::uint64_t index_bytes = 0;   // the sampler's epoch layouts and the sources' indexes and caches
     unsigned workers = 0;
     std::uint64_t total() const noexcept { return slots * slot_bytes + workers * worker_bytes + index_bytes; }
 };

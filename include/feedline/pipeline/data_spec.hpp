@@ -27,7 +27,8 @@ struct weighted_spec {
 // Throws config_error naming the position (1-based, in a list) unless the weight is positive and finite.
 inline void check_weight(double w, std::size_t position) {
     if (!(w > 0) || !std::isfinite(w))
-        throw config_error("dataset", "weight " + std::to_string(position) + " (" + std::to_string(w) + ") must be a positive, finite number");
+        throw config_error("dataset",
+                           "weight " + std::to_string(position) + " (" + std::to_string(w) + ") must be a positive, finite number");
 }
 
 // Parses a DATASET argument: a single path (a string naming an existing file, or one word), or words
@@ -41,15 +42,16 @@ inline std::vector<weighted_spec> parse_data_spec(const std::string& text) {
     if (words.size() == 1 || detail::path_exists(text)) return {{1.0, words.size() == 1 ? words[0] : text}};
     if (words.size() % 2 != 0)
         throw config_error("dataset", "'" + text + "': " + std::to_string(words.size()) +
-                                          " words; a blend alternates weight and path (\"0.7 a 0.3 b\"): word " + std::to_string(words.size()) +
-                                          " has no path after it");
+                                          " words; a blend alternates weight and path (\"0.7 a 0.3 b\"): word " +
+                                          std::to_string(words.size()) + " has no path after it");
     std::vector<weighted_spec> out;
     for (std::size_t i = 0; i < words.size(); i += 2) {
         const std::string& w = words[i];
         char* end = nullptr;
         const double weight = std::strtod(w.c_str(), &end);
         if (end == w.c_str() || *end != '\0')
-            throw config_error("dataset", "word " + std::to_string(i + 1) + " of '" + text + "' ('" + w + "') is not a weight; a blend alternates weight and path");
+            throw config_error("dataset", "word " + std::to_string(i + 1) + " of '" + text + "' ('" + w +
+                                              "') is not a weight; a blend alternates weight and path");
         check_weight(weight, i / 2 + 1);
         out.push_back({weight, words[i + 1]});
     }

@@ -35,7 +35,8 @@ enum class data_scope { any, tokens, text };
 
 template <>
 struct enum_names<data_scope> {
-    static constexpr std::array values{std::pair{data_scope::any, std::string_view("any")}, std::pair{data_scope::tokens, std::string_view("token shards")},
+    static constexpr std::array values{std::pair{data_scope::any, std::string_view("any")},
+                                       std::pair{data_scope::tokens, std::string_view("token shards")},
                                        std::pair{data_scope::text, std::string_view("JSONL/text")}};
 };
 
@@ -101,11 +102,16 @@ void for_each_option(F&& f) {
 // A value as text: numbers in decimal, enumerations by name, device choices as parse_device reads them.
 template <class T>
 std::string option_text(const T& v) {
-    if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-    else if constexpr (std::is_same_v<T, std::string>) return v;
-    else if constexpr (std::is_same_v<T, device_choice>) return to_string(v);
-    else if constexpr (named_enum<T>) return std::string(name_of(v));
-    else return std::to_string(v);
+    if constexpr (std::is_same_v<T, bool>)
+        return v ? "true" : "false";
+    else if constexpr (std::is_same_v<T, std::string>)
+        return v;
+    else if constexpr (std::is_same_v<T, device_choice>)
+        return to_string(v);
+    else if constexpr (named_enum<T>)
+        return std::string(name_of(v));
+    else
+        return std::to_string(v);
 }
 
 // Parses a value of an option from text. Throws config_error naming the option's field with what was
@@ -130,11 +136,13 @@ T parse_option(const option<T>& o, std::string_view text) {
         const auto r = std::from_chars(text.data(), end, v);
         const std::uint64_t limit = o.max ? o.max : static_cast<std::uint64_t>(std::numeric_limits<T>::max());
         bool bad = r.ec != std::errc() || r.ptr != end;
-        if constexpr (std::is_signed_v<T>) bad = bad || v < -1 || (v > 0 && static_cast<std::uint64_t>(v) > limit);  // -1: "from the environment"
-        else bad = bad || static_cast<std::uint64_t>(v) > limit;
+        if constexpr (std::is_signed_v<T>)
+            bad = bad || v < -1 || (v > 0 && static_cast<std::uint64_t>(v) > limit);  // -1: "from the environment"
+        else
+            bad = bad || static_cast<std::uint64_t>(v) > limit;
         if (bad)
-            throw config_error(field, "'" + std::string(text) + "' (expected a whole number from " + (std::is_signed_v<T> ? "-1" : "0") + " to " +
-                                          std::to_string(limit) + ")");
+            throw config_error(field, "'" + std::string(text) + "' (expected a whole number from " + (std::is_signed_v<T> ? "-1" : "0") +
+                                          " to " + std::to_string(limit) + ")");
         return v;
     }
 }
@@ -210,8 +218,10 @@ inline nlohmann::json options_to_json(const pipeline_config& c) {
     nlohmann::json j = nlohmann::json::object();
     for_each_option([&](const auto& o) {
         using T = std::remove_cvref_t<decltype(o.value(c))>;
-        if constexpr (std::is_same_v<T, bool> || std::is_integral_v<T> || std::is_same_v<T, std::string>) j[std::string(o.name)] = o.value(c);
-        else j[std::string(o.name)] = option_text(o.value(c));
+        if constexpr (std::is_same_v<T, bool> || std::is_integral_v<T> || std::is_same_v<T, std::string>)
+            j[std::string(o.name)] = o.value(c);
+        else
+            j[std::string(o.name)] = option_text(o.value(c));
     });
     return j;
 }
@@ -222,10 +232,14 @@ inline void options_from_json(pipeline_config& c, const nlohmann::json& j, const
     if (!j.is_object()) throw config_error("config", where + ": expected a JSON object of option names and values");
     for (const auto& [key, value] : j.items()) {
         if (option_index(key) < 0) throw config_error(key, where + ": no such option" + option_suggestion(key));
-        if (value.is_string()) set_option(c, key, value.get<std::string>());
-        else if (value.is_boolean()) set_option(c, key, value.get<bool>() ? "true" : "false");
-        else if (value.is_number_integer()) set_option(c, key, value.dump());
-        else throw config_error(key, where + ": expected a whole number, a string or true/false");
+        if (value.is_string())
+            set_option(c, key, value.get<std::string>());
+        else if (value.is_boolean())
+            set_option(c, key, value.get<bool>() ? "true" : "false");
+        else if (value.is_number_integer())
+            set_option(c, key, value.dump());
+        else
+            throw config_error(key, where + ": expected a whole number, a string or true/false");
     }
 }
 #endif
@@ -237,15 +251,20 @@ inline std::string options_markdown() {
     for_each_option([&](const auto& o) {
         using T = std::remove_cvref_t<decltype(o.value(defaults))>;
         std::string type;
-        if constexpr (std::is_same_v<T, bool>) type = "true/false";
-        else if constexpr (std::is_same_v<T, std::string>) type = "text";
-        else if constexpr (std::is_same_v<T, device_choice>) type = "auto, cpu, cuda or cuda:N";
-        else if constexpr (named_enum<T>) type = choices_of<T>();
-        else type = std::is_signed_v<T> ? "whole number (-1 ...)" : "whole number";
+        if constexpr (std::is_same_v<T, bool>)
+            type = "true/false";
+        else if constexpr (std::is_same_v<T, std::string>)
+            type = "text";
+        else if constexpr (std::is_same_v<T, device_choice>)
+            type = "auto, cpu, cuda or cuda:N";
+        else if constexpr (named_enum<T>)
+            type = choices_of<T>();
+        else
+            type = std::is_signed_v<T> ? "whole number (-1 ...)" : "whole number";
         std::string def = option_text(o.value(defaults));
         if (def.empty()) def = "\"\"";
-        out += "| `" + std::string(o.name) + "` | `" + o.flag() + "` | " + type + " | `" + def + "` | " + std::string(name_of(o.scope)) + " | " +
-               std::string(o.doc) + " |\n";
+        out += "| `" + std::string(o.name) + "` | `" + o.flag() + "` | " + type + " | `" + def + "` | " + std::string(name_of(o.scope)) +
+               " | " + std::string(o.doc) + " |\n";
     });
     return out;
 }

@@ -104,11 +104,12 @@ public:
     // A blend: {{0.7, "data/web"}, {0.3, "code/*.jsonl"}}. The config's shape is checked before any
     // source is opened (opening text may mean a tokenizing pass).
     pipeline(const std::vector<weighted_spec>& blend, const pipeline_config& config)
-        : pipeline((check_shape(config, blend.size()), open_sources(blend, config)), config) {}
+            : pipeline((check_shape(config, blend.size()), open_sources(blend, config)), config) {}
     // Sources opened before (shared by a training and an evaluation pipeline, say).
-    pipeline(std::shared_ptr<batch_source> source, pipeline_config config) : pipeline(std::vector<weighted_source>{{1.0, std::move(source)}}, std::move(config)) {}
+    pipeline(std::shared_ptr<batch_source> source, pipeline_config config)
+            : pipeline(std::vector<weighted_source>{{1.0, std::move(source)}}, std::move(config)) {}
     pipeline(std::shared_ptr<const token_dataset> shards, pipeline_config config)
-        : pipeline(std::make_shared<shard_source>(std::move(shards)), std::move(config)) {}
+            : pipeline(std::make_shared<shard_source>(std::move(shards)), std::move(config)) {}
     pipeline(std::vector<weighted_source> sources, pipeline_config config) : sources_(std::move(sources)), config_(std::move(config)) {
         check_shape(config_, sources_.size());
         check_sources();
@@ -118,9 +119,11 @@ public:
         const int world = config_.world_size >= 0 ? config_.world_size : env.world_size;
         if (world < 1) throw config_error("world_size", "must be at least 1");
         if (config_.batch_size > sampler::max_step / static_cast<std::uint64_t>(world))
-            throw config_error("batch_size", std::to_string(config_.batch_size) + " x " + std::to_string(world) + " ranks: too large a global batch");
+            throw config_error("batch_size",
+                               std::to_string(config_.batch_size) + " x " + std::to_string(world) + " ranks: too large a global batch");
         if (config_.max_steps > sampler::max_step / (config_.batch_size * static_cast<std::uint64_t>(world)))
-            throw config_error("max_steps", std::to_string(config_.max_steps) + " steps: past what a run can reach (a state holds steps x global batch)");
+            throw config_error(
+                "max_steps", std::to_string(config_.max_steps) + " steps: past what a run can reach (a state holds steps x global batch)");
         std::vector<sampler_dataset> datasets;
         std::vector<double> weights;
         for (const auto& s : sources_) {
@@ -149,7 +152,8 @@ public:
         autotune_ = workers.autotune;
         workers_reason_ = workers.reason;
         const std::uint64_t available = read_host_memory().available.value_or(0);
-        const std::uint64_t process = topo.cgroup_memory_max ? (available ? std::min(available, *topo.cgroup_memory_max) : *topo.cgroup_memory_max) : available;
+        const std::uint64_t process =
+            topo.cgroup_memory_max ? (available ? std::min(available, *topo.cgroup_memory_max) : *topo.cgroup_memory_max) : available;
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : process / defaults::budget_divisor;
         std::uint64_t worker_bytes = 0, index_bytes = sampler_bytes * (own_planners_ ? workers.workers + 1 : 1);
         for (std::size_t i = 1; i < sources_.size(); ++i) index_bytes += sampler_->stream(i).memory_bytes();
@@ -223,7 +227,9 @@ public:
     }
 
     // Workers running now (the autotuner parks and wakes them; fixed when config.workers was given).
-    unsigned active_workers() const noexcept { return delivery_.started() ? target_workers_.load(std::memory_order_relaxed) : memory_.workers; }
+    unsigned active_workers() const noexcept {
+        return delivery_.started() ? target_workers_.load(std::memory_order_relaxed) : memory_.workers;
+    }
     // Batches the workers may run ahead of the trainer now (raised by the autotuner when prefetch = 0).
     std::size_t prefetch_depth() const noexcept { return delivery_.prefetch_depth(memory_); }
 
@@ -276,13 +282,16 @@ public:
 private:
     // The shape and the numbers, before any source is opened: throws config_error naming the field.
     static void check_shape(const pipeline_config& c, std::size_t datasets) {
-        if (c.batch_size == 0 || c.batch_size > INT32_MAX) throw config_error("batch_size", "must be in [1, 2^31 - 1]");  // rows are int32 in a slot
+        if (c.batch_size == 0 || c.batch_size > INT32_MAX)
+            throw config_error("batch_size", "must be in [1, 2^31 - 1]");  // rows are int32 in a slot
         if (c.seq_len == 0 || c.seq_len > (1u << 30)) throw config_error("seq_len", "must be in [1, 2^30]");
         (void)batch_layout::make(c.batch_size, c.seq_len, c.mode == sample_mode::packed);  // the slot's size fits
         if (c.prefetch == 1) throw config_error("prefetch", "needs at least 2 batches (one in use, one being filled)");
         constexpr unsigned max_workers = 1024;  // scratch and threads are per worker: a typo must not size memory
-        if (c.workers > max_workers) throw config_error("workers", std::to_string(c.workers) + " is more than " + std::to_string(max_workers));
-        if (c.max_workers > max_workers) throw config_error("max_workers", std::to_string(c.max_workers) + " is more than " + std::to_string(max_workers));
+        if (c.workers > max_workers)
+            throw config_error("workers", std::to_string(c.workers) + " is more than " + std::to_string(max_workers));
+        if (c.max_workers > max_workers)
+            throw config_error("max_workers", std::to_string(c.max_workers) + " is more than " + std::to_string(max_workers));
         if (c.workers && c.max_workers) throw config_error("max_workers", "bounds the autotuner, which runs only with workers = 0");
         if (c.rank < -1) throw config_error("rank", "must be -1 (from the launcher) or a rank");
         if (c.world_size < -1 || c.world_size == 0) throw config_error("world_size", "must be -1 (from the launcher) or at least 1");
@@ -308,14 +317,17 @@ private:
             if (const auto set = options_set_for(config_, data_scope::text); !set.empty())
                 throw config_error(set.front(), "set, but the data has no JSONL/text (shards are tokenized already)");
         for (const auto& s : sources_)
-            if (const auto* t = dynamic_cast<const text_source*>(s.source.get()); t && config_.text != text_config{} && config_.text != t->config())
+            if (const auto* t = dynamic_cast<const text_source*>(s.source.get());
+                t && config_.text != text_config{} && config_.text != t->config())
                 throw config_error("text", "differs from the options the text source was opened with");
     }
 
     // Picks the number of slots within the budget (the config's prefetch if given). Throws config_error
     // when even two slots do not fit.
-    memory_plan plan_memory(std::uint64_t budget, unsigned workers, std::size_t slot_bytes, std::uint64_t worker_bytes, std::uint64_t index_bytes) const {
-        memory_plan p{.budget = budget, .slot_bytes = slot_bytes, .worker_bytes = worker_bytes, .index_bytes = index_bytes, .workers = workers};
+    memory_plan plan_memory(std::uint64_t budget, unsigned workers, std::size_t slot_bytes, std::uint64_t worker_bytes,
+                            std::uint64_t index_bytes) const {
+        memory_plan p{
+            .budget = budget, .slot_bytes = slot_bytes, .worker_bytes = worker_bytes, .index_bytes = index_bytes, .workers = workers};
         const std::uint64_t fixed = workers * worker_bytes + index_bytes;
         const std::size_t start = std::max<std::size_t>(2, defaults::start_depth_per_worker * std::size_t(workers));
         const std::size_t wanted = config_.prefetch ? config_.prefetch : start + std::max<std::size_t>(defaults::min_depth_headroom, start);
@@ -326,7 +338,8 @@ private:
                                                     std::to_string(workers) + " workers): raise it or shrink batch_size x seq_len");
         if (config_.prefetch && config_.prefetch > fits)
             throw config_error("prefetch", std::to_string(config_.prefetch) + " batches of " + std::to_string(slot_bytes) +
-                                               " bytes exceed the memory budget of " + std::to_string(budget) + " bytes (" + std::to_string(fits) + " fit)");
+                                               " bytes exceed the memory budget of " + std::to_string(budget) + " bytes (" +
+                                               std::to_string(fits) + " fit)");
         p.slots = static_cast<std::size_t>(std::min<std::uint64_t>(wanted, fits));
         p.depth = config_.prefetch ? p.slots : std::min(start, p.slots);
         return p;
@@ -349,7 +362,8 @@ private:
         std::vector<std::unique_ptr<sampler>> planners;
         if (own_planners_)
             for (unsigned w = 0; w < memory_.workers; ++w) {
-                planners.push_back(std::make_unique<sampler>(std::vector<sampler_dataset>{datasets_[0]}, std::vector<double>{1.0}, sampler_->config()));
+                planners.push_back(
+                    std::make_unique<sampler>(std::vector<sampler_dataset>{datasets_[0]}, std::vector<double>{1.0}, sampler_->config()));
                 planners.back()->restore(sampler_->state());
             }
         planners_ = std::move(planners);
@@ -358,7 +372,8 @@ private:
         // trainer's, after its cudaSetDevice). Here and not at construction, which touches no driver.
         pipeline_config c = config_;
         c.device = device_ = resolve_device(config_.device);
-        if (c.device.kind != device_kind::cpu && gpu_probe()) worker_cpus_ = worker_cpus_for_gpu(read_topology(), gpu_pci_bus_id(c.device.index));
+        if (c.device.kind != device_kind::cpu && gpu_probe())
+            worker_cpus_ = worker_cpus_for_gpu(read_topology(), gpu_pci_bus_id(c.device.index));
         try {
             delivery_.start(c, memory_, layout_, autotune_, memory_.workers, worker_cpus_);
             telemetry_.start(delivery_.on_device(), c.device.index);
@@ -374,7 +389,8 @@ private:
             for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
         } catch (const std::system_error& e) {  // no thread for a worker (a pids limit): the ring is failed, so next() reports it
             const auto failure = std::make_exception_ptr(resource_error(
-                "worker thread " + std::to_string(threads_.size() + 1) + " of " + std::to_string(memory_.workers) + " could not be started (" + e.what() +
+                "worker thread " + std::to_string(threads_.size() + 1) + " of " + std::to_string(memory_.workers) +
+                " could not be started (" + e.what() +
                 "): a process or thread limit (ulimit -u, a container's pids limit) was reached; use fewer workers or raise the limit"));
             delivery_.ring().fail(failure);
             stop();
@@ -392,7 +408,8 @@ private:
         try {
             if (!worker_cpus_.empty()) pin_to(worker_cpus_);
             std::vector<std::unique_ptr<source_worker>> writers;
-            for (std::size_t i = 0; i < sources_.size(); ++i) writers.push_back(sources_[i].source->make_worker(source_context::of(config_), counters_[i]));
+            for (std::size_t i = 0; i < sources_.size(); ++i)
+                writers.push_back(sources_[i].source->make_worker(source_context::of(config_), counters_[i]));
             std::vector<std::vector<std::uint32_t>> rows_of(sources_.size());
             batch_plan plan;  // reused: no allocation per batch once warm
             sampler_state after;
@@ -400,7 +417,8 @@ private:
             int excluded_cpu = -1;  // the trainer's CPU this thread's affinity leaves out
             for (;;) {
                 // Parked by the autotuner: only timing changes, never which batch holds what.
-                parked_.wait([&] { return index < target_workers_.load(std::memory_order_relaxed) || ring.closed() || planned_all_.load(); });
+                parked_.wait(
+                    [&] { return index < target_workers_.load(std::memory_order_relaxed) || ring.closed() || planned_all_.load(); });
                 delivery_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
                 const auto t0 = std::chrono::steady_clock::now();
                 if (!plan_next(index, plan, after, ring)) break;
@@ -409,7 +427,8 @@ private:
                 if (slot == nullptr) break;
                 delivery_.set_slot_state(plan.step, after);
                 const slot_view view(slot, layout_);
-                for (std::uint32_t r = 0; r < plan.samples.size(); ++r) view.datasets[r] = static_cast<std::int32_t>(plan.samples[r].dataset);
+                for (std::uint32_t r = 0; r < plan.samples.size(); ++r)
+                    view.datasets[r] = static_cast<std::int32_t>(plan.samples[r].dataset);
                 if (writers.size() == 1) {
                     writers[0]->write(plan, all_rows_, view);
                 } else {
@@ -472,18 +491,18 @@ private:
     std::atomic<std::uint64_t> next_step_{0};         // own_planners_: the next step a worker takes
     std::mutex planner_;                              // guards sampler_ once workers run
     batch_layout layout_;
-    std::vector<std::uint32_t> all_rows_;             // 0 .. batch_size - 1: every row, for one source
+    std::vector<std::uint32_t> all_rows_;  // 0 .. batch_size - 1: every row, for one source
     memory_plan memory_;
     bool autotune_ = false;
     std::string workers_reason_, io_reason_;
-    std::vector<int> worker_cpus_;                    // the GPU's local CPUs on a multi-node machine, else empty
-    detail::delivery delivery_;    // the ring and the hand-off to the trainer
-    detail::telemetry telemetry_;  // the stats log and the GPU's figures
+    std::vector<int> worker_cpus_;  // the GPU's local CPUs on a multi-node machine, else empty
+    detail::delivery delivery_;     // the ring and the hand-off to the trainer
+    detail::telemetry telemetry_;   // the stats log and the GPU's figures
     std::vector<std::thread> threads_;
     std::atomic<unsigned> active_{0};
     std::atomic<unsigned> target_workers_{0};  // workers not parked (written by next())
     std::atomic<bool> planned_all_{false};
-    detail::wait_point parked_;                // where parked workers sleep
+    detail::wait_point parked_;  // where parked workers sleep
     std::unique_ptr<source_counters[]> counters_;
     std::atomic<std::uint64_t> plan_ns_{0}, collate_ns_{0}, padding_{0};
 };

@@ -40,7 +40,9 @@ public:
         const token_dataset* d = data_.get();
         if (streams_are_shards(c))  // a shard is one "document": the sampler cuts windows across llm.c's documents
             return {.documents = d->shard_count(), .length = [d](std::uint64_t i) { return d->shard(i).tokens; }, .block_starts = {}};
-        return {.documents = d->document_count(), .length = [d](std::uint64_t i) { return d->document_length(i); }, .block_starts = d->shard_document_starts()};
+        return {.documents = d->document_count(),
+                .length = [d](std::uint64_t i) { return d->document_length(i); },
+                .block_starts = d->shard_document_starts()};
     }
     std::uint64_t index_bytes(const source_context& c) const override {
         // llm.c's document index, built for packed mode (Megatron's .idx is mapped, not copied).
@@ -58,7 +60,9 @@ public:
     }
 
 private:
-    bool streams_are_shards(const source_context& c) const noexcept { return data_->format() == dataset_format::llmc && c.mode == sample_mode::windows; }
+    bool streams_are_shards(const source_context& c) const noexcept {
+        return data_->format() == dataset_format::llmc && c.mode == sample_mode::windows;
+    }
     reader_options reader_for(const source_context& c) const {
         return {.backend = c.shards.backend, .dataset_bytes = data_->total_tokens() * dtype_size(data_->dtype())};
     }
@@ -66,8 +70,12 @@ private:
     class worker final : public source_worker {
     public:
         worker(const shard_source& s, const source_context& c, source_counters& counters)
-            : data_(*s.data_), counters_(counters), streams_are_shards_(s.streams_are_shards(c)), windows_(c.mode == sample_mode::windows),
-              reader_(make_reader(s.reader_for(c))), mapped_(s.data_->all_local() ? reader_.get_if<mmap_reader>() : nullptr) {}
+                : data_(*s.data_),
+                  counters_(counters),
+                  streams_are_shards_(s.streams_are_shards(c)),
+                  windows_(c.mode == sample_mode::windows),
+                  reader_(make_reader(s.reader_for(c))),
+                  mapped_(s.data_->all_local() ? reader_.get_if<mmap_reader>() : nullptr) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
             const auto t0 = std::chrono::steady_clock::now();
@@ -140,8 +148,10 @@ private:
                 std::size_t next = 0;     // the first piece not requested yet
                 std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
                 for (std::size_t p = 0; p < pieces_.size(); ++p) {
-                    if (next == p) prefetch_lines(pieces_[next++].bytes);
-                    else ahead -= pieces_[p].bytes.size();
+                    if (next == p)
+                        prefetch_lines(pieces_[next++].bytes);
+                    else
+                        ahead -= pieces_[p].bytes.size();
                     while (next < pieces_.size() && ahead < defaults::prefetch_bytes) {
                         prefetch_lines(pieces_[next].bytes);
                         ahead += pieces_[next++].bytes.size();
@@ -162,7 +172,8 @@ private:
             constexpr std::size_t line = defaults::cache_line;
             if (bytes.empty()) return;
             const auto first = reinterpret_cast<std::uintptr_t>(bytes.data()) & ~std::uintptr_t(line - 1);
-            const auto last = reinterpret_cast<std::uintptr_t>(bytes.data() + std::min<std::size_t>(bytes.size(), defaults::prefetch_bytes) - 1);
+            const auto last =
+                reinterpret_cast<std::uintptr_t>(bytes.data() + std::min<std::size_t>(bytes.size(), defaults::prefetch_bytes) - 1);
             for (std::uintptr_t a = first; a <= last; a += line) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
         }
 
@@ -209,13 +220,18 @@ private:
 
 // Registered as token shards: a spec that names a Megatron prefix, or any .idx or .bin (and what no
 // kind claims, so the token dataset's error names what is missing).
-inline const bool shard_source_registered = source_registry::add(
-    {.kind = source_kind::tokens,
-     .claims = [](const std::string& spec, const std::vector<std::string>& files) {
-         if (scheme_for(spec).exists(spec + ".idx")) return true;
-         return std::any_of(files.begin(), files.end(), [](const std::string& f) { return detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin"); });
-     },
-     .open = [](const std::string& spec, const pipeline_config&) -> std::shared_ptr<batch_source> { return std::make_shared<shard_source>(spec); },
-     .fallback = true});
+inline const bool shard_source_registered =
+    source_registry::add({.kind = source_kind::tokens,
+                          .claims =
+                              [](const std::string& spec, const std::vector<std::string>& files) {
+                                  if (scheme_for(spec).exists(spec + ".idx")) return true;
+                                  return std::any_of(files.begin(), files.end(), [](const std::string& f) {
+                                      return detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin");
+                                  });
+                              },
+                          .open = [](const std::string& spec, const pipeline_config&) -> std::shared_ptr<batch_source> {
+                              return std::make_shared<shard_source>(spec);
+                          },
+                          .fallback = true});
 
 }  // namespace feedline

@@ -42,7 +42,8 @@ inline std::string_view to_string(source_kind k) noexcept { return k.name; }
 
 namespace detail {
 // Nanoseconds between two steady-clock points (the second: now), for the workers' time counters.
-inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to = std::chrono::steady_clock::now()) {
+inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point from,
+                                std::chrono::steady_clock::time_point to = std::chrono::steady_clock::now()) {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
 }  // namespace detail

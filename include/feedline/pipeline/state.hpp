@@ -22,9 +22,10 @@ inline pipeline_state pipeline_state_from_json(const std::string& text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (json_format_of(j) == "feedline.text_state") {
         const auto version = j.contains("version") ? j["version"].dump() : std::string("?");
-        throw config_error("state", "a feedline.text_state version " + version +
-                                        " (saved by the text pipeline of feedline 0.1, before text was sampled like shards) cannot be restored: "
-                                        "its document order differs; start the text run afresh or resume it with the release that saved it");
+        throw config_error("state",
+                           "a feedline.text_state version " + version +
+                               " (saved by the text pipeline of feedline 0.1, before text was sampled like shards) cannot be restored: "
+                               "its document order differs; start the text run afresh or resume it with the release that saved it");
     }
     return sampler_state_from_json(text);
 }

@@ -24,22 +24,22 @@ namespace feedline {
 
 struct pipeline_stats {
     std::uint64_t batches = 0, tokens = 0, bytes_read = 0, padding_tokens = 0;
-    double seconds = 0;             // since the first next()
+    double seconds = 0;  // since the first next()
     double tokens_per_s = 0;
     double read_s = 0, assemble_s = 0, plan_s = 0;  // summed over workers
-    double tokenize_s = 0;          // text input: tokenizer time, summed over workers
-    double slot_wait_s = 0;         // workers waiting for a free slot (the trainer is the bottleneck)
-    double stall_s = 0;             // the trainer waiting in next() (the data side is the bottleneck)
+    double tokenize_s = 0;                          // text input: tokenizer time, summed over workers
+    double slot_wait_s = 0;                         // workers waiting for a free slot (the trainer is the bottleneck)
+    double stall_s = 0;                             // the trainer waiting in next() (the data side is the bottleneck)
     double stall_fraction = 0;
     std::uint64_t consumer_sleeps = 0;  // times next() stopped spinning to sleep (a producer's futex call wakes it)
     std::size_t ready_batches = 0, slots = 0, prefetch_depth = 0;  // ready now, allocated, allowed ahead
-    unsigned workers = 0, workers_active = 0;  // threads, and how many the autotuner lets run
+    unsigned workers = 0, workers_active = 0;                      // threads, and how many the autotuner lets run
     std::uint64_t rss_bytes = 0, pinned_bytes = 0, memory_budget = 0, planned_bytes = 0;
     std::string io_backend, device;  // how each source reads (and tokenizes), and where batches go
-    std::string worker_placement;   // whether the threads filling the ring are kept off the trainer's CPU, and why
-    std::string workers_reason;     // why that many workers: fixed, or from the machine (recommend_workers)
-    int trainer_cpu = -1;           // the busy trainer's CPU they are kept off (-1: none noted, or placement off)
-    std::string stats_log_error;    // why the stats_jsonl log stopped (empty while it is written)
+    std::string worker_placement;    // whether the threads filling the ring are kept off the trainer's CPU, and why
+    std::string workers_reason;      // why that many workers: fixed, or from the machine (recommend_workers)
+    int trainer_cpu = -1;            // the busy trainer's CPU they are kept off (-1: none noted, or placement off)
+    std::string stats_log_error;     // why the stats_jsonl log stopped (empty while it is written)
     // Telemetry for feedline-doctor diagnose; absent (not zero, and not in the JSON) where the machine
     // does not say. The machine's RAM and swap, this process's RSS split into its own (anonymous)
     // memory and mapped file pages, and the GPU through NVML (the mean of ~100 ms samples since the
@@ -70,17 +70,19 @@ struct pipeline_stats {
             return o;
         };
         char buf[1024];
-        std::snprintf(buf, sizeof buf,
-                      "{\"batches\": %llu, \"tokens\": %llu, \"bytes_read\": %llu, \"padding_tokens\": %llu, \"seconds\": %.4f, "
-                      "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"tokenize_s\": %.4f, \"slot_wait_s\": %.4f, "
-                      "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"consumer_sleeps\": %llu, \"ready_batches\": %zu, \"slots\": %zu, \"prefetch_depth\": %zu, \"workers\": %u, \"workers_active\": %u, "
-                      "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, \"trainer_cpu\": %d, ",
-                      static_cast<unsigned long long>(batches), static_cast<unsigned long long>(tokens),
-                      static_cast<unsigned long long>(bytes_read), static_cast<unsigned long long>(padding_tokens), seconds, tokens_per_s,
-                      read_s, assemble_s, plan_s, tokenize_s, slot_wait_s, stall_s, stall_fraction,
-                      static_cast<unsigned long long>(consumer_sleeps), ready_batches, slots, prefetch_depth, workers, workers_active,
-                      static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
-                      static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes), trainer_cpu);
+        std::snprintf(
+            buf, sizeof buf,
+            "{\"batches\": %llu, \"tokens\": %llu, \"bytes_read\": %llu, \"padding_tokens\": %llu, \"seconds\": %.4f, "
+            "\"tokens_per_s\": %.0f, \"read_s\": %.4f, \"assemble_s\": %.4f, \"plan_s\": %.4f, \"tokenize_s\": %.4f, \"slot_wait_s\": "
+            "%.4f, "
+            "\"stall_s\": %.4f, \"stall_fraction\": %.4f, \"consumer_sleeps\": %llu, \"ready_batches\": %zu, \"slots\": %zu, "
+            "\"prefetch_depth\": %zu, \"workers\": %u, \"workers_active\": %u, "
+            "\"rss_bytes\": %llu, \"pinned_bytes\": %llu, \"memory_budget\": %llu, \"planned_bytes\": %llu, \"trainer_cpu\": %d, ",
+            static_cast<unsigned long long>(batches), static_cast<unsigned long long>(tokens), static_cast<unsigned long long>(bytes_read),
+            static_cast<unsigned long long>(padding_tokens), seconds, tokens_per_s, read_s, assemble_s, plan_s, tokenize_s, slot_wait_s,
+            stall_s, stall_fraction, static_cast<unsigned long long>(consumer_sleeps), ready_batches, slots, prefetch_depth, workers,
+            workers_active, static_cast<unsigned long long>(rss_bytes), static_cast<unsigned long long>(pinned_bytes),
+            static_cast<unsigned long long>(memory_budget), static_cast<unsigned long long>(planned_bytes), trainer_cpu);
         std::string telemetry;
         auto put = [&](const char* key, const auto& v) {
             if (!v) return;
@@ -101,9 +103,9 @@ struct pipeline_stats {
         put("gpu_memory_used_bytes", gpu_memory_used_bytes);
         put("gpu_memory_total_bytes", gpu_memory_total_bytes);
         if (!gpu_telemetry.empty()) telemetry += ", \"gpu_telemetry\": \"" + esc(gpu_telemetry) + "\"";
-        return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) + "\", \"worker_placement\": \"" +
-               esc(worker_placement) + "\", \"workers_reason\": \"" + esc(workers_reason) + "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"" +
-               telemetry + "}";
+        return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) +
+               "\", \"worker_placement\": \"" + esc(worker_placement) + "\", \"workers_reason\": \"" + esc(workers_reason) +
+               "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"" + telemetry + "}";
     }
 };
 
@@ -119,7 +121,8 @@ public:
     explicit stats_jsonl_log(const std::string& path) : path_(path) {
         const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
         if (fd < 0)
-            throw io_error(path, errno, errno == ENXIO ? "the stats log is a FIFO that nobody reads" : "cannot open the stats log for appending");
+            throw io_error(path, errno,
+                           errno == ENXIO ? "the stats log is a FIFO that nobody reads" : "cannot open the stats log for appending");
         if (const int fl = ::fcntl(fd, F_GETFL); fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         out_ = ::fdopen(fd, "a");
         if (out_ == nullptr) {

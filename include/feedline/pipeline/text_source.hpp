@@ -30,14 +30,13 @@
 
 namespace feedline {
 
-
 class text_source final : public batch_source {
 public:
     // Opens `corpus` with `config.tokenizer` and its token-length index (cached, or computed by
     // `threads` tokenizing threads: 0 = the cores this process may use). Throws config_error (no or
     // bad tokenizer, a corpus without tokens), io_error, format_error naming file and offset.
     text_source(std::shared_ptr<const text_corpus> corpus, text_config config, unsigned threads = 0)
-        : corpus_(std::move(corpus)), config_(std::move(config)) {
+            : corpus_(std::move(corpus)), config_(std::move(config)) {
         if (!corpus_) throw config_error("dataset", "no text corpus given");
         const auto probe = make_tokenizer(tokenizer_config());
         vocab_ = probe->vocab_size();
@@ -48,11 +47,12 @@ public:
         lengths_origin_ = std::move(counts.origin);
         for (std::uint32_t n : lengths_) tokens_ += n;
         // Never more than the whole corpus's tokens: a small corpus does not reserve the full default.
-        cache_ = std::make_unique<detail::document_cache>(std::min<std::uint64_t>(defaults::document_cache_bytes, tokens_ * sizeof(std::int32_t)));
+        cache_ = std::make_unique<detail::document_cache>(
+            std::min<std::uint64_t>(defaults::document_cache_bytes, tokens_ * sizeof(std::int32_t)));
     }
     // JSONL / text files, directories or globs, split into documents by config.documents.
     text_source(const std::vector<std::string>& inputs, text_config config, unsigned threads = 0)
-        : text_source(std::make_shared<const text_corpus>(inputs, config.documents), config, threads) {}
+            : text_source(std::make_shared<const text_corpus>(inputs, config.documents), config, threads) {}
 
     const text_corpus& corpus() const noexcept { return *corpus_; }
     const text_config& config() const noexcept { return config_; }
@@ -78,14 +78,18 @@ public:
     std::uint64_t index_bytes(const source_context&) const override {
         return corpus_->memory_bytes() + lengths_.capacity() * sizeof(std::uint32_t) + cache_->capacity();
     }
-    std::uint64_t worker_bytes(const source_context& c) const override { return defaults::text_worker_bytes + (c.seq_len + 1) * sizeof(std::int32_t); }
+    std::uint64_t worker_bytes(const source_context& c) const override {
+        return defaults::text_worker_bytes + (c.seq_len + 1) * sizeof(std::int32_t);
+    }
     std::string prepare(const source_context&) override { return "pread (text documents, tokenized by the workers)"; }
     std::unique_ptr<source_worker> make_worker(const source_context& c, source_counters& counters) override {
         return std::make_unique<worker>(*this, c, counters);
     }
 
 private:
-    tokenizer_options tokenizer_config() const { return {.model = config_.tokenizer, .add_bos = config_.add_bos, .add_eos = config_.add_eos}; }
+    tokenizer_options tokenizer_config() const {
+        return {.model = config_.tokenizer, .add_bos = config_.add_bos, .add_eos = config_.add_eos};
+    }
 
     void encode(tokenizer& tok, std::uint64_t d, const std::string& text, std::vector<std::int32_t>& ids) const {
         if (std::string problem = tok.encode(text, ids); !problem.empty()) {
@@ -97,7 +101,11 @@ private:
     class worker final : public source_worker {
     public:
         worker(text_source& s, const source_context& c, source_counters& counters)
-            : source_(s), counters_(counters), windows_(c.mode == sample_mode::windows), long_document_(c.seq_len), tokenizer_(make_tokenizer(s.tokenizer_config())) {}
+                : source_(s),
+                  counters_(counters),
+                  windows_(c.mode == sample_mode::windows),
+                  long_document_(c.seq_len),
+                  tokenizer_(make_tokenizer(s.tokenizer_config())) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
             std::uint64_t assemble_ns = 0;
@@ -162,7 +170,8 @@ private:
             if (out.size() != source_.lengths_[d]) {
                 const auto& ref = source_.corpus_->document(d);
                 throw format_error(source_.corpus_->file_of(ref).path(), ref.offset,
-                                   "this document now has " + std::to_string(out.size()) + " tokens, " + std::to_string(source_.lengths_[d]) +
+                                   "this document now has " + std::to_string(out.size()) + " tokens, " +
+                                       std::to_string(source_.lengths_[d]) +
                                        " when the corpus was opened (the file changed under the job)");
             }
         }
@@ -193,18 +202,20 @@ private:
 
 // Registered as text: a spec whose files include JSONL or text (.jsonl, .json, .ndjson, .txt, .text)
 // and no shard (.idx, .bin).
-inline const bool text_source_registered = source_registry::add(
-    {.kind = source_kind::text,
-     .claims = [](const std::string&, const std::vector<std::string>& files) {
-         bool text = false;
-         for (const auto& f : files) {
-             if (detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin")) return false;
-             for (std::string_view ext : {".jsonl", ".json", ".ndjson", ".txt", ".text"}) text = text || detail::ends_with(f, ext);
-         }
-         return text;
-     },
-     .open = [](const std::string& spec, const pipeline_config& c) -> std::shared_ptr<batch_source> {
-         return std::make_shared<text_source>(std::vector<std::string>{spec}, c.text);
-     }});
+inline const bool text_source_registered =
+    source_registry::add({.kind = source_kind::text,
+                          .claims =
+                              [](const std::string&, const std::vector<std::string>& files) {
+                                  bool text = false;
+                                  for (const auto& f : files) {
+                                      if (detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin")) return false;
+                                      for (std::string_view ext : {".jsonl", ".json", ".ndjson", ".txt", ".text"})
+                                          text = text || detail::ends_with(f, ext);
+                                  }
+                                  return text;
+                              },
+                          .open = [](const std::string& spec, const pipeline_config& c) -> std::shared_ptr<batch_source> {
+                              return std::make_shared<text_source>(std::vector<std::string>{spec}, c.text);
+                          }});
 
 }  // namespace feedline

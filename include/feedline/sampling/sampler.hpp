@@ -14,11 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <tuple>
-#include <type_traits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <feedline/error.hpp>
@@ -73,7 +73,8 @@ enum class tail_policy {
 
 template <>
 struct enum_names<tail_policy> {
-    static constexpr std::array values{std::pair{tail_policy::drop, std::string_view("drop")}, std::pair{tail_policy::pad, std::string_view("pad")}};
+    static constexpr std::array values{std::pair{tail_policy::drop, std::string_view("drop")},
+                                       std::pair{tail_policy::pad, std::string_view("pad")}};
 };
 
 struct sampler_config {
@@ -91,15 +92,15 @@ struct sampler_config {
 // One sample of a batch: where it comes from (identity, for logs and tests) and its tokens.
 struct sample_plan {
     std::uint32_t dataset = 0;
-    std::uint64_t epoch = 0;           // of that dataset
-    std::uint64_t index = 0;           // sample number within that epoch, before shuffling
-    bool padding = false;              // a repeat that completes the epoch's last batch (tail = pad)
-    std::vector<segment> segments;     // windows: seq_len + 1 tokens; packed: up to seq_len tokens
+    std::uint64_t epoch = 0;        // of that dataset
+    std::uint64_t index = 0;        // sample number within that epoch, before shuffling
+    bool padding = false;           // a repeat that completes the epoch's last batch (tail = pad)
+    std::vector<segment> segments;  // windows: seq_len + 1 tokens; packed: up to seq_len tokens
 };
 
 struct batch_plan {
-    std::uint64_t step = 0;            // global step number
-    std::uint64_t epoch = 0;           // for one dataset: its epoch; blended: the first dataset's
+    std::uint64_t step = 0;   // global step number
+    std::uint64_t epoch = 0;  // for one dataset: its epoch; blended: the first dataset's
     std::uint64_t first_global_sample = 0;
     std::vector<sample_plan> samples;  // this rank's slice, in order
 };
@@ -124,18 +125,19 @@ class dataset_stream {
 public:
     template <document_lengths D>
     dataset_stream(const D& data, const sampler_config& config, std::uint32_t id, std::vector<std::uint64_t> block_starts = {})
-        : dataset_stream(sampler_dataset{.documents = data.document_count(),
-                                         .length = [&data](std::uint64_t i) { return static_cast<std::uint64_t>(data.document_length(i)); },
-                                         .block_starts = std::move(block_starts)},
-                         config, id) {}
+            : dataset_stream(
+                  sampler_dataset{.documents = data.document_count(),
+                                  .length = [&data](std::uint64_t i) { return static_cast<std::uint64_t>(data.document_length(i)); },
+                                  .block_starts = std::move(block_starts)},
+                  config, id) {}
     dataset_stream(sampler_dataset data, const sampler_config& config, std::uint32_t id)
-        : config_(config),
-          id_(id),
-          seed_(config.seed ^ (std::uint64_t(id) << 48)),
-          shuffle_samples_(config.shuffle_samples && !data.in_stream_order),
-          block_starts_(std::move(data.block_starts)),
-          lengths_(std::move(data.length)),
-          documents_(data.documents) {
+            : config_(config),
+              id_(id),
+              seed_(config.seed ^ (std::uint64_t(id) << 48)),
+              shuffle_samples_(config.shuffle_samples && !data.in_stream_order),
+              block_starts_(std::move(data.block_starts)),
+              lengths_(std::move(data.length)),
+              documents_(data.documents) {
         select_epoch(0);
         tokens_ = layout_->tokens();
         if (samples_ == 0)
@@ -172,9 +174,7 @@ public:
             rows_->segments(s, out.segments);
     }
 
-    std::size_t memory_bytes() const noexcept {
-        return (layout_ ? layout_->memory_bytes() : 0) + (rows_ ? rows_->memory_bytes() : 0);
-    }
+    std::size_t memory_bytes() const noexcept { return (layout_ ? layout_->memory_bytes() : 0) + (rows_ ? rows_->memory_bytes() : 0); }
 
 private:
     struct length_source {
@@ -239,8 +239,7 @@ public:
     // Single dataset. Throws config_error for an invalid config (named field and numbers). `data`
     // must outlive the sampler. `block_starts`: first document of each shard (shuffle_mode::shard_blocks).
     template <document_lengths D>
-    sampler(const D& data, sampler_config config, std::vector<std::uint64_t> block_starts = {})
-        : sampler(config, {1.0}) {
+    sampler(const D& data, sampler_config config, std::vector<std::uint64_t> block_starts = {}) : sampler(config, {1.0}) {
         streams_.emplace_back(data, config_, 0, std::move(block_starts));
         finish_setup();
     }
@@ -250,7 +249,7 @@ public:
     // dataset cycles through its own epochs; `tail` does not apply.
     template <document_lengths D>
     sampler(const std::vector<const D*>& datasets, std::vector<double> weights, sampler_config config)
-        : sampler(config, std::move(weights)) {
+            : sampler(config, std::move(weights)) {
         if (datasets.size() != weights_.size() || datasets.empty())
             throw config_error("weights", "give one weight per dataset (" + std::to_string(datasets.size()) + " datasets, " +
                                               std::to_string(weights_.size()) + " weights)");
@@ -261,7 +260,7 @@ public:
     // Datasets of any kind (sampler_dataset), mixed by weight: one dataset behaves as the
     // single-dataset sampler (epochs, tail policy), several as the blend above.
     sampler(std::vector<sampler_dataset> datasets, std::vector<double> weights, sampler_config config)
-        : sampler(config, std::move(weights)) {
+            : sampler(config, std::move(weights)) {
         if (datasets.size() != weights_.size() || datasets.empty())
             throw config_error("weights", "give one weight per dataset (" + std::to_string(datasets.size()) + " datasets, " +
                                               std::to_string(weights_.size()) + " weights)");
@@ -376,8 +375,8 @@ public:
             differs("dataset_tokens" + at, s.dataset_tokens[i], state_.dataset_tokens[i]);
             differs("weights" + at, s.weights[i], state_.weights[i]);
             if (s.index[i] > streams_[i].samples_in_epoch(s.epoch[i]) + config_.global_batch)
-                throw config_error("state.index" + at, "sample " + std::to_string(s.index[i]) + " is past the end of epoch " +
-                                                           std::to_string(s.epoch[i]));
+                throw config_error("state.index" + at,
+                                   "sample " + std::to_string(s.index[i]) + " is past the end of epoch " + std::to_string(s.epoch[i]));
         }
         // Steps and sample counts stay far from wrapping (the staging ring numbers slots 2 x step + 1).
         if (s.step > max_step / s.global_batch)
@@ -386,7 +385,7 @@ public:
         // Every step draws the whole global batch, so a state whose counts disagree was edited or
         // corrupted (and workers planning with plan_at would resume elsewhere than next()).
         const std::uint64_t drawn = s.step * s.global_batch;  // <= max_step: no wrap
-        std::uint64_t taken = 0;                               // capped at drawn + 1: no wrap either
+        std::uint64_t taken = 0;                              // capped at drawn + 1: no wrap either
         for (std::uint64_t t : s.taken) taken = std::min(taken + std::min(t, drawn + 1), drawn + 1);
         if (taken != drawn)
             throw config_error("state.taken", "samples drawn per dataset do not add up to " + std::to_string(s.step) + " steps of " +
@@ -412,15 +411,17 @@ public:
             if (s.epoch[0] != epoch || s.index[0] != (within + 1) * s.global_batch)
                 throw config_error("state.index", "epoch " + std::to_string(s.epoch[0]) + ", sample " + std::to_string(s.index[0]) +
                                                       " is not where step " + std::to_string(s.step) + " leaves this stream (epoch " +
-                                                      std::to_string(epoch) + ", sample " + std::to_string((within + 1) * s.global_batch) + ")");
+                                                      std::to_string(epoch) + ", sample " + std::to_string((within + 1) * s.global_batch) +
+                                                      ")");
         } else if (n > 1 && config_.mode == sample_mode::windows) {
             for (std::size_t i = 0; i < n; ++i) {
                 const std::uint64_t per = streams_[i].samples_in_epoch(0), t = s.taken[i];
                 const std::uint64_t epoch = t == 0 ? 0 : (t - 1) / per, index = t == 0 ? 0 : t - epoch * per;
                 if (s.epoch[i] != epoch || s.index[i] != index)
-                    throw config_error("state.taken" + index_text(i), std::to_string(t) + " samples drawn leave dataset " + std::to_string(i) +
-                                                                          " at epoch " + std::to_string(epoch) + ", sample " + std::to_string(index) +
-                                                                          ", not the saved epoch " + std::to_string(s.epoch[i]) + ", sample " +
+                    throw config_error("state.taken" + index_text(i), std::to_string(t) + " samples drawn leave dataset " +
+                                                                          std::to_string(i) + " at epoch " + std::to_string(epoch) +
+                                                                          ", sample " + std::to_string(index) + ", not the saved epoch " +
+                                                                          std::to_string(s.epoch[i]) + ", sample " +
                                                                           std::to_string(s.index[i]) + " (edited or corrupted state)");
             }
         }

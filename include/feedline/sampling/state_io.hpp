@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <feedline/format/json_fields.hpp>
 #include <feedline/error.hpp>
+#include <feedline/format/json_fields.hpp>
 #include <feedline/sampling/sampler.hpp>
 
 namespace feedline {

@@ -9,8 +9,8 @@
 #pragma once
 
 #include <algorithm>
-#include <cstddef>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -38,12 +38,14 @@ enum class sample_mode { windows, packed };
 
 template <>
 struct enum_names<shuffle_mode> {
-    static constexpr std::array values{std::pair{shuffle_mode::none, std::string_view("none")}, std::pair{shuffle_mode::global, std::string_view("global")},
+    static constexpr std::array values{std::pair{shuffle_mode::none, std::string_view("none")},
+                                       std::pair{shuffle_mode::global, std::string_view("global")},
                                        std::pair{shuffle_mode::shard_blocks, std::string_view("shard_blocks")}};
 };
 template <>
 struct enum_names<sample_mode> {
-    static constexpr std::array values{std::pair{sample_mode::windows, std::string_view("windows")}, std::pair{sample_mode::packed, std::string_view("packed")}};
+    static constexpr std::array values{std::pair{sample_mode::windows, std::string_view("windows")},
+                                       std::pair{sample_mode::packed, std::string_view("packed")}};
 };
 
 // Tokens [offset, offset + length) of document `document` (a dataset document number).
@@ -100,7 +102,7 @@ public:
     template <document_lengths D>
     epoch_layout(const D& data, shuffle_mode mode, std::uint64_t seed, std::uint64_t epoch,
                  std::span<const std::uint64_t> block_starts = {})
-        : documents_(data.document_count()), mode_(mode) {
+            : documents_(data.document_count()), mode_(mode) {
         if (mode == shuffle_mode::global) {
             perm_ = feistel_permutation(documents_, permutation_key(seed, epoch, 1));
         } else if (mode == shuffle_mode::shard_blocks) {
@@ -147,9 +149,7 @@ public:
     std::uint64_t first_token_at(std::uint64_t k) const noexcept { return prefix_[k]; }
 
     // The epoch position holding stream token p (p < tokens()); empty documents are skipped.
-    std::uint64_t position_of_token(std::uint64_t p) const noexcept {
-        return search_.upper_bound(prefix_, p) - 1;
-    }
+    std::uint64_t position_of_token(std::uint64_t p) const noexcept { return search_.upper_bound(prefix_, p) - 1; }
 
     // Appends the segments covering stream tokens [begin, begin + count). O(log documents + segments).
     void segments(std::uint64_t begin, std::uint64_t count, std::vector<segment>& out) const {

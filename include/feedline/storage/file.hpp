@@ -49,7 +49,11 @@ public:
             ::close(fd_);
             fd_ = -1;
             throw io_error(path_, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
-                           std::string("not a regular file (") + (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket") + ")");
+                           std::string("not a regular file (") +
+                               (S_ISDIR(st.st_mode)    ? "a directory"
+                                : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                       : "a device or socket") +
+                               ")");
         }
         // Non-blocking only to get past open(): on a regular file the flag has no use, and io_uring on
         // older kernels (and FUSE) would treat reads of uncached pages as "would block".
@@ -59,7 +63,12 @@ public:
     }
 
     file(file&& o) noexcept
-        : byte_source(), fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)), direct_(o.direct_), cache_(std::move(o.cache_)) {}
+            : byte_source(),
+              fd_(std::exchange(o.fd_, -1)),
+              size_(o.size_),
+              path_(std::move(o.path_)),
+              direct_(o.direct_),
+              cache_(std::move(o.cache_)) {}
     file& operator=(file&& o) noexcept {
         if (this != &o) {
             close();
@@ -113,8 +122,7 @@ private:
 
 // Reads exactly `length` bytes at `offset` with pread, retrying EINTR and short reads. Throws
 // io_error on a system error and format_error when the file ends first (truncated data).
-inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64_t length,
-                        std::uint64_t offset) {
+inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64_t length, std::uint64_t offset) {
     auto* out = static_cast<char*>(dest);
     std::uint64_t done = 0;
     while (done < length) {
@@ -125,8 +133,7 @@ inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64
         }
         if (n == 0)
             throw format_error(path, offset + done,
-                               "file ends early: needed " + std::to_string(length) + " bytes at offset " +
-                                   std::to_string(offset));
+                               "file ends early: needed " + std::to_string(length) + " bytes at offset " + std::to_string(offset));
         done += static_cast<std::uint64_t>(n);
     }
 }
@@ -138,7 +145,8 @@ inline void require_regular_file(const std::string& path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw io_error(path, errno, "cannot stat");
     if (S_ISDIR(st.st_mode)) throw io_error(path, EISDIR, "is a directory where a file belongs");
-    if (!S_ISREG(st.st_mode)) throw io_error(path, EINVAL, S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
+    if (!S_ISREG(st.st_mode))
+        throw io_error(path, EINVAL, S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
 }
 
 // The whole of a small file (a model, a config, a log), read through one descriptor that was checked to
@@ -154,11 +162,14 @@ inline std::string read_regular_file(const std::string& path, std::uint64_t max_
         ::close(fd);
         if (st.st_mode == 0) throw io_error(path, err, "cannot stat");
         throw io_error(path, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
-                       S_ISDIR(st.st_mode) ? "is a directory where a file belongs" : S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file" : "is a device or socket, not a regular file");
+                       S_ISDIR(st.st_mode)    ? "is a directory where a file belongs"
+                       : S_ISFIFO(st.st_mode) ? "is a FIFO, not a regular file"
+                                              : "is a device or socket, not a regular file");
     }
     if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
         ::close(fd);
-        throw io_error(path, EFBIG, std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " this file may hold");
+        throw io_error(path, EFBIG,
+                       std::to_string(st.st_size) + " bytes, more than the " + std::to_string(max_bytes) + " this file may hold");
     }
     std::string out(static_cast<std::size_t>(st.st_size), '\0');
     std::size_t done = 0;

@@ -6,9 +6,9 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <memory>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -31,8 +31,7 @@ public:
         data_ = static_cast<const std::byte*>(p);
         advise(pattern);
     }
-    file_mapping(file_mapping&& o) noexcept
-        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    file_mapping(file_mapping&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
     file_mapping& operator=(file_mapping&& o) noexcept {
         if (this != &o) {
             unmap();
@@ -51,8 +50,7 @@ public:
     // readahead off so each fault reads only what is used. Never fails (hints are advisory).
     void advise(access_pattern pattern) const noexcept {
         if (data_ != nullptr)
-            ::madvise(const_cast<std::byte*>(data_), size_,
-                      pattern == access_pattern::sequential ? MADV_SEQUENTIAL : MADV_RANDOM);
+            ::madvise(const_cast<std::byte*>(data_), size_, pattern == access_pattern::sequential ? MADV_SEQUENTIAL : MADV_RANDOM);
     }
 
     // Asks the kernel to start reading [offset, offset + length) in the background. Never blocks.
@@ -87,8 +85,10 @@ public:
         for (const auto& r : requests) {
             detail::check_in_file(r);
             if (r.length == 0) continue;
-            if (const file* f = r.source->local_file()) (void)mapping_for(*f);  // maps what is new (may throw) before the guarded pass
-            else r.source->read_at(r.dest, r.length, r.offset);
+            if (const file* f = r.source->local_file())
+                (void)mapping_for(*f);  // maps what is new (may throw) before the guarded pass
+            else
+                r.source->read_at(r.dest, r.length, r.offset);
         }
         volatile std::size_t at = 0;  // the request being copied, for the error
         const bool whole = guarded_reads([&](sigbus_guard& guard) noexcept {

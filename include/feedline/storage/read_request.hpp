@@ -44,9 +44,9 @@ namespace detail {
 inline void check_in_file(const read_request& r) {
     if (r.source == nullptr) throw config_error("read_request.source", "is null");
     if (r.offset > r.source->size() || r.length > r.source->size() - r.offset)
-        throw format_error(r.source->name(), r.offset,
-                           "read of " + std::to_string(r.length) + " bytes goes past the end of the file (size " +
-                               std::to_string(r.source->size()) + ")");
+        throw format_error(
+            r.source->name(), r.offset,
+            "read of " + std::to_string(r.length) + " bytes goes past the end of the file (size " + std::to_string(r.source->size()) + ")");
 }
 
 }  // namespace detail

@@ -24,9 +24,10 @@ enum class io_backend { automatic, io_uring, mmap, pread };
 
 template <>
 struct enum_names<io_backend> {
-    static constexpr std::array values{std::pair{io_backend::automatic, std::string_view("auto")}, std::pair{io_backend::io_uring, std::string_view("io_uring")},
-                                       std::pair{io_backend::mmap, std::string_view("mmap")}, std::pair{io_backend::pread, std::string_view("pread")},
-                                       std::pair{io_backend::io_uring, std::string_view("uring")}};
+    static constexpr std::array values{
+        std::pair{io_backend::automatic, std::string_view("auto")}, std::pair{io_backend::io_uring, std::string_view("io_uring")},
+        std::pair{io_backend::mmap, std::string_view("mmap")}, std::pair{io_backend::pread, std::string_view("pread")},
+        std::pair{io_backend::io_uring, std::string_view("uring")}};
 };
 
 inline std::string_view to_string(io_backend b) noexcept { return name_of(b); }
@@ -80,12 +81,14 @@ public:
     const std::string& reason() const noexcept { return reason_; }
 
     template <class R>
-    R* get_if() noexcept { return std::get_if<R>(impl_.get()); }
+    R* get_if() noexcept {
+        return std::get_if<R>(impl_.get());
+    }
 
 private:
     friend any_reader make_reader(const reader_options&);
     any_reader(std::unique_ptr<variant_type> impl, io_backend b, std::string reason)
-        : impl_(std::move(impl)), backend_(b), reason_(std::move(reason)) {}
+            : impl_(std::move(impl)), backend_(b), reason_(std::move(reason)) {}
     std::unique_ptr<variant_type> impl_;  // heap: readers are not movable (the ring's address is fixed)
     io_backend backend_;
     std::string reason_;
@@ -98,19 +101,14 @@ static_assert(reader<any_reader>);
 inline any_reader make_reader(const reader_options& options = {}) {
     using V = any_reader::variant_type;
     auto fallback = [&](std::string why) {
-        if (options.direct)
-            return any_reader(std::make_unique<V>(std::in_place_type<pread_reader>), io_backend::pread,
-                              "pread: " + why);
-        return any_reader(std::make_unique<V>(std::in_place_type<mmap_reader>, options.pattern), io_backend::mmap,
-                          "mmap: " + why);
+        if (options.direct) return any_reader(std::make_unique<V>(std::in_place_type<pread_reader>), io_backend::pread, "pread: " + why);
+        return any_reader(std::make_unique<V>(std::in_place_type<mmap_reader>, options.pattern), io_backend::mmap, "mmap: " + why);
     };
     switch (options.backend) {
         case io_backend::mmap:
-            return any_reader(std::make_unique<V>(std::in_place_type<mmap_reader>, options.pattern), io_backend::mmap,
-                              "mmap: requested");
+            return any_reader(std::make_unique<V>(std::in_place_type<mmap_reader>, options.pattern), io_backend::mmap, "mmap: requested");
         case io_backend::pread:
-            return any_reader(std::make_unique<V>(std::in_place_type<pread_reader>), io_backend::pread,
-                              "pread: requested");
+            return any_reader(std::make_unique<V>(std::in_place_type<pread_reader>), io_backend::pread, "pread: requested");
         case io_backend::io_uring:
         case io_backend::automatic: {
             if (options.backend == io_backend::automatic && !options.direct && options.dataset_bytes > 0) {
@@ -126,15 +124,11 @@ inline any_reader make_reader(const reader_options& options = {}) {
                 if (options.backend == io_backend::io_uring) throw io_error("io_uring", EPERM, *why);
                 return fallback(*why);
             }
-            uring_options uo{.queue_depth = options.queue_depth,
-                             .direct = options.direct,
-                             .register_buffers = options.register_buffers};
+            uring_options uo{.queue_depth = options.queue_depth, .direct = options.direct, .register_buffers = options.register_buffers};
             return any_reader(std::make_unique<V>(std::in_place_type<uring_reader>, uo), io_backend::io_uring,
-                              options.backend == io_backend::io_uring ? "io_uring: requested"
-                                                                      : "io_uring: available");
+                              options.backend == io_backend::io_uring ? "io_uring: requested" : "io_uring: available");
 #else
-            if (options.backend == io_backend::io_uring)
-                throw config_error("io_backend", *io_uring_unavailable_reason());
+            if (options.backend == io_backend::io_uring) throw config_error("io_backend", *io_uring_unavailable_reason());
             return fallback(*io_uring_unavailable_reason());
 #endif
         }

@@ -39,13 +39,14 @@ struct storage_scheme {
 
 // Local paths: files through the kernel (storage/file.hpp), listed with glob(3) and readdir.
 inline const storage_scheme& local_storage() {
-    static const storage_scheme s{.name = "file",
-                                  .owns = [](std::string_view) { return true; },
-                                  .open = [](const std::string& path) -> std::unique_ptr<byte_source> { return std::make_unique<file>(path); },
-                                  .exists = [](const std::string& path) { return detail::path_exists(path); },
-                                  .is_directory = [](const std::string& path) { return detail::is_directory(path); },
-                                  .list_directory = [](const std::string& path) { return detail::regular_files_in(path); },
-                                  .glob = [](const std::string& pattern) { return detail::glob_paths(pattern); }};
+    static const storage_scheme s{
+        .name = "file",
+        .owns = [](std::string_view) { return true; },
+        .open = [](const std::string& path) -> std::unique_ptr<byte_source> { return std::make_unique<file>(path); },
+        .exists = [](const std::string& path) { return detail::path_exists(path); },
+        .is_directory = [](const std::string& path) { return detail::is_directory(path); },
+        .list_directory = [](const std::string& path) { return detail::regular_files_in(path); },
+        .glob = [](const std::string& pattern) { return detail::glob_paths(pattern); }};
     return s;
 }
 

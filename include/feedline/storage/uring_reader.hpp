@@ -60,12 +60,10 @@ public:
     // kernel refuses the ring (the message says why) and config_error on bad options.
     explicit uring_reader(uring_options options = {}) : opt_(options) {
         if (opt_.queue_depth == 0 || opt_.queue_depth > 4096)
-            throw config_error("uring_options.queue_depth",
-                               "must be in [1, 4096], got " + std::to_string(opt_.queue_depth));
+            throw config_error("uring_options.queue_depth", "must be in [1, 4096], got " + std::to_string(opt_.queue_depth));
         if (opt_.max_chunk == 0 || opt_.max_chunk % direct_io_alignment != 0)
-            throw config_error("uring_options.max_chunk", "must be a positive multiple of " +
-                                                              std::to_string(direct_io_alignment) + ", got " +
-                                                              std::to_string(opt_.max_chunk));
+            throw config_error("uring_options.max_chunk", "must be a positive multiple of " + std::to_string(direct_io_alignment) +
+                                                              ", got " + std::to_string(opt_.max_chunk));
         int rc = io_uring_queue_init(opt_.queue_depth, &ring_, 0);
         if (rc < 0) throw io_error("io_uring", -rc, describe_setup_failure(-rc));
         slots_.resize(opt_.queue_depth);
@@ -82,8 +80,7 @@ public:
             bounce_.reset(static_cast<std::byte*>(mem));
             if (opt_.register_buffers) {
                 std::vector<iovec> iov(opt_.queue_depth);
-                for (unsigned i = 0; i < opt_.queue_depth; ++i)
-                    iov[i] = iovec{bounce_.get() + std::size_t(i) * bounce_size_, bounce_size_};
+                for (unsigned i = 0; i < opt_.queue_depth; ++i) iov[i] = iovec{bounce_.get() + std::size_t(i) * bounce_size_, bounce_size_};
                 rc = io_uring_register_buffers(&ring_, iov.data(), opt_.queue_depth);
                 // Registration can fail under a low RLIMIT_MEMLOCK; unregistered reads still work.
                 registered_ = (rc == 0);
@@ -102,8 +99,10 @@ public:
         for (const auto& r : requests) {
             detail::check_in_file(r);
             if (r.length == 0) continue;
-            if (const file* f = r.source->local_file()) split_into_ops(r, *f, pending);
-            else r.source->read_at(r.dest, r.length, r.offset);  // not a local file: through its source
+            if (const file* f = r.source->local_file())
+                split_into_ops(r, *f, pending);
+            else
+                r.source->read_at(r.dest, r.length, r.offset);  // not a local file: through its source
         }
         std::exception_ptr failure;
         std::vector<unsigned> resume;  // bounce ops that keep their slot and buffer for another read
@@ -180,8 +179,7 @@ private:
         std::string why = std::generic_category().message(err);
         if (err == ENOSYS) return "kernel has no io_uring (io_uring_setup: ENOSYS, " + why + ")";
         if (err == EPERM)
-            return "kernel refused io_uring_setup (EPERM, " + why +
-                   "): a seccomp profile or kernel.io_uring_disabled forbids it";
+            return "kernel refused io_uring_setup (EPERM, " + why + "): a seccomp profile or kernel.io_uring_disabled forbids it";
         return "io_uring ring setup failed: " + why;
     }
 
@@ -242,8 +240,7 @@ private:
 
     // Accounts for one completion: finished ops release their slot, short or interrupted reads go
     // back to `pending` (plain ops) or `resume` (bounce ops, which keep their slot's buffer).
-    void complete(unsigned slot, int res, std::deque<op>& pending, std::vector<unsigned>& resume,
-                  std::exception_ptr& failure) {
+    void complete(unsigned slot, int res, std::deque<op>& pending, std::vector<unsigned>& resume, std::exception_ptr& failure) {
         op& o = slots_[slot];
         auto release = [&] { free_slots_.push_back(slot); };
         if (failure) return release();
@@ -268,8 +265,7 @@ private:
         }
         if (!o.bounce && n == o.remaining) return release();
         if (n == 0) {
-            failure = std::make_exception_ptr(
-                format_error(o.source->path(), o.offset, "file ends early (short read at end of file)"));
+            failure = std::make_exception_ptr(format_error(o.source->path(), o.offset, "file ends early (short read at end of file)"));
             return release();
         }
         o.offset += n;

@@ -30,7 +30,7 @@ struct batch_layout {
     std::uint64_t batch = 0, seq_len = 0;
     bool packed = false;
     std::size_t inputs = 0, targets = 0, position_ids = 0, cu_seqlens = 0, pieces = 0, datasets = 0;  // byte offsets
-    std::size_t bytes = 0;                                                               // slot size
+    std::size_t bytes = 0;                                                                            // slot size
 
     // Throws config_error("batch_size") when the slot's size does not fit in memory's address range
     // (batch x seq_len is multiplied by up to 4 x 4 bytes below; seq_len itself is bounded by the
@@ -109,8 +109,8 @@ namespace detail {
 // zero inputs on the padding, targets (the next token of the same piece; -1 at a piece's end and on
 // padding), position ids, cu_seqlens (T + 1 entries, the last used one repeated). Returns the number
 // of pieces.
-inline std::int32_t finish_packed_row(const row_boundaries& bounds, std::uint64_t T, std::int32_t* in, std::int32_t* tg, std::int32_t* positions,
-                                      std::int32_t* cu) {
+inline std::int32_t finish_packed_row(const row_boundaries& bounds, std::uint64_t T, std::int32_t* in, std::int32_t* tg,
+                                      std::int32_t* positions, std::int32_t* cu) {
     const std::uint64_t used = T - bounds.padding;
     std::fill(in + used, in + T, 0);
     for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
@@ -129,7 +129,8 @@ inline std::uint64_t finish_packed_rows(const batch_plan& plan, const slot_view&
     std::uint64_t padding = 0;
     for (std::size_t r = 0; r < plan.samples.size(); ++r) {
         boundaries_of(plan.samples[r].segments, T, bounds);
-        slot.pieces[r] = finish_packed_row(bounds, T, slot.input_row(r), slot.target_row(r), slot.positions + r * T, slot.cu_seqlens + r * (T + 1));
+        slot.pieces[r] =
+            finish_packed_row(bounds, T, slot.input_row(r), slot.target_row(r), slot.positions + r * T, slot.cu_seqlens + r * (T + 1));
         padding += bounds.padding;
     }
     return padding;

@@ -117,13 +117,18 @@ inline model_splitting read_model_splitting(std::string_view model) {
                 m.user_symbol_with_space = true;
         } else if (field == 2) {
             while (inner.next(f, w, v, b))
-                if (w == 0 && f == 22) m.split_by_whitespace = v != 0;
-                else if (w == 0 && f == 24) m.treat_whitespace_as_suffix = v != 0;
+                if (w == 0 && f == 22)
+                    m.split_by_whitespace = v != 0;
+                else if (w == 0 && f == 24)
+                    m.treat_whitespace_as_suffix = v != 0;
         } else if (field == 3) {
             while (inner.next(f, w, v, b))
-                if (w == 0 && f == 3) m.add_dummy_prefix = v != 0;
-                else if (w == 0 && f == 4) m.remove_extra_whitespaces = v != 0;
-                else if (w == 0 && f == 5) m.escape_whitespaces = v != 0;
+                if (w == 0 && f == 3)
+                    m.add_dummy_prefix = v != 0;
+                else if (w == 0 && f == 4)
+                    m.remove_extra_whitespaces = v != 0;
+                else if (w == 0 && f == 5)
+                    m.escape_whitespaces = v != 0;
         }
         if (!inner.ok()) return {};
     }
@@ -148,14 +153,15 @@ public:
         } catch (const io_error& e) {
             throw config_error(field, e.what());
         }
-        if (auto st = spm_.LoadFromSerializedProto(bytes); !st.ok()) throw config_error(field, o.model + ": not a sentencepiece model (" + st.ToString() + ")");
+        if (auto st = spm_.LoadFromSerializedProto(bytes); !st.ok())
+            throw config_error(field, o.model + ": not a sentencepiece model (" + st.ToString() + ")");
         boost::crc_32_type crc;
         crc.process_bytes(bytes.data(), bytes.size());
         identity_ = "sentencepiece model crc32 " + std::to_string(crc.checksum()) + " bytes " + std::to_string(bytes.size()) + " bos " +
                     std::to_string(o.add_bos) + " eos " + std::to_string(o.add_eos);
         const auto m = detail::read_model_splitting(bytes);
-        exact_pieces_ = m.parsed && m.split_by_whitespace && !m.treat_whitespace_as_suffix && m.add_dummy_prefix && m.remove_extra_whitespaces &&
-                        m.escape_whitespaces && !m.user_symbol_with_space;
+        exact_pieces_ = m.parsed && m.split_by_whitespace && !m.treat_whitespace_as_suffix && m.add_dummy_prefix &&
+                        m.remove_extra_whitespaces && m.escape_whitespaces && !m.user_symbol_with_space;
         if (o.add_bos && spm_.bos_id() < 0) throw config_error("text.add_bos", o.model + " has no BOS piece");
         if (o.add_eos && spm_.eos_id() < 0) throw config_error("text.add_eos", o.model + " has no EOS piece");
     }
@@ -185,8 +191,10 @@ public:
             if (auto problem = encode_piece(text, out); !problem.empty()) return problem;
         } else if (!exact_pieces_) {
             if (text.size() > options_.max_unsplit_bytes)
-                return "a document of " + std::to_string(text.size()) + " bytes is longer than the " + std::to_string(options_.max_unsplit_bytes) +
-                       " this model may be given at once (its normalizer or a user-defined symbol keeps it from being split exactly at spaces)";
+                return "a document of " + std::to_string(text.size()) + " bytes is longer than the " +
+                       std::to_string(options_.max_unsplit_bytes) +
+                       " this model may be given at once (its normalizer or a user-defined symbol keeps it from being split exactly at "
+                       "spaces)";
             if (auto problem = encode_piece(text, out); !problem.empty()) return problem;
         } else {
             for (std::size_t start = 0; start < text.size();) {
@@ -240,10 +248,12 @@ inline bool looks_like_sentencepiece(const std::string& model) {
 }  // namespace detail
 
 // Registered as "sentencepiece"; with kind "auto" it takes a model that looks like one.
-inline const bool sentencepiece_registered = tokenizer_registry::add(
-    {.name = "sentencepiece",
-     .recognizes = [](const std::string& model) { return detail::looks_like_sentencepiece(model); },
-     .make = [](const tokenizer_options& o, const std::string& field) -> std::unique_ptr<tokenizer> { return std::make_unique<sentencepiece_tokenizer>(o, field); }});
+inline const bool sentencepiece_registered =
+    tokenizer_registry::add({.name = "sentencepiece",
+                             .recognizes = [](const std::string& model) { return detail::looks_like_sentencepiece(model); },
+                             .make = [](const tokenizer_options& o, const std::string& field) -> std::unique_ptr<tokenizer> {
+                                 return std::make_unique<sentencepiece_tokenizer>(o, field);
+                             }});
 
 }  // namespace feedline
 #endif

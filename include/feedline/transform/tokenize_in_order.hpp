@@ -32,7 +32,9 @@ namespace feedline {
 class encode_error : public error {
 public:
     encode_error(std::uint64_t document, std::string problem)
-        : error("document " + std::to_string(document) + ": the tokenizer could not encode it: " + problem), document_(document), problem_(std::move(problem)) {}
+            : error("document " + std::to_string(document) + ": the tokenizer could not encode it: " + problem),
+              document_(document),
+              problem_(std::move(problem)) {}
     std::uint64_t document() const noexcept { return document_; }
     const std::string& problem() const noexcept { return problem_; }
 
@@ -49,11 +51,12 @@ private:
 // given, is watched every 100 ms: once set, every thread stops within about a second (tokenizers
 // between documents and between the pieces of a long one) and an error "interrupted" is thrown.
 template <class Read, class Write>
-void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&& read, Write&& write, const std::atomic<bool>* stop = nullptr) {
+void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&& read, Write&& write,
+                       const std::atomic<bool>* stop = nullptr) {
     struct chunk {
         std::uint64_t seq = 0;
         std::uint64_t first_document = 0;  // the position of docs[0] in the input
-        bool last = false;  // the end marker, after the last chunk of documents
+        bool last = false;                 // the end marker, after the last chunk of documents
         std::vector<std::string> docs;
         std::vector<std::vector<std::int32_t>> ids;
     };
@@ -125,8 +128,9 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
     } catch (const std::system_error& e) {  // a thread could not be created (a pids limit): stop the ones that were
         fail();
         join_all();
-        throw resource_error("tokenizer thread " + std::to_string(tokenizers.size() + 1) + " of " + std::to_string(threads) + " could not be started (" +
-                             e.what() + "): a process or thread limit was reached; use fewer threads or raise the limit");
+        throw resource_error("tokenizer thread " + std::to_string(tokenizers.size() + 1) + " of " + std::to_string(threads) +
+                             " could not be started (" + e.what() +
+                             "): a process or thread limit was reached; use fewer threads or raise the limit");
     } catch (...) {
         fail();
         join_all();

@@ -24,7 +24,7 @@ namespace feedline {
 
 // What to tokenize with and what to add around each document.
 struct tokenizer_options {
-    std::string model;         // the model file (a sentencepiece .model, ...)
+    std::string model;          // the model file (a sentencepiece .model, ...)
     std::string kind = "auto";  // a registered kind ("sentencepiece"), or "auto": the first that recognizes the model
     bool add_bos = false, add_eos = true;
     // Documents longer than this are encoded a piece at a time where the tokenizer can do so exactly
@@ -61,7 +61,8 @@ public:
                                      const std::atomic<bool>* cancel = nullptr) {
         out.resize(texts.size());
         for (std::size_t i = 0; i < texts.size(); ++i)
-            if (std::string problem = encode(texts[i], out[i], cancel); !problem.empty()) return "document " + std::to_string(i) + ": " + problem;
+            if (std::string problem = encode(texts[i], out[i], cancel); !problem.empty())
+                return "document " + std::to_string(i) + ": " + problem;
         return {};
     }
 };
@@ -87,11 +88,13 @@ inline std::unique_ptr<tokenizer> make_tokenizer(const tokenizer_options& o, con
     std::string built;
     for (const auto& k : kinds) built += (built.empty() ? "" : ", ") + k->name;
     if (kinds.empty())
-        throw config_error(field, o.model + ": this build of feedline has no tokenizer (sentencepiece was not found when it was configured); "
-                                            "pack the text into token shards elsewhere");
+        throw config_error(field, o.model +
+                                      ": this build of feedline has no tokenizer (sentencepiece was not found when it was configured); "
+                                      "pack the text into token shards elsewhere");
     for (const auto& k : kinds)
         if (o.kind == k->name || (o.kind == "auto" && k->recognizes(o.model))) return k->make(o, field);
-    throw config_error(field, o.model + ": " + (o.kind == "auto" ? "no tokenizer recognizes this model" : "no tokenizer of kind '" + o.kind + "'") +
+    throw config_error(field, o.model + ": " +
+                                  (o.kind == "auto" ? "no tokenizer recognizes this model" : "no tokenizer of kind '" + o.kind + "'") +
                                   " (this build has: " + built + ")");
 }
 

@@ -17,8 +17,8 @@ class autotuner {
 public:
     // What the run is now and what it may become.
     struct knobs {
-        unsigned workers = 1;    // running now
-        std::size_t depth = 2;   // batches the producers may run ahead now
+        unsigned workers = 1;   // running now
+        std::size_t depth = 2;  // batches the producers may run ahead now
     };
     struct limits {
         bool tune_workers = false;  // workers = 0 in the config
@@ -57,13 +57,13 @@ public:
         producer_wait_ = r.producer_wait_ns;
         if (interval <= 0 || delivered == every) return now;
         const double each = interval * producer_threads;
-        if (limits_.tune_depth && stalled > defaults::deepen_when_stalled * interval && producers_waited > defaults::deepen_when_producers_wait * each &&
-            now.depth < limits_.max_depth)
+        if (limits_.tune_depth && stalled > defaults::deepen_when_stalled * interval &&
+            producers_waited > defaults::deepen_when_producers_wait * each && now.depth < limits_.max_depth)
             ++now.depth;
         else if (limits_.tune_workers && stalled > defaults::add_worker_when_stalled * interval && now.workers < limits_.max_workers)
             ++now.workers;
-        else if (limits_.tune_workers && stalled < defaults::park_when_stalled_below * interval && producers_waited > defaults::park_when_producers_wait * each &&
-                 now.workers > 1)
+        else if (limits_.tune_workers && stalled < defaults::park_when_stalled_below * interval &&
+                 producers_waited > defaults::park_when_producers_wait * each && now.workers > 1)
             --now.workers;
         return now;
     }

@@ -48,14 +48,18 @@ public:
                const std::vector<int>& producer_cpus = {}) {
         placement_.start(producers, c.avoid_trainer_cpu, producer_cpus);
         start_time_ = std::chrono::steady_clock::now();
-        auto chosen = make_ring({.slots = m.slots, .slot_bytes = layout.bytes, .first_sequence = state_.step, .coalesce_wakeups = defaults::coalesce_wakeups},
-                                c.device);
+        auto chosen = make_ring(
+            {.slots = m.slots, .slot_bytes = layout.bytes, .first_sequence = state_.step, .coalesce_wakeups = defaults::coalesce_wakeups},
+            c.device);
         ring_ = std::move(chosen.ring);
         device_reason_ = std::move(chosen.reason);
         slot_states_.assign(m.slots, state_);
         ring_->set_depth(m.depth);
         if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
-        tuner_ = autotuner({.tune_workers = tune_workers, .tune_depth = c.prefetch == 0 && m.depth < m.slots, .max_workers = m.workers, .max_depth = m.slots},
+        tuner_ = autotuner({.tune_workers = tune_workers,
+                            .tune_depth = c.prefetch == 0 && m.depth < m.slots,
+                            .max_workers = m.workers,
+                            .max_depth = m.slots},
                            start_time_);
     }
 
@@ -80,7 +84,8 @@ public:
         // shares its CPU with a producer waits about as long as it works (the stall to be removed).
         const auto left = std::chrono::steady_clock::now();
         if (returned_ != std::chrono::steady_clock::time_point{}) {
-            const auto outside = std::chrono::duration<double>(entered - returned_).count(), inside = std::chrono::duration<double>(left - entered).count();
+            const auto outside = std::chrono::duration<double>(entered - returned_).count(),
+                       inside = std::chrono::duration<double>(left - entered).count();
             busy_s_ += (outside - busy_s_) / defaults::placement_average_batches;
             waiting_s_ += (inside - waiting_s_) / defaults::placement_average_batches;
             if (busy_s_ > defaults::busy_trainer_ratio * waiting_s_) placement_.note();
@@ -146,7 +151,7 @@ private:
     autotuner tuner_;
     std::uint64_t delivered_ = 0;
     std::chrono::steady_clock::time_point start_time_, returned_;  // returned_: when next() last returned
-    double busy_s_ = 0, waiting_s_ = 0;  // moving averages of the trainer's time outside and inside next()
+    double busy_s_ = 0, waiting_s_ = 0;                            // moving averages of the trainer's time outside and inside next()
 };
 
 }  // namespace feedline::detail

@@ -74,7 +74,7 @@ private:
     std::string log_error_;
     std::unique_ptr<gpu_sampler> gpu_sampler_;
     std::optional<gpu_interval> gpu_interval_;  // the mean over the interval before the last log line
-    std::string gpu_telemetry_;                  // "nvml", or why the GPU is not sampled
+    std::string gpu_telemetry_;                 // "nvml", or why the GPU is not sampled
     bool final_logged_ = false;
 };
 
