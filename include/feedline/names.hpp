@@ -18,6 +18,12 @@ namespace feedline {
 template <class E>
 struct enum_names;
 
+// One entry of such a table: named(E::value, "name").
+template <class E>
+constexpr std::pair<E, std::string_view> named(E value, std::string_view name) noexcept {
+    return {value, name};
+}
+
 template <class E>
 concept named_enum = requires {
     enum_names<E>::values;

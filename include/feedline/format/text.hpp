@@ -35,9 +35,8 @@ enum class text_split { whole_file, blank_lines, lines };
 
 template <>
 struct enum_names<text_split> {
-    static constexpr std::array values{std::pair{text_split::whole_file, std::string_view("file")},
-                                       std::pair{text_split::blank_lines, std::string_view("blank")},
-                                       std::pair{text_split::lines, std::string_view("line")}};
+    static constexpr std::array values{named(text_split::whole_file, "file"), named(text_split::blank_lines, "blank"),
+                                       named(text_split::lines, "line")};
 };
 
 struct text_options {

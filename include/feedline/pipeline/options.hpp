@@ -35,9 +35,8 @@ enum class data_scope { any, tokens, text };
 
 template <>
 struct enum_names<data_scope> {
-    static constexpr std::array values{std::pair{data_scope::any, std::string_view("any")},
-                                       std::pair{data_scope::tokens, std::string_view("token shards")},
-                                       std::pair{data_scope::text, std::string_view("JSONL/text")}};
+    static constexpr std::array values{named(data_scope::any, "any"), named(data_scope::tokens, "token shards"),
+                                       named(data_scope::text, "JSONL/text")};
 };
 
 // One option. `T` is the field's type.

@@ -73,8 +73,7 @@ enum class tail_policy {
 
 template <>
 struct enum_names<tail_policy> {
-    static constexpr std::array values{std::pair{tail_policy::drop, std::string_view("drop")},
-                                       std::pair{tail_policy::pad, std::string_view("pad")}};
+    static constexpr std::array values{named(tail_policy::drop, "drop"), named(tail_policy::pad, "pad")};
 };
 
 struct sampler_config {

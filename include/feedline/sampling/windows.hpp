@@ -38,14 +38,12 @@ enum class sample_mode { windows, packed };
 
 template <>
 struct enum_names<shuffle_mode> {
-    static constexpr std::array values{std::pair{shuffle_mode::none, std::string_view("none")},
-                                       std::pair{shuffle_mode::global, std::string_view("global")},
-                                       std::pair{shuffle_mode::shard_blocks, std::string_view("shard_blocks")}};
+    static constexpr std::array values{named(shuffle_mode::none, "none"), named(shuffle_mode::global, "global"),
+                                       named(shuffle_mode::shard_blocks, "shard_blocks")};
 };
 template <>
 struct enum_names<sample_mode> {
-    static constexpr std::array values{std::pair{sample_mode::windows, std::string_view("windows")},
-                                       std::pair{sample_mode::packed, std::string_view("packed")}};
+    static constexpr std::array values{named(sample_mode::windows, "windows"), named(sample_mode::packed, "packed")};
 };
 
 // Tokens [offset, offset + length) of document `document` (a dataset document number).

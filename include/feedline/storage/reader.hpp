@@ -24,10 +24,9 @@ enum class io_backend { automatic, io_uring, mmap, pread };
 
 template <>
 struct enum_names<io_backend> {
-    static constexpr std::array values{
-        std::pair{io_backend::automatic, std::string_view("auto")}, std::pair{io_backend::io_uring, std::string_view("io_uring")},
-        std::pair{io_backend::mmap, std::string_view("mmap")}, std::pair{io_backend::pread, std::string_view("pread")},
-        std::pair{io_backend::io_uring, std::string_view("uring")}};
+    static constexpr std::array values{named(io_backend::automatic, "auto"), named(io_backend::io_uring, "io_uring"),
+                                       named(io_backend::mmap, "mmap"), named(io_backend::pread, "pread"),
+                                       named(io_backend::io_uring, "uring")};
 };
 
 inline std::string_view to_string(io_backend b) noexcept { return name_of(b); }

@@ -11,9 +11,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/crc.hpp>
@@ -94,6 +96,16 @@ private:
     bool ok_ = true;
 };
 
+// Sets each flag whose field number a message holds as a varint (protobuf's bool), and ignores the rest.
+inline void read_flags(proto_reader& message, std::initializer_list<std::pair<std::uint32_t, bool*>> flags) {
+    std::uint32_t f = 0, w = 0;
+    std::uint64_t v = 0;
+    std::string_view b;
+    while (message.next(f, w, v, b))
+        for (const auto& [number, flag] : flags)
+            if (w == 0 && f == number) *flag = v != 0;
+}
+
 inline model_splitting read_model_splitting(std::string_view model) {
     model_splitting m;
     proto_reader top(model);
@@ -115,20 +127,10 @@ inline model_splitting read_model_splitting(std::string_view model) {
             }
             if (type == 4 && (piece.find(' ') != std::string_view::npos || piece.find("\xe2\x96\x81") != std::string_view::npos))
                 m.user_symbol_with_space = true;
-        } else if (field == 2) {
-            while (inner.next(f, w, v, b))
-                if (w == 0 && f == 22)
-                    m.split_by_whitespace = v != 0;
-                else if (w == 0 && f == 24)
-                    m.treat_whitespace_as_suffix = v != 0;
-        } else if (field == 3) {
-            while (inner.next(f, w, v, b))
-                if (w == 0 && f == 3)
-                    m.add_dummy_prefix = v != 0;
-                else if (w == 0 && f == 4)
-                    m.remove_extra_whitespaces = v != 0;
-                else if (w == 0 && f == 5)
-                    m.escape_whitespaces = v != 0;
+        } else if (field == 2) {  // TrainerSpec
+            read_flags(inner, {{22, &m.split_by_whitespace}, {24, &m.treat_whitespace_as_suffix}});
+        } else if (field == 3) {  // NormalizerSpec
+            read_flags(inner, {{3, &m.add_dummy_prefix}, {4, &m.remove_extra_whitespaces}, {5, &m.escape_whitespaces}});
         }
         if (!inner.ok()) return {};
     }
