@@ -393,13 +393,22 @@ TEST_CASE("Pipeline.Stats.JsonLinesEveryNBatchesAndAtTheEnd") {
     std::ifstream in(cfg.stats_jsonl);
     std::vector<std::string> lines;
     for (std::string line; std::getline(in, line);) lines.push_back(line);
-    REQUIRE(lines.size() == 3);  // after batches 10 and 20, and when the stream ended at 25
+    // The options the run was given, then after batches 10 and 20, and when the stream ended at 25.
+    REQUIRE(lines.size() == 4);
+    const auto head = nlohmann::json::parse(lines[0]);
+    CHECK(head["options"] == options_to_json(cfg));
+    pipeline_config again;
+    options_from_json(again, head["options"], "the log's first line");
+    CHECK(options_to_json(again) == options_to_json(cfg));  // the line is a --config file for the same run
+    const auto set = head["options_set"].get<std::vector<std::string>>();
+    CHECK(std::set<std::string>(set.begin(), set.end()).count("max_steps") == 1);
+    CHECK(std::set<std::string>(set.begin(), set.end()).count("tail") == 0);
     const char* expected[] = {"\"batches\": 10,", "\"batches\": 20,", "\"batches\": 25,"};
     for (std::size_t i = 0; i < 3; ++i) {
-        CAPTURE(lines[i]);
-        CHECK(lines[i].rfind("{\"unix_time\": ", 0) == 0);
-        CHECK(lines[i].find(expected[i]) != std::string::npos);
-        CHECK(lines[i].back() == '}');
+        CAPTURE(lines[i + 1]);
+        CHECK(lines[i + 1].rfind("{\"unix_time\": ", 0) == 0);
+        CHECK(lines[i + 1].find(expected[i]) != std::string::npos);
+        CHECK(lines[i + 1].back() == '}');
     }
     cfg.stats_jsonl = dir / "no-such-dir/stats.jsonl";
     CHECK_THROWS_AS(pipeline(data, cfg), io_error);

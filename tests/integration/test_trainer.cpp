@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include <feedline/pipeline/options.hpp>
+
 #include "trainer_fixture.hpp"
 
 namespace ft = feedline::test;
@@ -243,5 +245,11 @@ TEST_CASE("feedline-train: after going back to an earlier checkpoint, retention 
     const auto step3 = nlohmann::json::parse(ft::read_text(ck + "/step-000000000003/trainer.json"));
     const auto step5 = nlohmann::json::parse(ft::read_text(ck + "/step-000000000005/trainer.json"));
     CHECK(step5["parent"] == step3["id"]);
+    // The pipeline's options are recorded in the form --config reads: they say what made the batches.
+    CHECK(step5["pipeline_options"]["seq_len"] == step5["seq_len"]);
+    CHECK(step5["pipeline_options"]["seed"] == step5["seed"]);
+    feedline::pipeline_config recorded;
+    feedline::options_from_json(recorded, step5["pipeline_options"], "trainer.json");
+    CHECK(feedline::options_to_json(recorded) == step5["pipeline_options"]);
     CHECK(step5["generation"].get<int>() > step3["generation"].get<int>());
 }

@@ -544,6 +544,7 @@ TEST_CASE("Doctor.Diagnose.ARealPipelinesStatsLogCarriesItsTelemetry") {
     std::ifstream again(log);
     const auto o = doctor::parse_log(again, log);
     CHECK(*o.data_workers == 1);
+    CHECK(*o.micro_batch == 4);  // from the log's first line, the options the run was given
     CHECK(o.ram_total_mib.has_value());
     CHECK(o.rss_anon_mib.has_value());
     CHECK(o.gpus.empty());

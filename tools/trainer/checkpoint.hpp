@@ -33,6 +33,7 @@
 
 #include <feedline/format/json_fields.hpp>
 #include <feedline/output/atomic_file.hpp>
+#include <feedline/pipeline/options.hpp>
 #include <feedline/pipeline/state.hpp>
 
 #include "model.hpp"
@@ -46,6 +47,9 @@ struct checkpoint {
     std::uint64_t global_batch = 0, seq_len = 0, grad_accum = 1, seed = 0;
     std::string mode;
     std::string pipeline_state;  // feedline::to_json(pipeline.state())
+    // The training pipeline's options (feedline::options_to_json): what produced the batches, in the
+    // form --config reads; null in checkpoints from before it was recorded.
+    nlohmann::json pipeline_options;
     std::vector<float> params, m, v;
     // The run's lineage: this checkpoint's id (64 random bits as hex, set by save_checkpoint), the id
     // of the checkpoint the run went on from (the one it resumed from or saved before; "" for none),
@@ -228,6 +232,15 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
             f.fail("mode is not \"windows\" or \"packed\"");
         c.mode = mode.get<std::string>();
         c.pipeline_state = f.field("pipeline_state").dump();
+        if (j.contains("pipeline_options")) {
+            c.pipeline_options = f.field("pipeline_options");
+            try {
+                feedline::pipeline_config check;
+                feedline::options_from_json(check, c.pipeline_options, "pipeline_options");
+            } catch (const feedline::config_error& e) {
+                f.fail(e.what());
+            }
+        }
         if (j.contains("generation")) {
             c.generation = f.u64("generation");
             for (auto [name, out] : {std::pair{"id", &c.id}, std::pair{"parent", &c.parent}}) {
@@ -433,7 +446,7 @@ inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const
     const fs::path work = root / (".partial-" + detail::step_name(c.step) + "-" + feedline::unpredictable_suffix());
     if (::mkdir(work.c_str(), 0755) != 0) throw checkpoint_error(work.string() + ": cannot create (" + std::strerror(errno) + ")");
     try {
-        const nlohmann::json j = {{"format", "feedline-train checkpoint"},
+        nlohmann::json j = {{"format", "feedline-train checkpoint"},
                                   {"version", 1},
                                   {"step", c.step},
                                   {"tokens", c.tokens},
@@ -447,6 +460,7 @@ inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const
                                   {"id", saved.id},
                                   {"parent", saved.parent},
                                   {"pipeline_state", nlohmann::json::parse(c.pipeline_state)}};
+        if (!c.pipeline_options.is_null()) j["pipeline_options"] = c.pipeline_options;
         const std::string json_text = j.dump(2) + "\n";
         std::string tensors(sizeof detail::tensors_magic, '\0');
         std::memcpy(tensors.data(), detail::tensors_magic, sizeof detail::tensors_magic);

@@ -209,7 +209,8 @@ int run(options o, trainer::communicator& comm) {
         if (feedline::kinds_of(feedline::parse_data_spec(spec)).text) c.text.tokenizer = o.tokenizer;
         return c;
     };
-    feedline::pipeline data(o.data, data_config(o.data, o.seed, o.workers, 0));
+    const feedline::pipeline_config train_config = data_config(o.data, o.seed, o.workers, 0);
+    feedline::pipeline data(o.data, train_config);
     std::uint64_t step = 0, tokens = 0;
     if (resumed) {
         model->load_state(resumed->params, resumed->m, resumed->v);
@@ -258,6 +259,7 @@ int run(options o, trainer::communicator& comm) {
         c.seed = o.seed;
         c.mode = o.mode;
         c.pipeline_state = feedline::to_json(data.state());
+        c.pipeline_options = feedline::options_to_json(train_config);
         c.parent = lineage_parent;
         lineage_parent = trainer::save_checkpoint(dir, c, o.keep_checkpoints).id;
     };

@@ -277,6 +277,11 @@ inline observations parse_log(std::istream& in, const std::string& where) {
         const auto is_summary = j.find("summary");  // not value(): it throws nlohmann's own error for a non-boolean
         if (is_summary != j.end() && is_summary->is_boolean() && is_summary->get<bool>()) {
             summary = std::move(j), summary_line = n;
+        } else if (const auto opts = j.find("options"); opts != j.end() && opts->is_object() && !j.contains("stall_fraction")) {
+            // A stats log's first line: the options the run was given. Its batch size is the
+            // micro-batch (a trainer's own lines, read later, win).
+            if (const auto b = detail::log_number(*opts, "batch_size", std::numeric_limits<double>::max(), where, here + " options"))
+                o.micro_batch = *b;
         } else if (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")) {
             detail::log_number(j, "stall_fraction", 1, where, here);
             last_stats = std::move(j), stats_line = n;

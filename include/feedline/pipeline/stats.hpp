@@ -136,9 +136,11 @@ public:
     ~stats_jsonl_log() {
         if (out_) std::fclose(out_);
     }
-    void write(const pipeline_stats& s) {
+    void write(const pipeline_stats& s) { write_object(s.to_json()); }
+
+    // Writes a JSON object `body` ("{...}") as one line, the wall-clock time put first.
+    void write_object(const std::string& body) {
         const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-        const std::string body = s.to_json();  // "{...}": the time goes first
         if (std::fprintf(out_, "{\"unix_time\": %.3f, %s\n", now, body.c_str() + 1) < 0 || std::fflush(out_) != 0)
             throw io_error(path_, errno, "cannot write the stats log");
     }

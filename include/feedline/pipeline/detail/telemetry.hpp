@@ -2,7 +2,8 @@
 // log (a line every stats_every batches and one at the end) and, where batches go to a GPU, the GPU's
 // utilization and memory sampled on a side thread (NVML) for those lines. It is handed the stats to
 // write; it never calls back into the pipeline. A log that cannot be written (a full disk) stops with
-// its reason in the stats and never costs the trainer a batch. Used by pipeline/pipeline.hpp.
+// its reason in the stats and never costs the trainer a batch. The log opens with a line of the
+// options the run was given (pipeline/options.hpp's JSON form). Used by pipeline/pipeline.hpp.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,9 @@
 
 #include <feedline/device/nvml.hpp>
 #include <feedline/pipeline/config.hpp>
+#include <feedline/pipeline/options.hpp>
 #include <feedline/pipeline/stats.hpp>
+#include <feedline/version.hpp>
 
 namespace feedline::detail {
 
@@ -25,6 +28,17 @@ public:
         if (c.stats_jsonl.empty()) return;
         if (c.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
         log_ = std::make_unique<stats_jsonl_log>(c.stats_jsonl);
+#if FEEDLINE_HAS_JSON
+        // The log's first line is the options the run was given, in the form --config reads (and the
+        // names of those set rather than left at their defaults), so a log says what produced it and
+        // `feedline-doctor diagnose` reads the batch size from it.
+        nlohmann::json set = nlohmann::json::array();
+        for_each_option([&](const auto& o) {
+            if (option_is_set(c, o)) set.push_back(std::string(o.name));
+        });
+        const std::string line = nlohmann::json{{"feedline", version_string}, {"options", options_to_json(c)}, {"options_set", set}}.dump();
+        put([&] { log_->write_object(line); });
+#endif
     }
 
     // Once batches have a destination: a GPU's figures are sampled only with a log and a GPU ring.
@@ -41,12 +55,7 @@ public:
     void write(const pipeline_stats& s, bool final = false) {
         if (!log_) return;
         if (final) final_logged_ = true;
-        try {
-            log_->write(s);
-        } catch (const std::exception& e) {
-            log_error_ = e.what();
-            log_.reset();
-        }
+        put([&] { log_->write(s); });
     }
 
     // Before a line's stats are taken: the GPU's mean since the last line.
@@ -69,6 +78,17 @@ public:
     }
 
 private:
+    // A line that cannot be written (a full disk) stops the log, its reason kept for the stats.
+    template <class Write>
+    void put(Write&& write) {
+        try {
+            write();
+        } catch (const std::exception& e) {
+            log_error_ = e.what();
+            log_.reset();
+        }
+    }
+
     std::uint64_t every_ = 100;
     std::unique_ptr<stats_jsonl_log> log_;
     std::string log_error_;
