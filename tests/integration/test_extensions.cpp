@@ -31,6 +31,7 @@ public:
         if (offset > bytes_.size() || length > bytes_.size() - offset) throw format_error(name_, offset, "read past the end");
         std::memcpy(dest, bytes_.data() + offset, length);
     }
+    std::string version() const override { return std::to_string(bytes_.size()); }
     static inline std::atomic<std::uint64_t> reads{0};
 
 private:
@@ -198,4 +199,47 @@ TEST_CASE("Extensions.Tokenizer.ARegisteredKindTokenizesTextAndKeysItsCache") {
     const text_source again({dir / "docs.jsonl"}, c.text);
     CHECK(again.lengths_origin().find("read from") == 0);
     CHECK(again.total_tokens() == expected.size());
+}
+
+TEST_CASE("Extensions.ByteSource.TextFromAnotherSchemeGivesTheSameBatchesAndNamesItsObjects") {
+    REQUIRE(memory_registered);
+    REQUIRE(bytes_registered);
+    ft::scratch_dir dir;
+    ft::write_text(dir / "vocab.bytes", "bytes tokenizer\n");
+    std::filesystem::create_directories(dir / "corpus");
+    for (int f = 0; f < 3; ++f) {
+        std::ofstream out(dir / ("corpus/part_" + std::to_string(f) + ".jsonl"));
+        for (int d = 0; d < 25; ++d)
+            out << "{\"text\": \"file " << f << " doc " << d << std::string(static_cast<std::size_t>(d % 11), 'y') << "\"}\n";
+    }
+    std::string plain;  // blocks of one to three lines, separated by one or two blank lines, some with \r\n
+    for (int b = 0; b < 40; ++b)
+        plain +=
+            "block " + std::to_string(b) + (b % 3 ? "\r\nsecond line" : "") + (b % 5 ? "\nthird line\n" : "\n") + (b % 2 ? "\n\n" : "\n");
+    ft::write_text(dir / "plain.txt", plain);
+    pipeline_config c{
+        .batch_size = 2, .seq_len = 24, .seed = 9, .workers = 2, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 12};
+    c.text.tokenizer = dir / "vocab.bytes";
+    c.text.cache_dir = "none";
+    c.text.documents.split = text_split::blank_lines;
+    for (const std::string spec : {"corpus", "corpus/part_*.jsonl", "plain.txt"}) {
+        CAPTURE(spec);
+        std::uint64_t local_batches = 0, remote_batches = 0;
+        pipeline here(dir / spec, c);
+        const std::uint64_t expected = token_sum(here, local_batches);
+        const auto reads_before = memory_source::reads.load();
+        pipeline there(std::string(mem) + (dir / spec), c);
+        CHECK(token_sum(there, remote_batches) == expected);
+        CHECK(remote_batches == local_batches);
+        CHECK(memory_source::reads.load() > reads_before);  // the documents came through the scheme
+    }
+    // A document the JSONL parser refuses is named by its object's location and offset.
+    ft::write_text(dir / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": 3}\n");
+    try {
+        text_corpus corpus({std::string(mem) + (dir / "bad.jsonl")});
+        FAIL("a line without a string field was accepted");
+    } catch (const format_error& e) {
+        CHECK(e.file() == std::string(mem) + (dir / "bad.jsonl"));
+        CHECK(e.offset() == 17u);
+    }
 }

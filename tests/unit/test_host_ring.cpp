@@ -377,12 +377,12 @@ TEST_CASE("MakeRing.Choice.CpuAutoAndCudaFollowTheMachine") {
 
 TEST_CASE("MakeRing.Numa.PinnedSlotsGoOnTheGpusNode") {
     auto two = read_topology({.root = std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/two_socket_8gpu"});
-    CHECK(gpu_numa_node(two, "0000:18:00.0") == 0);
-    CHECK(gpu_numa_node(two, "0000:db:00.0") == 1);
-    CHECK(gpu_numa_node(two, "0000:ff:00.0") == -1);  // not a GPU of this machine
-    CHECK(gpu_numa_node(two, "") == -1);              // the runtime could not say
+    CHECK(detail::gpu_numa_node(two, "0000:18:00.0") == 0);
+    CHECK(detail::gpu_numa_node(two, "0000:db:00.0") == 1);
+    CHECK(detail::gpu_numa_node(two, "0000:ff:00.0") == -1);  // not a GPU of this machine
+    CHECK(detail::gpu_numa_node(two, "") == -1);              // the runtime could not say
     auto vm = read_topology({.root = std::string(FEEDLINE_SOURCE_DIR) + "/tests/fixtures/topology/vm_1node"});
-    CHECK(gpu_numa_node(vm, "0000:18:00.0") == -1);  // one node: placement would be a no-op
+    CHECK(detail::gpu_numa_node(vm, "0000:18:00.0") == -1);  // one node: placement would be a no-op
 }
 
 TEST_CASE("HostRing.WaitCheck.EndsAWaitAndTakesNothing") {

@@ -34,7 +34,7 @@ TEST_CASE("Options.Declarations.EveryOptionParsesAndRoundTripsThroughJson") {
     CHECK(j["mode"] == "packed");
     CHECK(j["io_backend"] == "io_uring");
     CHECK(j["batch_size"] == 64);
-    CHECK(j.size() == option_count);
+    CHECK(j.size() == detail::option_count);
     pipeline_config back;
     options_from_json(back, j, "saved.json");
     CHECK(options_to_json(back) == j);
@@ -73,12 +73,12 @@ TEST_CASE("Options.Declarations.BadValuesAreRefusedNamingTheFieldAndWhatWasExpec
 
 TEST_CASE("Options.SetByUser.AnOptionSetByNameCountsAsSetEvenAtItsDefault") {
     pipeline_config c;
-    CHECK(options_set_for(c, data_scope::text).empty());
+    CHECK(detail::options_set_for(c, data_scope::text).empty());
     set_option(c, "field", "text");  // the default, given explicitly
-    CHECK(options_set_for(c, data_scope::text) == std::vector<std::string>{"text.documents.field"});
+    CHECK(detail::options_set_for(c, data_scope::text) == std::vector<std::string>{"text.documents.field"});
     pipeline_config d{.text = {.add_bos = true}};  // C++: set when it differs from the default
-    CHECK(options_set_for(d, data_scope::text) == std::vector<std::string>{"text.add_bos"});
-    CHECK(options_set_for(d, data_scope::tokens).empty());
+    CHECK(detail::options_set_for(d, data_scope::text) == std::vector<std::string>{"text.add_bos"});
+    CHECK(detail::options_set_for(d, data_scope::tokens).empty());
 }
 
 TEST_CASE("Options.Names.EveryEnumerationHasOneParserThatListsItsChoices") {

@@ -289,13 +289,13 @@ TEST_CASE("Storage.Sigbus.ApplicationHandlersAreChainedAndKept") {
         const int status = in_child([&] {
             const std::byte* m = map_then_truncate(dir / "a.bin");
             std::byte b[16];
-            if (!guarded_copy(b, m, 16)) return 11;  // installs feedline's handler
+            if (!detail::guarded_copy(b, m, 16)) return 11;  // installs feedline's handler
             struct sigaction act {};
             act.sa_sigaction = &app_handler;
             act.sa_flags = SA_SIGINFO | SA_NODEFER;
             sigemptyset(&act.sa_mask);
             ::sigaction(SIGBUS, &act, &app_previous);
-            if (guarded_copy(b, m + 2 * 4096, 16)) return 12;  // app handler -> feedline's -> recovered
+            if (detail::guarded_copy(b, m + 2 * 4096, 16)) return 12;  // app handler -> feedline's -> recovered
             app_owns_fault = 1;
             if (sigsetjmp(app_env, 1) == 0) (void)*static_cast<const volatile std::byte*>(m + 2 * 4096);
             return app_saw_fault == 1 ? 0 : 13;  // the application's own fault reached its handler
@@ -307,8 +307,8 @@ TEST_CASE("Storage.Sigbus.ApplicationHandlersAreChainedAndKept") {
         const int status = in_child([&] {
             const std::byte* m = map_then_truncate(dir / "b.bin");
             std::byte b[16];
-            if (!guarded_copy(b, m, 16)) return 11;
-            if (guarded_copy(b, m + 2 * 4096, 16)) return 12;
+            if (!detail::guarded_copy(b, m, 16)) return 11;
+            if (detail::guarded_copy(b, m + 2 * 4096, 16)) return 12;
             (void)*static_cast<const volatile std::byte*>(m + 2 * 4096);  // not guarded: must not be swallowed
             return 0;
         });

@@ -102,15 +102,15 @@ TEST_CASE("Topology.Workers.OnePolicyFromTheMachineTheLauncherAndTheConfig") {
     // choose_workers is what every pipeline starts with: recommend_workers for the trainers on the node.
     const auto server = fixture("two_socket_8gpu");
     const launch_info eight{.local_world_size = 8};
-    const auto shared = choose_workers({}, server, eight);  // 8 ranks share 64 cores: (64 - 1) / 8 = 7 each, 1 trains
+    const auto shared = detail::choose_workers({}, server, eight);  // 8 ranks share 64 cores: (64 - 1) / 8 = 7 each, 1 trains
     CHECK(shared.workers == 6);
     CHECK(shared.autotune);
-    CHECK(choose_workers({}, server, {}).workers == defaults::max_auto_workers);  // one trainer: 62, capped
-    const auto fixed = choose_workers({.workers = 3}, server, eight);
+    CHECK(detail::choose_workers({}, server, {}).workers == defaults::max_auto_workers);  // one trainer: 62, capped
+    const auto fixed = detail::choose_workers({.workers = 3}, server, eight);
     CHECK(fixed.workers == 3);
     CHECK_FALSE(fixed.autotune);
-    CHECK(choose_workers({.max_workers = 5}, server, eight).workers == 5);
-    const auto vm = choose_workers({.device = device_kind::cpu}, fixture("vm_1node"), {});
+    CHECK(detail::choose_workers({.max_workers = 5}, server, eight).workers == 5);
+    const auto vm = detail::choose_workers({.device = device_kind::cpu}, fixture("vm_1node"), {});
     CHECK(vm.workers == 1);
     CHECK_FALSE(vm.autotune);  // one worker: nothing to park
     CHECK(vm.reason.find("CPU trainer") != std::string::npos);

@@ -55,6 +55,8 @@ inline device_choice parse_device(const std::string& text) {
     return {device_kind::cuda, index_of(text)};
 }
 
+namespace detail {
+
 // The NUMA node of the GPU at `pci_bus_id` on a machine with more than one node, else -1 (placement
 // would be a no-op, or the firmware does not say).
 inline int gpu_numa_node(const topology& t, const std::string& pci_bus_id) {
@@ -63,6 +65,8 @@ inline int gpu_numa_node(const topology& t, const std::string& pci_bus_id) {
         if (g.pci_bus_id == pci_bus_id) return g.numa_node;
     return -1;
 }
+
+}  // namespace detail
 
 // A device without a number ("auto", "cuda") is the calling thread's current CUDA device, as torch's
 // "cuda" is: a rank that ran cudaSetDevice(local_rank) before building its pipeline gets its batches
@@ -98,7 +102,7 @@ inline ring_selection make_ring(ring_options options, device_choice device = {})
 #if FEEDLINE_HAS_CUDA
     if (gpu) {
         options.device = device.index;
-        if (options.numa_node < 0) options.numa_node = gpu_numa_node(read_topology(), gpu_pci_bus_id(device.index));
+        if (options.numa_node < 0) options.numa_node = detail::gpu_numa_node(read_topology(), gpu_pci_bus_id(device.index));
         auto ring = std::make_unique<pinned_ring>(options);
         std::string reason = ring->description() + " (" + gpu.reason + ")";
         return {std::move(ring), std::move(reason)};

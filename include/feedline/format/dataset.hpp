@@ -277,7 +277,7 @@ public:
         std::vector<read_request> reqs;
         append_requests(doc, first, count, raw.data(), reqs);
         r.read(reqs);
-        convert_tokens(raw.data(), dtype_, count, out);
+        detail::convert_tokens(raw.data(), dtype_, count, out);
     }
 
 private:
@@ -312,7 +312,7 @@ private:
                 const std::uint64_t n = std::min(chunk_tokens, shards_[s].tokens - first);
                 bin.read_at(chunk.data(), n * item, token_byte_offset(first));
                 for (std::uint64_t k = 0; k < n; ++k)
-                    if (load_token<std::uint32_t>(chunk.data(), dtype_, k) == delimiter_ || starts.empty()) {
+                    if (detail::load_token<std::uint32_t>(chunk.data(), dtype_, k) == delimiter_ || starts.empty()) {
                         starts.push_back(shard_first_token_[s] + first + k);
                         ++counts[s];
                     }

@@ -54,6 +54,13 @@ inline token_dtype parse_dtype(std::string_view s) {
     throw config_error("dtype", "unknown dtype '" + std::string(s) + "'");
 }
 
+// Megatron's DType.optimal_dtype: uint16 while the vocabulary fits with headroom, else int32.
+inline token_dtype megatron_optimal_dtype(std::uint64_t vocab_size) noexcept {
+    return vocab_size < 65500 ? token_dtype::uint16 : token_dtype::int32;
+}
+
+namespace detail {
+
 // Megatron-LM's DType codes (megatron/core/datasets/indexed_dataset.py). uint32 has no code there.
 inline std::optional<token_dtype> dtype_from_megatron_code(std::uint8_t code) noexcept {
     switch (code) {
@@ -82,11 +89,6 @@ inline std::optional<std::uint8_t> megatron_code(token_dtype t) noexcept {
         case token_dtype::uint32: return std::nullopt;
     }
     return std::nullopt;
-}
-
-// Megatron's DType.optimal_dtype: uint16 while the vocabulary fits with headroom, else int32.
-inline token_dtype megatron_optimal_dtype(std::uint64_t vocab_size) noexcept {
-    return vocab_size < 65500 ? token_dtype::uint16 : token_dtype::int32;
 }
 
 // Calls f(U{}) with U the C++ type of `t` (std::uint16_t for uint16, float for float32, ...) and
@@ -151,4 +153,5 @@ inline bool store_token(std::byte* dst, token_dtype t, std::size_t i, T value) n
     return with_element_type(t, put);
 }
 
+}  // namespace detail
 }  // namespace feedline

@@ -129,7 +129,7 @@ public:
             throw config_error("dtype", "llm.c shards hold uint16 or uint32 tokens, not " + std::string(to_string(dtype)));
         if (shard_tokens == 0 || shard_tokens > llmc_layout::max_tokens)
             throw config_error("shard_tokens", "must be in [1, 2^31-1], got " + std::to_string(shard_tokens));
-        if (!store_token(scratch_one_.data(), dtype_, 0, delimiter_))
+        if (!detail::store_token(scratch_one_.data(), dtype_, 0, delimiter_))
             throw config_error("delimiter", "token " + std::to_string(delimiter) + " does not fit " + std::string(to_string(dtype)));
         if (!held) held = &own_lock_.emplace(prefix_);
         lock_ = held;
@@ -142,9 +142,9 @@ public:
     void add_document(std::span<const T> tokens) {
         const std::size_t item = dtype_size(dtype_);
         scratch_.resize((tokens.size() + 1) * item);
-        store_token(scratch_.data(), dtype_, 0, delimiter_);
+        detail::store_token(scratch_.data(), dtype_, 0, delimiter_);
         for (std::size_t i = 0; i < tokens.size(); ++i)
-            if (tokens[i] < T{} || !store_token(scratch_.data(), dtype_, i + 1, tokens[i]))
+            if (tokens[i] < T{} || !detail::store_token(scratch_.data(), dtype_, i + 1, tokens[i]))
                 throw config_error("dtype", "token " + std::to_string(tokens[i]) + " does not fit " + std::string(to_string(dtype_)) +
                                                 " (document " + std::to_string(documents_) + ")");
         // Fill the current shard, continue the document in the next one when it does not fit.

@@ -68,7 +68,7 @@ public:
             fail(0, "wrong magic: expected \"MMIDIDX\\0\\0\" (a Megatron-LM .idx file)");
         if (auto v = u64(version_offset); v != version) fail(version_offset, "unknown version " + std::to_string(v) + " (expected 1)");
         auto code = static_cast<std::uint8_t>(header[dtype_offset]);
-        auto dt = dtype_from_megatron_code(code);
+        auto dt = detail::dtype_from_megatron_code(code);
         if (!dt) fail(dtype_offset, "unknown dtype code " + std::to_string(code) + " (expected 1-8)");
         dtype_ = *dt;
         sequences_ = u64(sequence_count_offset);
@@ -116,7 +116,7 @@ public:
 private:
     [[noreturn]] void fail(std::uint64_t offset, const std::string& what) const { throw format_error(path_, offset, what); }
     void load(void* dest, std::uint64_t off, std::size_t n) const {
-        if (!guarded_copy(dest, bytes_.data() + off, n)) throw file_shrank_error(path_, off);
+        if (!detail::guarded_copy(dest, bytes_.data() + off, n)) throw detail::file_shrank_error(path_, off);
     }
     std::uint64_t u64(std::uint64_t off) const {
         std::uint64_t v;
@@ -273,7 +273,8 @@ public:
               lock_(held ? held : &own_lock_.emplace(prefix_)),
               bin_(prefix_ + ".bin", 1u << 20, lock_->tag()),
               document_index_{0} {
-        if (!megatron_code(dtype)) throw config_error("dtype", std::string(to_string(dtype)) + " has no Megatron dtype code; use int32");
+        if (!detail::megatron_code(dtype))
+            throw config_error("dtype", std::string(to_string(dtype)) + " has no Megatron dtype code; use int32");
     }
 
     // Appends one document. Throws config_error when a token does not fit the dtype, io_error when the
@@ -283,7 +284,7 @@ public:
         if (tokens.size() > 0x7fffffffu) throw config_error("document", "longer than 2^31-1 tokens (int32 length)");
         scratch_.resize(tokens.size() * dtype_size(dtype_));
         for (std::size_t i = 0; i < tokens.size(); ++i)
-            if (!store_token(scratch_.data(), dtype_, i, tokens[i]))
+            if (!detail::store_token(scratch_.data(), dtype_, i, tokens[i]))
                 throw config_error("dtype", "token " + std::to_string(tokens[i]) + " does not fit " + std::string(to_string(dtype_)) +
                                                 " (document " + std::to_string(lengths_.size()) + ")");
         pointers_.push_back(static_cast<std::int64_t>(bin_.size()));
@@ -309,7 +310,7 @@ public:
         idx_->write(magic.data(), magic.size());
         std::uint64_t v = version;
         idx_->write(&v, 8);
-        std::uint8_t code = *megatron_code(dtype_);
+        std::uint8_t code = *detail::megatron_code(dtype_);
         idx_->write(&code, 1);
         std::uint64_t s = lengths_.size(), d = document_index_.size();
         idx_->write(&s, 8);

@@ -9,8 +9,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -51,20 +51,29 @@ struct text_options {
     friend bool operator==(const text_options&, const text_options&) = default;
 };
 
-// Reads documents from one JSONL or plain-text file without loading it whole (a whole-file document is
-// one document, so it is loaded). Files ending in .jsonl / .json / .ndjson are JSONL. Not thread-safe.
+// Reads documents from one JSONL or plain-text file or object without loading it whole (a whole-file
+// document is one document, so it is loaded), through its byte source (storage/byte_source.hpp): a
+// local file or a remote object alike, read in chunks up to the size it had when opened. Files ending
+// in .jsonl / .json / .ndjson are JSONL. Not thread-safe.
 class text_reader {
 public:
-    // Throws io_error when the file is not a regular file or cannot be opened, config_error for JSONL
-    // without JSON support built.
-    explicit text_reader(std::string path, text_options options = {})
-            : path_(std::move(path)), opt_(std::move(options)), in_((require_regular_file(path_), path_), std::ios::binary) {
-        if (!in_) throw io_error(path_, errno, "cannot open");
-        jsonl_ = detail::ends_with(path_, ".jsonl") || detail::ends_with(path_, ".json") || detail::ends_with(path_, ".ndjson");
+    // Opens `location` through its storage scheme. Throws io_error when it is not a regular file (or an
+    // object) or cannot be opened, config_error for JSONL without JSON support built.
+    explicit text_reader(const std::string& location, text_options options = {})
+            : text_reader(std::shared_ptr<const byte_source>(open_byte_source(location)), std::move(options)) {}
+
+    // Reads an open source (shared: a corpus keeps it for random access afterwards).
+    explicit text_reader(std::shared_ptr<const byte_source> source, text_options options = {})
+            : source_(std::move(source)), opt_(std::move(options)), size_(source_->size()) {
+        const std::string& name = source_->name();
+        jsonl_ = detail::ends_with(name, ".jsonl") || detail::ends_with(name, ".json") || detail::ends_with(name, ".ndjson");
 #if !FEEDLINE_HAS_JSON
         if (jsonl_)
-            throw config_error("input", path_ + ": JSONL support not built (nlohmann_json was not found when feedline was configured)");
+            throw config_error("input", name + ": JSONL support not built (nlohmann_json was not found when feedline was configured)");
 #endif
+        // A remote object is read in larger pieces: each read is a request.
+        const std::uint64_t chunk = source_->local_file() != nullptr ? std::uint64_t(256) << 10 : std::uint64_t(8) << 20;
+        buffer_.resize(static_cast<std::size_t>(std::clamp<std::uint64_t>(size_, 1, chunk)));
     }
 
     // Reads the next document into `doc`; false at end of file. Throws format_error naming the file,
@@ -80,46 +89,50 @@ public:
     }
     bool is_jsonl() const noexcept { return jsonl_; }
     std::uint64_t skipped() const noexcept { return skipped_; }
-    const std::string& path() const noexcept { return path_; }
+    const std::string& path() const noexcept { return source_->name(); }
+    const std::shared_ptr<const byte_source>& source() const noexcept { return source_; }
 
 private:
+    // The next chunk of the source into the buffer; false at its end.
+    bool fill() {
+        const std::uint64_t at = offset_;  // everything before it was consumed
+        if (at >= size_) return false;
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer_.size(), size_ - at));
+        source_->read_at(buffer_.data(), n, at);
+        begin_ = 0;
+        end_ = n;
+        return true;
+    }
+
     // One line, without its '\n' (and '\r'). A line over max_line_bytes is read no further: with
     // skip_invalid the rest is discarded and the line counted as skipped (`skipped` is set), else it
     // is a format_error. Reading stops at the limit, so memory stays bounded by it.
     bool getline(std::string& line, bool* skipped = nullptr) {
         line_offset_ = offset_;
         line.clear();
+        if (offset_ >= size_) return false;
         const std::uint64_t limit = opt_.max_line_bytes;
-        bool any = false, too_long = false;
-        char chunk[1 << 16];
+        bool too_long = false;
         for (;;) {
-            // istream::getline scans a buffer at a time; a full chunk means the line goes on.
-            in_.getline(chunk, sizeof chunk);
-            const auto n = static_cast<std::size_t>(in_.gcount());
-            std::size_t stored = n;
-            bool ended = true;
-            if (in_.good()) {
-                stored = n - 1;  // the '\n' was taken, not stored
-            } else if (!in_.eof() && !in_.bad() && n == sizeof chunk - 1) {
-                in_.clear();
-                ended = false;
-            } else if (in_.bad()) {
-                throw io_error(path_, errno, "read failed", offset_);
-            }
-            any = any || n > 0;
-            offset_ += n;
+            if (begin_ == end_ && !fill()) break;  // the last line has no newline
+            const char* from = buffer_.data() + begin_;
+            const std::size_t available = end_ - begin_;
+            const auto* newline = static_cast<const char*>(std::memchr(from, '\n', available));
+            const std::size_t stored = newline != nullptr ? static_cast<std::size_t>(newline - from) : available;
+            const std::size_t taken = stored + (newline != nullptr ? 1 : 0);
+            begin_ += taken;
+            offset_ += taken;
             if (!too_long && limit != 0 && line.size() + stored > limit) {
                 if (!opt_.skip_invalid || skipped == nullptr)
-                    throw format_error(path_, line_offset_,
+                    throw format_error(path(), line_offset_,
                                        "line " + std::to_string(line_no_ + 1) + " is longer than max_line_bytes (" + std::to_string(limit) +
                                            " bytes; raise text.documents.max_line_bytes for longer documents)");
                 too_long = true;
                 std::string().swap(line);
             }
-            if (!too_long) line.append(chunk, stored);
-            if (ended) break;
+            if (!too_long) line.append(from, stored);
+            if (newline != nullptr) break;
         }
-        if (!any) return false;
         ++line_no_;
         if (skipped != nullptr) *skipped = too_long;
         if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -144,7 +157,7 @@ private:
                                                 ? "nested deeper than " + std::to_string(jsonl_field_parser::max_depth) + " levels"
                                             : status == jsonl_field_status::missing_field ? "no \"" + opt_.field + "\" field"
                                                                                           : "field \"" + opt_.field + "\" is not a string";
-                if (!opt_.skip_invalid) throw format_error(path_, line_offset_, "line " + std::to_string(line_no_) + ": " + problem);
+                if (!opt_.skip_invalid) throw format_error(path(), line_offset_, "line " + std::to_string(line_no_) + ": " + problem);
                 ++skipped_;
                 ++number_;
                 continue;
@@ -165,14 +178,13 @@ private:
     bool next_whole(text_document& doc) {
         if (done_) return false;
         done_ = true;
-        std::error_code ec;
-        const auto size = std::filesystem::file_size(path_, ec);
-        if (!ec && opt_.max_line_bytes != 0 && size > opt_.max_line_bytes)
-            throw format_error(path_, 0,
-                               "a whole-file document of " + std::to_string(size) + " bytes is longer than max_line_bytes (" +
+        if (opt_.max_line_bytes != 0 && size_ > opt_.max_line_bytes)
+            throw format_error(path(), 0,
+                               "a whole-file document of " + std::to_string(size_) + " bytes is longer than max_line_bytes (" +
                                    std::to_string(opt_.max_line_bytes) + " bytes; raise text.documents.max_line_bytes, or split the file)");
-        doc.text.assign(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
-        if (in_.bad()) throw io_error(path_, errno, "read failed");
+        doc.text.resize(static_cast<std::size_t>(size_));
+        source_->read_at(doc.text.data(), size_, 0);
+        offset_ = size_;
         doc.line = 1;
         doc.offset = 0;
         doc.end = doc.text.size();
@@ -220,7 +232,7 @@ private:
                 if (too_long) continue;
                 if (long_line || (limit != 0 && doc.text.size() + line.size() > limit)) {
                     if (!opt_.skip_invalid)
-                        throw format_error(path_, doc.offset,
+                        throw format_error(path(), doc.offset,
                                            "the document starting at line " + std::to_string(doc.line) +
                                                " (a blank-line-separated block) is longer than max_line_bytes (" + std::to_string(limit) +
                                                " bytes; raise text.documents.max_line_bytes, or separate its paragraphs with blank lines)");
@@ -241,9 +253,11 @@ private:
         }
     }
 
-    std::string path_;
+    std::shared_ptr<const byte_source> source_;
     text_options opt_;
-    std::ifstream in_;
+    std::uint64_t size_ = 0;    // the source's size when opened: what is read
+    std::vector<char> buffer_;  // the chunk being read: bytes [begin_, end_) are not consumed yet
+    std::size_t begin_ = 0, end_ = 0;
     jsonl_field_parser json_;
     bool jsonl_ = false;
     bool done_ = false;
@@ -260,7 +274,8 @@ inline std::vector<std::string> resolve_text_inputs(const std::vector<std::strin
         if (where.kind == expanded_location::form::single && !scheme_for(in).exists(in)) throw io_error(in, ENOENT, "no such file");
         out.insert(out.end(), where.entries.begin(), where.entries.end());
     }
-    for (const auto& f : out) require_regular_file(f);
+    for (const auto& f : out)
+        if (&scheme_for(f) == &local_storage()) require_regular_file(f);  // a remote object is checked when opened
     return out;
 }
 

@@ -1,8 +1,9 @@
 // feedline/format/text_corpus.hpp: random access to the documents of JSONL / plain-text files, for
 // tokenizing on the fly. Opening scans every file once with text_reader (so the rules for what a
 // document is are the ones feedline-pack uses) and keeps, per document, only where its bytes are:
-// 16 bytes per document, never the text. document_text(i) re-reads those bytes with pread (thread-safe)
-// and decodes them exactly as text_reader did (the same jsonl_field_parser). Feeds pipeline/text_source.hpp.
+// 16 bytes per document, never the text. document_text(i) re-reads those bytes through the file's byte
+// source (pread for a local file, a ranged read for an object; thread-safe) and decodes them exactly as
+// text_reader did (the same jsonl_field_parser). Feeds pipeline/text_source.hpp.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 #include <feedline/error.hpp>
 #include <feedline/format/jsonl_field.hpp>
 #include <feedline/format/text.hpp>
-#include <feedline/storage/file.hpp>
+#include <feedline/storage/byte_source.hpp>
 
 namespace feedline {
 
@@ -32,7 +33,7 @@ public:
         for (const std::string& path : resolve_text_inputs(inputs)) {
             text_reader reader(path, options_);
             const auto index = static_cast<std::uint32_t>(files_.size());
-            files_.push_back(std::make_unique<file>(path));
+            files_.push_back(reader.source());  // one descriptor (or object) per file, kept for random access
             jsonl_.push_back(reader.is_jsonl());
             text_document doc;
             while (reader.next(doc)) {
@@ -48,10 +49,10 @@ public:
 
     std::uint64_t document_count() const noexcept { return documents_.size(); }
     std::size_t file_count() const noexcept { return files_.size(); }
-    const file& file_at(std::size_t i) const { return *files_.at(i); }
+    const byte_source& file_at(std::size_t i) const { return *files_.at(i); }
     const text_options& options() const noexcept { return options_; }
     const document_ref& document(std::uint64_t i) const { return documents_.at(i); }
-    const file& file_of(const document_ref& d) const { return *files_[d.file]; }
+    const byte_source& file_of(const document_ref& d) const { return *files_[d.file]; }
     std::uint64_t text_bytes() const noexcept { return text_bytes_; }
     std::uint64_t skipped() const noexcept { return skipped_; }
     std::uint64_t memory_bytes() const noexcept { return documents_.capacity() * sizeof(document_ref); }
@@ -67,14 +68,12 @@ public:
     // Throws io_error if the file shrank since opening, format_error if its bytes changed meaning.
     void document_text(std::uint64_t i, scratch& s, std::string& text) const {
         const document_ref& d = documents_.at(i);
-        const file& f = *files_[d.file];
-        if (d.offset + d.length > f.size())
-            throw io_error(f.path(), 0, "file is shorter than when it was opened (document " + std::to_string(i) + ")", d.offset);
+        const byte_source& f = *files_[d.file];
         s.raw.resize(d.length);
-        pread_exact(f.fd(), f.path(), s.raw.data(), d.length, d.offset);
+        f.read_at(s.raw.data(), d.length, d.offset);  // format_error naming the file when it shrank
         if (jsonl_[d.file]) {
             if (s.json.extract(s.raw, options_.field, text) != jsonl_field_status::ok)
-                throw format_error(f.path(), d.offset,
+                throw format_error(f.name(), d.offset,
                                    "this JSONL line no longer holds a \"" + options_.field + "\" string (file changed?)");
             return;
         }
@@ -99,7 +98,7 @@ public:
 
 private:
     text_options options_;
-    std::vector<std::unique_ptr<file>> files_;
+    std::vector<std::shared_ptr<const byte_source>> files_;
     std::vector<bool> jsonl_;
     std::vector<document_ref> documents_;
     std::uint64_t text_bytes_ = 0, skipped_ = 0;

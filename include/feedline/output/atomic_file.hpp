@@ -59,6 +59,8 @@ struct file_identity {
     friend bool operator==(const file_identity&, const file_identity&) = default;
 };
 
+namespace detail {
+
 // The identity of what is at `path` (not followed through a symlink); nullopt when nothing is there
 // or it is not a regular file.
 inline std::optional<file_identity> identity_of(const std::string& path) {
@@ -67,6 +69,8 @@ inline std::optional<file_identity> identity_of(const std::string& path) {
     return file_identity{static_cast<std::uint64_t>(st.st_size),
                          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
+
+}  // namespace detail
 
 class atomic_file {
 public:
@@ -133,7 +137,7 @@ public:
     // The identity the file will have under its final name (a rename keeps it), once close_pending()
     // or commit() ran. Throws io_error when the temporary file is gone.
     file_identity identity() const {
-        auto id = identity_of(committed_ ? final_path_ : temp_path_);
+        auto id = detail::identity_of(committed_ ? final_path_ : temp_path_);
         if (!id) throw io_error(committed_ ? final_path_ : temp_path_, ENOENT, "the written file is gone");
         return *id;
     }

@@ -24,12 +24,16 @@ struct weighted_spec {
     std::string spec;
 };
 
+namespace detail {
+
 // Throws config_error naming the position (1-based, in a list) unless the weight is positive and finite.
 inline void check_weight(double w, std::size_t position) {
     if (!(w > 0) || !std::isfinite(w))
         throw config_error("dataset",
                            "weight " + std::to_string(position) + " (" + std::to_string(w) + ") must be a positive, finite number");
 }
+
+}  // namespace detail
 
 // Parses a DATASET argument: a single path (a string naming an existing file, or one word), or words
 // alternating weight and path. Throws config_error naming the position of an odd list, a word that is
@@ -52,11 +56,13 @@ inline std::vector<weighted_spec> parse_data_spec(const std::string& text) {
         if (end == w.c_str() || *end != '\0')
             throw config_error("dataset", "word " + std::to_string(i + 1) + " of '" + text + "' ('" + w +
                                               "') is not a weight; a blend alternates weight and path");
-        check_weight(weight, i / 2 + 1);
+        detail::check_weight(weight, i / 2 + 1);
         out.push_back({weight, words[i + 1]});
     }
     return out;
 }
+
+namespace detail {
 
 // The kind of source a spec names, by its files (one expansion: storage/storage_scheme.hpp): the first
 // registered kind that claims them (token shards: a Megatron prefix or any .idx/.bin; text: JSONL/text
@@ -75,7 +81,9 @@ inline source_type source_type_of(const std::string& spec) {
     return *fallback;  // copied out before `types` goes
 }
 
-inline source_kind detect_source(const std::string& spec) { return source_type_of(spec).kind; }
+}  // namespace detail
+
+inline source_kind detect_source(const std::string& spec) { return detail::source_type_of(spec).kind; }
 
 // Which kinds of data a blend names (detect_source on each spec): tools set the options of a kind only
 // when there is data of that kind (config.shards / config.text are refused otherwise).

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if FEEDLINE_HAS_JSON
@@ -48,7 +49,6 @@ struct option {
     data_scope scope;
     T& (*field)(pipeline_config&);
     std::uint64_t max = 0;  // integers: the largest accepted (0: the type's own)
-    int id = 0;             // its bit in pipeline_config::set_by_user (its position in the table)
 
     const T& value(const pipeline_config& c) const { return field(const_cast<pipeline_config&>(c)); }
     std::string flag() const {
@@ -61,41 +61,51 @@ struct option {
 
 // clang-format off
 inline constexpr auto pipeline_options = std::make_tuple(
-    option<std::uint64_t>{"batch_size", "batch_size", "samples per step on this rank (the global batch is batch_size x world size)", data_scope::any, [](pipeline_config& c) -> auto& { return c.batch_size; }, 0, 0},
-    option<std::uint64_t>{"seq_len", "seq_len", "tokens per sample: inputs and targets are [batch_size, seq_len]", data_scope::any, [](pipeline_config& c) -> auto& { return c.seq_len; }, 0, 1},
-    option<std::uint64_t>{"seed", "seed", "seed of the document and sample order", data_scope::any, [](pipeline_config& c) -> auto& { return c.seed; }, 0, 2},
-    option<sample_mode>{"mode", "mode", "windows: GPT windows across documents; packed: whole documents packed into rows", data_scope::any, [](pipeline_config& c) -> auto& { return c.mode; }, 0, 3},
-    option<shuffle_mode>{"shuffle", "shuffle", "global: one permutation of all documents; shard_blocks: shards in a shuffled order; none: in order", data_scope::any, [](pipeline_config& c) -> auto& { return c.shuffle; }, 0, 4},
-    option<tail_policy>{"tail", "tail", "an epoch's last incomplete global batch (one dataset): dropped, or padded from the epoch's start", data_scope::any, [](pipeline_config& c) -> auto& { return c.tail; }, 0, 5},
-    option<unsigned>{"workers", "workers", "worker threads filling batches; 0: from the machine, autotuned while running", data_scope::any, [](pipeline_config& c) -> auto& { return c.workers; }, 1024, 6},
-    option<unsigned>{"max_workers", "max_workers", "with workers 0: the most the autotuner may run (0: from the machine)", data_scope::any, [](pipeline_config& c) -> auto& { return c.max_workers; }, 1024, 7},
-    option<std::size_t>{"prefetch", "prefetch", "batches staged ahead of the trainer; 0: 2 per worker to start, autotuned within the memory budget", data_scope::any, [](pipeline_config& c) -> auto& { return c.prefetch; }, 0, 8},
-    option<std::uint64_t>{"memory_budget", "memory_budget", "bytes for slots, scratch and indexes; 0: a quarter of the memory available", data_scope::any, [](pipeline_config& c) -> auto& { return c.memory_budget; }, 0, 9},
-    option<device_choice>{"device", "device", "where batches go: auto (the GPU when there is one), cpu, cuda or cuda:N", data_scope::any, [](pipeline_config& c) -> auto& { return c.device; }, 0, 10},
-    option<int>{"rank", "rank", "this process's rank; -1: from torchrun's or Open MPI's environment", data_scope::any, [](pipeline_config& c) -> auto& { return c.rank; }, 1 << 24, 11},
-    option<int>{"world_size", "world_size", "ranks in the job; -1: from the environment", data_scope::any, [](pipeline_config& c) -> auto& { return c.world_size; }, 1 << 24, 12},
-    option<std::uint64_t>{"max_steps", "max_steps", "end the iteration after this many steps; 0: run on through epochs", data_scope::any, [](pipeline_config& c) -> auto& { return c.max_steps; }, 0, 13},
-    option<std::string>{"stats_jsonl", "stats_jsonl", "append a stats snapshot to this file as a JSON line every stats_every batches and at the end", data_scope::any, [](pipeline_config& c) -> auto& { return c.stats_jsonl; }, 0, 14},
-    option<std::uint64_t>{"stats_every", "stats_every", "batches between stats lines", data_scope::any, [](pipeline_config& c) -> auto& { return c.stats_every; }, 0, 15},
-    option<bool>{"avoid_trainer_cpu", "avoid_trainer_cpu", "keep the threads filling batches off a busy trainer's CPU when there is one to spare", data_scope::any, [](pipeline_config& c) -> auto& { return c.avoid_trainer_cpu; }, 0, 16},
-    option<io_backend>{"io_backend", "shards.backend", "how shards are read: auto, io_uring, mmap or pread", data_scope::tokens, [](pipeline_config& c) -> auto& { return c.shards.backend; }, 0, 17},
-    option<std::string>{"tokenizer", "text.tokenizer", "the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.tokenizer; }, 0, 18},
-    option<bool>{"add_bos", "text.add_bos", "the model's BOS before every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_bos; }, 0, 19},
-    option<bool>{"add_eos", "text.add_eos", "the model's EOS after every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_eos; }, 0, 20},
-    option<std::string>{"field", "text.documents.field", "the JSONL field that holds a document's text", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.field; }, 0, 21},
-    option<bool>{"skip_invalid", "text.documents.skip_invalid", "count and skip JSONL lines that are invalid, lack the field or are too long, instead of failing", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.skip_invalid; }, 0, 22},
-    option<text_split>{"text_split", "text.documents.split", "plain text: a document per file, per blank-line-separated block, or per line", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.split; }, 0, 23},
-    option<std::uint64_t>{"max_line_bytes", "text.documents.max_line_bytes", "the longest line or document read, in bytes (0: no limit)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.max_line_bytes; }, 0, 24},
-    option<std::string>{"cache_dir", "text.cache_dir", "where a corpus's token counts are kept between runs (\"\": $FEEDLINE_CACHE_DIR, else $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; none: memory only)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.cache_dir; }, 0, 25});
+    option<std::uint64_t>{"batch_size", "batch_size", "samples per step on this rank (the global batch is batch_size x world size)", data_scope::any, [](pipeline_config& c) -> auto& { return c.batch_size; }},
+    option<std::uint64_t>{"seq_len", "seq_len", "tokens per sample: inputs and targets are [batch_size, seq_len]", data_scope::any, [](pipeline_config& c) -> auto& { return c.seq_len; }},
+    option<std::uint64_t>{"seed", "seed", "seed of the document and sample order", data_scope::any, [](pipeline_config& c) -> auto& { return c.seed; }},
+    option<sample_mode>{"mode", "mode", "windows: GPT windows across documents; packed: whole documents packed into rows", data_scope::any, [](pipeline_config& c) -> auto& { return c.mode; }},
+    option<shuffle_mode>{"shuffle", "shuffle", "global: one permutation of all documents; shard_blocks: shards in a shuffled order; none: in order", data_scope::any, [](pipeline_config& c) -> auto& { return c.shuffle; }},
+    option<tail_policy>{"tail", "tail", "an epoch's last incomplete global batch (one dataset): dropped, or padded from the epoch's start", data_scope::any, [](pipeline_config& c) -> auto& { return c.tail; }},
+    option<unsigned>{"workers", "workers", "worker threads filling batches; 0: from the machine, autotuned while running", data_scope::any, [](pipeline_config& c) -> auto& { return c.workers; }, 1024},
+    option<unsigned>{"max_workers", "max_workers", "with workers 0: the most the autotuner may run (0: from the machine)", data_scope::any, [](pipeline_config& c) -> auto& { return c.max_workers; }, 1024},
+    option<std::size_t>{"prefetch", "prefetch", "batches staged ahead of the trainer; 0: 2 per worker to start, autotuned within the memory budget", data_scope::any, [](pipeline_config& c) -> auto& { return c.prefetch; }},
+    option<std::uint64_t>{"memory_budget", "memory_budget", "bytes for slots, scratch and indexes; 0: a quarter of the memory available", data_scope::any, [](pipeline_config& c) -> auto& { return c.memory_budget; }},
+    option<device_choice>{"device", "device", "where batches go: auto (the GPU when there is one), cpu, cuda or cuda:N", data_scope::any, [](pipeline_config& c) -> auto& { return c.device; }},
+    option<int>{"rank", "rank", "this process's rank; -1: from torchrun's or Open MPI's environment", data_scope::any, [](pipeline_config& c) -> auto& { return c.rank; }, 1 << 24},
+    option<int>{"world_size", "world_size", "ranks in the job; -1: from the environment", data_scope::any, [](pipeline_config& c) -> auto& { return c.world_size; }, 1 << 24},
+    option<std::uint64_t>{"max_steps", "max_steps", "end the iteration after this many steps; 0: run on through epochs", data_scope::any, [](pipeline_config& c) -> auto& { return c.max_steps; }},
+    option<std::string>{"stats_jsonl", "stats_jsonl", "append a stats snapshot to this file as a JSON line every stats_every batches and at the end", data_scope::any, [](pipeline_config& c) -> auto& { return c.stats_jsonl; }},
+    option<std::uint64_t>{"stats_every", "stats_every", "batches between stats lines", data_scope::any, [](pipeline_config& c) -> auto& { return c.stats_every; }},
+    option<bool>{"avoid_trainer_cpu", "avoid_trainer_cpu", "keep the threads filling batches off a busy trainer's CPU when there is one to spare", data_scope::any, [](pipeline_config& c) -> auto& { return c.avoid_trainer_cpu; }},
+    option<io_backend>{"io_backend", "shards.backend", "how shards are read: auto, io_uring, mmap or pread", data_scope::tokens, [](pipeline_config& c) -> auto& { return c.shards.backend; }},
+    option<std::string>{"tokenizer", "text.tokenizer", "the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.tokenizer; }},
+    option<bool>{"add_bos", "text.add_bos", "the model's BOS before every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_bos; }},
+    option<bool>{"add_eos", "text.add_eos", "the model's EOS after every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_eos; }},
+    option<std::string>{"field", "text.documents.field", "the JSONL field that holds a document's text", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.field; }},
+    option<bool>{"skip_invalid", "text.documents.skip_invalid", "count and skip JSONL lines that are invalid, lack the field or are too long, instead of failing", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.skip_invalid; }},
+    option<text_split>{"text_split", "text.documents.split", "plain text: a document per file, per blank-line-separated block, or per line", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.split; }},
+    option<std::uint64_t>{"max_line_bytes", "text.documents.max_line_bytes", "the longest line or document read, in bytes (0: no limit)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.max_line_bytes; }},
+    option<std::string>{"cache_dir", "text.cache_dir", "where a corpus's token counts are kept between runs (\"\": $FEEDLINE_CACHE_DIR, else $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; none: memory only)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.cache_dir; }});
 // clang-format on
 
+namespace detail {
 inline constexpr std::size_t option_count = std::tuple_size_v<std::remove_cvref_t<decltype(pipeline_options)>>;
-static_assert(option_count <= 64, "pipeline_config::set_by_user holds 64 bits");
+}  // namespace detail
+static_assert(detail::option_count <= 64, "pipeline_config::set_by_user holds 64 bits");
 
 // Calls f(option) for every option, in declaration order.
 template <class F>
 void for_each_option(F&& f) {
     std::apply([&](const auto&... o) { (f(o), ...); }, pipeline_options);
+}
+
+// Calls f(option, position) for every option: an option's position is its bit in
+// pipeline_config::set_by_user, so no declaration carries a number that could collide with another's.
+template <class F>
+void for_each_option_at(F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::get<I>(pipeline_options), I), ...); }
+    (std::make_index_sequence<detail::option_count>{});
 }
 
 // A value as text: numbers in decimal, enumerations by name, device choices as parse_device reads them.
@@ -112,6 +122,8 @@ std::string option_text(const T& v) {
     else
         return std::to_string(v);
 }
+
+namespace detail {
 
 // Parses a value of an option from text. Throws config_error naming the option's field with what was
 // expected (the choices of an enumeration, the range of a number).
@@ -146,14 +158,18 @@ T parse_option(const option<T>& o, std::string_view text) {
     }
 }
 
+}  // namespace detail
+
 // The declaration named `name` (keyword or path), as its index; -1 when there is none.
 inline int option_index(std::string_view name) {
     int found = -1;
-    for_each_option([&](const auto& o) {
-        if (o.name == name || o.path == name) found = o.id;
+    for_each_option_at([&](const auto& o, std::size_t i) {
+        if (found < 0 && (o.name == name || o.path == name)) found = static_cast<int>(i);
     });
     return found;
 }
+
+namespace detail {
 
 // The nearest name to an unknown one, for "did you mean": the fewest single-letter edits (at most a
 // third of the name's length), else "".
@@ -180,17 +196,19 @@ inline std::string option_suggestion(std::string_view name) {
     return best.empty() ? std::string() : " (did you mean " + best + "?)";
 }
 
+}  // namespace detail
+
 // Sets option `name` (keyword or path) of `c` from text and marks it set by the user. Throws
 // config_error naming an unknown option (with the nearest name) or a bad value.
 inline void set_option(pipeline_config& c, std::string_view name, std::string_view text) {
     bool done = false;
-    for_each_option([&](const auto& o) {
+    for_each_option_at([&](const auto& o, std::size_t i) {
         if (done || (o.name != name && o.path != name)) return;
-        o.field(c) = parse_option(o, text);
-        c.set_by_user.set(static_cast<std::size_t>(o.id));
+        o.field(c) = detail::parse_option(o, text);
+        c.set_by_user.set(i);
         done = true;
     });
-    if (!done) throw config_error(std::string(name), "no such option" + option_suggestion(name));
+    if (!done) throw config_error(std::string(name), "no such option" + detail::option_suggestion(name));
 }
 
 // Whether option `o` was set: by set_option (a command line, JSON, Python), or, for a config built in
@@ -198,8 +216,10 @@ inline void set_option(pipeline_config& c, std::string_view name, std::string_vi
 template <class T>
 bool option_is_set(const pipeline_config& c, const option<T>& o) {
     static const pipeline_config defaults{};
-    return c.set_by_user.test(static_cast<std::size_t>(o.id)) || !(o.value(c) == o.value(defaults));
+    return c.set_by_user.test(static_cast<std::size_t>(option_index(o.name))) || !(o.value(c) == o.value(defaults));
 }
+
+namespace detail {
 
 // The options of `scope` that are set (see option_is_set), as config paths ("text.tokenizer") for a
 // config_error; the tools add the flag (tools::with_flag).
@@ -210,6 +230,8 @@ inline std::vector<std::string> options_set_for(const pipeline_config& c, data_s
     });
     return out;
 }
+
+}  // namespace detail
 
 #if FEEDLINE_HAS_JSON
 // Every option by name, with its value (enumerations by name): a config as JSON.
@@ -230,7 +252,7 @@ inline nlohmann::json options_to_json(const pipeline_config& c) {
 inline void options_from_json(pipeline_config& c, const nlohmann::json& j, const std::string& where) {
     if (!j.is_object()) throw config_error("config", where + ": expected a JSON object of option names and values");
     for (const auto& [key, value] : j.items()) {
-        if (option_index(key) < 0) throw config_error(key, where + ": no such option" + option_suggestion(key));
+        if (option_index(key) < 0) throw config_error(key, where + ": no such option" + detail::option_suggestion(key));
         if (value.is_string())
             set_option(c, key, value.get<std::string>());
         else if (value.is_boolean())

@@ -52,6 +52,8 @@
 
 namespace feedline {
 
+namespace detail {
+
 // How many workers a pipeline starts, and whether the autotuner may park some. config.workers when
 // given (fixed); config.max_workers when given (autotuned below it); otherwise recommend_workers for
 // the trainers on this node (one per local rank, when every process may use every CPU) and the cores
@@ -74,6 +76,8 @@ inline worker_choice choose_workers(const pipeline_config& c, const topology& t,
     return {n, n > 1, plan.explanation + "; " + std::to_string(n) + " started, autotuned"};
 }
 
+}  // namespace detail
+
 // A source with its blend weight.
 struct weighted_source {
     double weight = 1;
@@ -83,8 +87,10 @@ struct weighted_source {
 // Opens what a spec names: token shards, or JSONL/text tokenized with config.text. Throws io_error /
 // format_error naming the file, config_error for text without a tokenizer (or none built).
 inline std::shared_ptr<batch_source> open_source(const std::string& spec, const pipeline_config& config) {
-    return source_type_of(spec).open(spec, config);
+    return detail::source_type_of(spec).open(spec, config);
 }
+
+namespace detail {
 
 inline std::vector<weighted_source> open_sources(const std::vector<weighted_spec>& blend, const pipeline_config& config) {
     std::vector<weighted_source> out;
@@ -95,6 +101,8 @@ inline std::vector<weighted_source> open_sources(const std::vector<weighted_spec
     return out;
 }
 
+}  // namespace detail
+
 class pipeline {
 public:
     // `spec`: one dataset (a Megatron prefix, llm.c shards, JSONL/text files: a file, directory or glob)
@@ -104,7 +112,7 @@ public:
     // A blend: {{0.7, "data/web"}, {0.3, "code/*.jsonl"}}. The config's shape is checked before any
     // source is opened (opening text may mean a tokenizing pass).
     pipeline(const std::vector<weighted_spec>& blend, const pipeline_config& config)
-            : pipeline((check_shape(config, blend.size()), open_sources(blend, config)), config) {}
+            : pipeline((check_shape(config, blend.size()), detail::open_sources(blend, config)), config) {}
     // Sources opened before (shared by a training and an evaluation pipeline, say).
     pipeline(std::shared_ptr<batch_source> source, pipeline_config config)
             : pipeline(std::vector<weighted_source>{{1.0, std::move(source)}}, std::move(config)) {}
@@ -148,7 +156,7 @@ public:
         own_planners_ = sources_.size() == 1 && config_.mode == sample_mode::windows && sampler_bytes <= defaults::own_planner_max_bytes;
 
         const topology topo = read_topology();
-        const worker_choice workers = choose_workers(config_, topo, env);
+        const detail::worker_choice workers = detail::choose_workers(config_, topo, env);
         autotune_ = workers.autotune;
         workers_reason_ = workers.reason;
         const std::uint64_t available = read_host_memory().available.value_or(0);
@@ -304,17 +312,17 @@ private:
     void check_sources() {
         for (std::size_t i = 0; i < sources_.size(); ++i) {
             if (!sources_[i].source) throw config_error("dataset", "source " + std::to_string(i + 1) + " is null");
-            check_weight(sources_[i].weight, i + 1);
+            detail::check_weight(sources_[i].weight, i + 1);
         }
         auto has = [&](source_kind k) {
             return std::any_of(sources_.begin(), sources_.end(), [&](const weighted_source& s) { return s.source->kind() == k; });
         };
         // Set explicitly (a command line, JSON, Python) or, in C++, to other than the default.
         if (!has(source_kind::tokens))
-            if (const auto set = options_set_for(config_, data_scope::tokens); !set.empty())
+            if (const auto set = detail::options_set_for(config_, data_scope::tokens); !set.empty())
                 throw config_error(set.front(), "set, but the data has no token shards (text is read with pread)");
         if (!has(source_kind::text))
-            if (const auto set = options_set_for(config_, data_scope::text); !set.empty())
+            if (const auto set = detail::options_set_for(config_, data_scope::text); !set.empty())
                 throw config_error(set.front(), "set, but the data has no JSONL/text (shards are tokenized already)");
         for (const auto& s : sources_)
             if (const auto* t = dynamic_cast<const text_source*>(s.source.get());

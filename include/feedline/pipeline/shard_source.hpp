@@ -144,7 +144,7 @@ private:
             // at a time) and of the pieces after it, up to prefetch_bytes of pieces ahead, each piece's
             // first prefetch_bytes at most.
             volatile std::size_t at = 0;  // the piece being read, for the error (kept in memory across the jump)
-            const bool whole = guarded_reads([&](sigbus_guard& guard) noexcept {
+            const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
                 std::size_t next = 0;     // the first piece not requested yet
                 std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
                 for (std::size_t p = 0; p < pieces_.size(); ++p) {
@@ -162,7 +162,7 @@ private:
                     slot.put_window_tokens(r, k, src.data(), data_.dtype(), src.size() / item);
                 }
             });
-            if (!whole) throw file_shrank_error(pieces_[at].where->source->name(), pieces_[at].where->offset);
+            if (!whole) throw detail::file_shrank_error(pieces_[at].where->source->name(), pieces_[at].where->offset);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
@@ -200,7 +200,7 @@ private:
                 } else {
                     std::uint64_t used = 0;
                     for (const segment& s : plan.samples[r].segments) used += s.length;
-                    convert_tokens(raw_.data() + i * T * item, data_.dtype(), used, slot.input_row(r));
+                    detail::convert_tokens(raw_.data() + i * T * item, data_.dtype(), used, slot.input_row(r));
                 }
             }
         }

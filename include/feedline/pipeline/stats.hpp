@@ -150,8 +150,6 @@ private:
     std::FILE* out_ = nullptr;
 };
 
-}  // namespace detail
-
 // Fills the host and process memory fields of `s` from procfs (one read of each file).
 inline void fill_memory_telemetry(pipeline_stats& s) {
     const host_memory h = read_host_memory();
@@ -164,6 +162,8 @@ inline void fill_memory_telemetry(pipeline_stats& s) {
     s.rss_anon_bytes = p.rss_anon;
     s.rss_file_bytes = p.rss_file;
 }
+
+}  // namespace detail
 
 // Resident set size of this process (VmRSS), 0 when unreadable.
 inline std::uint64_t resident_bytes() { return read_process_memory().rss.value_or(0); }

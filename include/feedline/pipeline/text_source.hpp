@@ -94,7 +94,7 @@ private:
     void encode(tokenizer& tok, std::uint64_t d, const std::string& text, std::vector<std::int32_t>& ids) const {
         if (std::string problem = tok.encode(text, ids); !problem.empty()) {
             const auto& ref = corpus_->document(d);
-            throw format_error(corpus_->file_of(ref).path(), ref.offset, "the tokenizer could not encode this document: " + problem);
+            throw format_error(corpus_->file_of(ref).name(), ref.offset, "the tokenizer could not encode this document: " + problem);
         }
     }
 
@@ -169,7 +169,7 @@ private:
             bytes_read_ += text_.size();
             if (out.size() != source_.lengths_[d]) {
                 const auto& ref = source_.corpus_->document(d);
-                throw format_error(source_.corpus_->file_of(ref).path(), ref.offset,
+                throw format_error(source_.corpus_->file_of(ref).name(), ref.offset,
                                    "this document now has " + std::to_string(out.size()) + " tokens, " +
                                        std::to_string(source_.lengths_[d]) +
                                        " when the corpus was opened (the file changed under the job)");

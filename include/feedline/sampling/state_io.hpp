@@ -89,6 +89,8 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
     return s;
 }
 
+namespace detail {
+
 // A checksum of every field (FNV-1a, 64 bits, over the binary form), so an edit that keeps the counts'
 // sum or the position's shape (one dataset's count raised, another's lowered) is still noticed. Not a
 // defence against someone who recomputes it: against corruption and hand edits.
@@ -99,6 +101,8 @@ inline std::string state_check(const sampler_state& s) {
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
     return hex;
 }
+
+}  // namespace detail
 
 #if FEEDLINE_HAS_JSON
 inline std::string to_json(const sampler_state& s) {
@@ -118,7 +122,7 @@ inline std::string to_json(const sampler_state& s) {
                         {"taken", s.taken},
                         {"epoch", s.epoch},
                         {"index", s.index},
-                        {"check", state_check(s)}};
+                        {"check", detail::state_check(s)}};
     return j.dump();
 }
 
@@ -149,7 +153,7 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
     // States saved before the check existed have none; one that has it must match every field.
     if (j.contains("check")) {
         const auto& check = f.field("check");
-        if (!check.is_string() || check.get<std::string>() != state_check(s))
+        if (!check.is_string() || check.get<std::string>() != detail::state_check(s))
             f.fail("check does not match the state's fields: it was edited or corrupted (restore the checkpoint it came from)");
     }
     return s;

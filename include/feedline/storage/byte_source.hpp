@@ -27,6 +27,9 @@ public:
     // Exactly `length` bytes at `offset` into `dest`. Throws format_error naming the source and offset
     // when the object ends first (it shrank), io_error for the system's failures. Thread-safe.
     virtual void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const = 0;
+    // What tells these bytes from other bytes under the same name, for caches keyed by content (the
+    // token-length index): a local file's size, modification time and inode; an object's ETag.
+    virtual std::string version() const = 0;
     // The local file behind this source, or nullptr: readers with a faster path for local files (mmap,
     // io_uring) take it; everything else reads through read_at().
     virtual const file* local_file() const noexcept { return nullptr; }

@@ -21,9 +21,13 @@ namespace feedline {
 
 class file_mapping;  // storage/mmap_reader.hpp
 
+namespace detail {
+
 // Direct I/O needs buffers, offsets and lengths aligned to the device's logical block size. 4096
 // covers every NVMe and virtio disk seen in practice (512-byte devices accept 4096 too).
 inline constexpr std::uint64_t direct_io_alignment = 4096;
+
+}  // namespace detail
 
 // An open read-only file descriptor and its size. Move-only. Thread-safe for concurrent reads
 // (pread/mmap/io_uring never use the shared file position).
@@ -90,6 +94,13 @@ public:
     // As a byte source: named by its path, read with pread.
     const std::string& name() const noexcept override { return path_; }
     void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override;
+    // "<size> <mtime s>.<ns> <inode>" of the open file (fstat: the file read, even if renamed over since).
+    std::string version() const override {
+        struct stat st {};
+        if (::fstat(fd_, &st) != 0) throw io_error(path_, errno, "cannot stat");
+        return std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + " " +
+               std::to_string(st.st_ino);
+    }
     const file* local_file() const noexcept override { return this; }
     bool is_open() const noexcept { return fd_ >= 0; }
     bool direct() const noexcept { return direct_; }
@@ -120,6 +131,8 @@ private:
     std::unique_ptr<mapping_cache> cache_ = std::make_unique<mapping_cache>();
 };
 
+namespace detail {
+
 // Reads exactly `length` bytes at `offset` with pread, retrying EINTR and short reads. Throws
 // io_error on a system error and format_error when the file ends first (truncated data).
 inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64_t length, std::uint64_t offset) {
@@ -138,7 +151,11 @@ inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64
     }
 }
 
-inline void file::read_at(void* dest, std::uint64_t length, std::uint64_t offset) const { pread_exact(fd_, path_, dest, length, offset); }
+}  // namespace detail
+
+inline void file::read_at(void* dest, std::uint64_t length, std::uint64_t offset) const {
+    detail::pread_exact(fd_, path_, dest, length, offset);
+}
 
 // Throws io_error naming `path` unless it is (or links to) a regular file (by stat: nothing is opened).
 inline void require_regular_file(const std::string& path) {

@@ -85,8 +85,6 @@ inline void install_sigbus_handler() noexcept {
     });
 }
 
-}  // namespace detail
-
 // Handed to the function guarded_reads() runs: before reading a range of a mapping, the function
 // says which (one store each, no syscall), so a fault there, and only there, is recovered.
 class sigbus_guard {
@@ -137,8 +135,6 @@ bool guarded_read(const std::byte* begin, std::size_t n, Read&& read) noexcept {
     });
 }
 
-namespace detail {
-
 #if defined(__SANITIZE_THREAD__)
 inline constexpr bool thread_sanitizer = true;
 #elif defined(__has_feature)
@@ -164,8 +160,6 @@ inline void copy_from_mapping(void* dest, const std::byte* src, std::size_t n) n
     }
 }
 
-}  // namespace detail
-
 // Copies `n` bytes from `src` (inside a file mapping) to `dest`: guarded_read of a memcpy.
 inline bool guarded_copy(void* dest, const std::byte* src, std::size_t n) noexcept {
     return guarded_read(src, n, [&]() noexcept { detail::copy_from_mapping(dest, src, n); });
@@ -181,4 +175,5 @@ inline format_error file_shrank_error(const std::string& path, std::uint64_t off
                             ": it was truncated or rewritten in place under a running job; replace files by renaming a new one over them");
 }
 
+}  // namespace detail
 }  // namespace feedline

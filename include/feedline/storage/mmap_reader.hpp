@@ -91,7 +91,7 @@ public:
                 r.source->read_at(r.dest, r.length, r.offset);
         }
         volatile std::size_t at = 0;  // the request being copied, for the error
-        const bool whole = guarded_reads([&](sigbus_guard& guard) noexcept {
+        const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
             for (std::size_t i = 0; i < requests.size(); ++i) {
                 const read_request& r = requests[i];
                 const file* f = r.source->local_file();
@@ -102,7 +102,7 @@ public:
                 detail::copy_from_mapping(r.dest, src, r.length);
             }
         });
-        if (!whole) throw file_shrank_error(requests[at].source->name(), requests[at].offset);
+        if (!whole) throw detail::file_shrank_error(requests[at].source->name(), requests[at].offset);
     }
 
     // Zero-copy access to [offset, offset + length) of `f`, valid while this reader lives. Unlike

@@ -33,7 +33,7 @@ struct uring_options {
     // docs/benchmarks.md); deeper queues only add memory for bounce buffers.
     unsigned queue_depth = 32;
     // Larger requests are split into pieces of this size so one big read proceeds in parallel and a
-    // bounce buffer stays small. Must be a multiple of direct_io_alignment.
+    // bounce buffer stays small. Must be a multiple of detail::direct_io_alignment.
     std::uint32_t max_chunk = 1u << 20;
     // Open shards with O_DIRECT: bypass the page cache (cold reads that should not evict other data).
     bool direct = false;
@@ -61,8 +61,8 @@ public:
     explicit uring_reader(uring_options options = {}) : opt_(options) {
         if (opt_.queue_depth == 0 || opt_.queue_depth > 4096)
             throw config_error("uring_options.queue_depth", "must be in [1, 4096], got " + std::to_string(opt_.queue_depth));
-        if (opt_.max_chunk == 0 || opt_.max_chunk % direct_io_alignment != 0)
-            throw config_error("uring_options.max_chunk", "must be a positive multiple of " + std::to_string(direct_io_alignment) +
+        if (opt_.max_chunk == 0 || opt_.max_chunk % detail::direct_io_alignment != 0)
+            throw config_error("uring_options.max_chunk", "must be a positive multiple of " + std::to_string(detail::direct_io_alignment) +
                                                               ", got " + std::to_string(opt_.max_chunk));
         int rc = io_uring_queue_init(opt_.queue_depth, &ring_, 0);
         if (rc < 0) throw io_error("io_uring", -rc, describe_setup_failure(-rc));
@@ -71,9 +71,9 @@ public:
         if (opt_.direct) {
             // Room for a chunk plus one alignment block at each end (the caller's range rarely starts
             // or ends on a block boundary).
-            bounce_size_ = opt_.max_chunk + 2 * direct_io_alignment;
+            bounce_size_ = opt_.max_chunk + 2 * detail::direct_io_alignment;
             void* mem = nullptr;
-            if (::posix_memalign(&mem, direct_io_alignment, bounce_size_ * opt_.queue_depth) != 0) {
+            if (::posix_memalign(&mem, detail::direct_io_alignment, bounce_size_ * opt_.queue_depth) != 0) {
                 io_uring_queue_exit(&ring_);
                 throw std::bad_alloc();
             }
@@ -191,7 +191,7 @@ private:
     }
 
     void split_into_ops(const read_request& r, const file& source, std::deque<op>& out) {
-        const std::uint64_t a = direct_io_alignment;
+        const std::uint64_t a = detail::direct_io_alignment;
         for (std::uint64_t done = 0; done < r.length;) {
             std::uint64_t n = std::min<std::uint64_t>(opt_.max_chunk, r.length - done);
             op o;

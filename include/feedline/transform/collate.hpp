@@ -89,9 +89,9 @@ struct slot_view {
         const std::uint64_t T = seq_len;
         const std::size_t item = dtype_size(dtype);
         const std::uint64_t in_n = k < T ? std::min(n, T - k) : 0;
-        if (in_n) convert_tokens(src, dtype, in_n, input_row(r) + k);
+        if (in_n) detail::convert_tokens(src, dtype, in_n, input_row(r) + k);
         const std::uint64_t skip = k == 0 ? 1 : 0;  // token 0 is nobody's target
-        if (n > skip) convert_tokens(src + skip * item, dtype, n - skip, target_row(r) + k + skip - 1);
+        if (n > skip) detail::convert_tokens(src + skip * item, dtype, n - skip, target_row(r) + k + skip - 1);
     }
     // The same from int32 tokens (a tokenizer's output).
     void put_window_tokens(std::uint64_t r, std::uint64_t k, const std::int32_t* src, std::uint64_t n) const noexcept {

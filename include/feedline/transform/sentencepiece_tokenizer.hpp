@@ -138,10 +138,10 @@ inline model_splitting read_model_splitting(std::string_view model) {
     return m;
 }
 
-}  // namespace detail
-
 // The largest sentencepiece model file feedline reads (real ones are 0.2-5 MB).
 inline constexpr std::uint64_t max_model_bytes = std::uint64_t(1) << 30;
+
+}  // namespace detail
 
 class sentencepiece_tokenizer final : public tokenizer {
 public:
@@ -151,7 +151,7 @@ public:
         if (o.model.empty()) throw config_error(field, "text input needs a tokenizer model");
         std::string bytes;
         try {
-            bytes = read_regular_file(o.model, max_model_bytes);
+            bytes = read_regular_file(o.model, detail::max_model_bytes);
         } catch (const io_error& e) {
             throw config_error(field, e.what());
         }

@@ -49,18 +49,21 @@ struct text_token_counts {
 // What the counts are valid for (format/token_lengths.hpp's key).
 inline std::string token_counts_key(const text_corpus& corpus, const tokenizer& tok) {
     std::string key = "feedline.token_lengths 2\ntokenizer " + tok.identity() + "\n";
-    auto identity = [](const std::string& path) {
-        struct stat st {};
-        if (::stat(path.c_str(), &st) != 0) throw io_error(path, errno, "cannot stat");
-        std::error_code ec;
-        const auto canonical = std::filesystem::weakly_canonical(path, ec);
-        return (ec ? path : canonical.string()) + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
-               std::to_string(st.st_mtim.tv_nsec) + " " + std::to_string(st.st_ino);
+    // A local file by its canonical path (the same corpus named another way shares the cache), an
+    // object by its URL; either with its version (byte_source::version).
+    auto identity = [](const byte_source& source) {
+        std::string where = source.name();
+        if (source.local_file() != nullptr) {
+            std::error_code ec;
+            const auto canonical = std::filesystem::weakly_canonical(where, ec);
+            if (!ec) where = canonical.string();
+        }
+        return where + " " + source.version();
     };
     const text_options& o = corpus.options();
     key += "field " + o.field + " split " + std::to_string(static_cast<int>(o.split)) + " skip_invalid " + std::to_string(o.skip_invalid) +
            " max_line_bytes " + std::to_string(o.max_line_bytes) + "\n";
-    for (std::size_t f = 0; f < corpus.file_count(); ++f) key += "file " + identity(corpus.file_at(f).path()) + "\n";
+    for (std::size_t f = 0; f < corpus.file_count(); ++f) key += "file " + identity(corpus.file_at(f)) + "\n";
     key += "documents " + std::to_string(corpus.document_count()) + "\n";
     return key;
 }
@@ -78,7 +81,7 @@ inline std::vector<std::uint32_t> count_tokens(const text_corpus& corpus, const 
     std::string text;
     auto where = [&](std::uint64_t d) {
         const auto& ref = corpus.document(d);
-        return std::pair{corpus.file_of(ref).path(), ref.offset};
+        return std::pair{corpus.file_of(ref).name(), ref.offset};
     };
     try {
         tokenize_in_order(
