@@ -1,7 +1,7 @@
-// Fuzz target: a resume file (sampler state, binary or JSON; the JSON is also read as a text
-// pipeline's state) must parse or throw format_error, and a parsed position restored into a sampler
-// must either be refused with config_error or plan batches whose every segment lies inside its
-// document: a corrupt checkpoint never reads out of bounds.
+// Fuzz target: a sampler state (JSON, the saved form, also read as a text pipeline's state; or the
+// internal binary form its check is computed over) must parse or throw format_error, and a parsed
+// position restored into a sampler must either be refused with config_error or plan batches whose
+// every segment lies inside its document: a corrupt checkpoint never reads out of bounds.
 // Input: byte 0 picks the sampler (low bits) and the encoding (0x80: JSON); the rest is the file.
 #include <cmath>
 #include <cstddef>
@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             return 0;
 #endif
         } else {
-            s = sampler_state_from_bytes(file);
+            s = detail::sampler_state_from_bytes(file);
         }
     } catch (const format_error&) {
         return 0;
@@ -61,14 +61,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // What parses writes back to the same state (bit-exact in binary; in JSON when the weights are
     // numbers JSON can hold).
     try {
-        if (to_bytes(sampler_state_from_bytes(to_bytes(s))) != to_bytes(s)) __builtin_trap();
+        if (detail::to_bytes(detail::sampler_state_from_bytes(detail::to_bytes(s))) != detail::to_bytes(s)) __builtin_trap();
 #if FEEDLINE_HAS_JSON
         bool finite = true;
         for (double w : s.weights) finite = finite && std::isfinite(w);
-        if (finite && to_bytes(sampler_state_from_json(to_json(s))) != to_bytes(s)) __builtin_trap();
+        if (finite && detail::to_bytes(sampler_state_from_json(to_json(s))) != detail::to_bytes(s)) __builtin_trap();
 #endif
     } catch (const config_error&) {
-        return 0;  // per-dataset fields of different lengths: to_bytes refuses to write them
+        return 0;  // per-dataset fields of different lengths: detail::to_bytes refuses to write them
     }
 
     // The position fields (step, taken, epoch, index) come from the input; the identity fields from

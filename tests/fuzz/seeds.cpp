@@ -51,7 +51,7 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
             feedline::batch_plan plan;
             for (int i = 0; i < steps; ++i) sampler->next(plan);
             std::vector<std::uint8_t> bin{static_cast<std::uint8_t>(which)};
-            for (std::byte b : feedline::to_bytes(sampler->state())) bin.push_back(static_cast<std::uint8_t>(b));
+            for (std::byte b : feedline::detail::to_bytes(sampler->state())) bin.push_back(static_cast<std::uint8_t>(b));
             seeds.push_back(bin);
 #if FEEDLINE_HAS_JSON
             std::string json = feedline::to_json(sampler->state());

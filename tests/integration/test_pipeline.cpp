@@ -245,12 +245,12 @@ TEST_CASE("Pipeline.Resume.ExactWithAnotherWorkerCountAndPrefetchedBatches") {
                 pipeline first(data, base(3, mode));
                 got = take(first, k);
                 // Workers have run ahead (up to the ring's slots); the state counts only what was taken.
-                auto bytes = to_bytes(first.state());
+                auto bytes = detail::to_bytes(first.state());
                 saved.assign(reinterpret_cast<const std::uint8_t*>(bytes.data()),
                              reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size());
             }
             pipeline second(data, base(1, mode));
-            second.restore(sampler_state_from_bytes(std::as_bytes(std::span(saved))));
+            second.restore(detail::sampler_state_from_bytes(std::as_bytes(std::span(saved))));
             auto rest = take(second, 50 - k);
             got.insert(got.end(), rest.begin(), rest.end());
             REQUIRE(got == expected);
@@ -474,7 +474,7 @@ TEST_CASE("Pipeline.Config.FailsAtConstructionWithTheNumbers") {
         CHECK(std::string(e.what()).find("4096 bytes cannot hold 2 batches") != std::string::npos);
     }
     CHECK_THROWS_AS(parse_device("tpu"), config_error);  // strings are parsed at the command line's or JSON's boundary
-    CHECK_THROWS_AS(parse_io_backend("floppy"), config_error);
+    CHECK_THROWS_AS(parse_enum<io_backend>("floppy", "io_backend"), config_error);
     auto c = base(2);
     c.prefetch = 1;
     CHECK_THROWS_AS(pipeline(data, c), config_error);

@@ -152,8 +152,8 @@ std::vector<copied> expected(const corpus_fixture& f, source_kind k, const pipel
                 e.targets.insert(e.targets.end(), row.begin() + 1, row.end());
                 continue;
             }
-            row_boundaries b;
-            boundaries_of(sp.segments, T, b);
+            detail::row_boundaries b;
+            detail::boundaries_of(sp.segments, T, b);
             std::vector<std::int32_t> targets(T, -1);
             for (std::size_t p = 0; p + 1 < b.cu_seqlens.size(); ++p)
                 for (std::int32_t j = b.cu_seqlens[p]; j + 1 < b.cu_seqlens[p + 1]; ++j) targets[j] = row[j + 1];

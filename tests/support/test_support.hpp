@@ -152,7 +152,7 @@ inline std::vector<int> allowed_cpus_of_thread(const std::string& name) {
         if (!std::getline(comm, line) || line != name) continue;
         std::ifstream status(e.path() / "status");
         while (std::getline(status, line))
-            if (line.rfind("Cpus_allowed_list:", 0) == 0) return feedline::parse_cpu_list(line.substr(18));
+            if (line.rfind("Cpus_allowed_list:", 0) == 0) return feedline::detail::parse_cpu_list(line.substr(18));
     }
     return {};
 }

@@ -24,7 +24,7 @@ namespace ft = feedline::test;
 namespace {
 
 // The concatenated stream of an epoch, token by token, as (document, offset) pairs.
-std::vector<std::pair<std::uint64_t, std::uint64_t>> brute_stream(const epoch_layout& layout, const ft::synthetic_lengths& d) {
+std::vector<std::pair<std::uint64_t, std::uint64_t>> brute_stream(const detail::epoch_layout& layout, const ft::synthetic_lengths& d) {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
     for (std::uint64_t k = 0; k < layout.documents(); ++k) {
         std::uint64_t doc = layout.document_at(k);
@@ -75,7 +75,8 @@ TEST_CASE("Permutation.Bijective.ExhaustiveForSmallSizes") {
 
 TEST_CASE("Permutation.Keys.SeedAndEpochChangeIt") {
     const std::uint64_t n = 1000;
-    feistel_permutation a(n, permutation_key(1, 0, 0)), b(n, permutation_key(2, 0, 0)), c(n, permutation_key(1, 1, 0));
+    feistel_permutation a(n, detail::permutation_key(1, 0, 0)), b(n, detail::permutation_key(2, 0, 0)),
+        c(n, detail::permutation_key(1, 1, 0));
     std::uint64_t same_ab = 0, same_ac = 0;
     for (std::uint64_t i = 0; i < n; ++i) {
         same_ab += a(i) == b(i);
@@ -87,7 +88,7 @@ TEST_CASE("Permutation.Keys.SeedAndEpochChangeIt") {
 
 TEST_CASE("Permutation.Statistics.UniformAndNoAdjacentRuns") {
     const std::uint64_t n = 1'000'000'000'039ull;  // large, not a power of two
-    feistel_permutation p(n, permutation_key(7, 3, 0));
+    feistel_permutation p(n, detail::permutation_key(7, 3, 0));
     const int buckets = 16;
     std::vector<double> counts(buckets, 0);
     const int samples = 160'000;
@@ -127,10 +128,10 @@ TEST_CASE("Windows.Gpt.EveryTokenIsATargetOncePerEpoch") {
     data.lengths[6] = 1;
     for (auto mode : {shuffle_mode::none, shuffle_mode::global, shuffle_mode::shard_blocks}) {
         std::vector<std::uint64_t> blocks = {0, 100, 150, 290};
-        epoch_layout layout(data, mode, 11, 2, blocks);
+        detail::epoch_layout layout(data, mode, 11, 2, blocks);
         auto stream = brute_stream(layout, data);
         const std::uint64_t T = 17;
-        gpt_windows w(layout, T);
+        detail::gpt_windows w(layout, T);
         REQUIRE(w.count() == (stream.size() - 1) / T);
         for (std::uint64_t s = 0; s < w.count(); ++s) {
             std::vector<segment> segs;
@@ -164,9 +165,9 @@ TEST_CASE("Windows.Packed.WholeDocumentsSplitOnlyWhenLongerThanARow") {
     auto data = ft::hashed_lengths(400, 70);
     data.lengths[3] = 0;
     data.lengths[4] = 200;  // longer than a row: split
-    epoch_layout layout(data, shuffle_mode::global, 5, 0);
+    detail::epoch_layout layout(data, shuffle_mode::global, 5, 0);
     const std::uint64_t T = 64;
-    packed_rows rows(layout, T);
+    detail::packed_rows rows(layout, T);
     auto stream = brute_stream(layout, data);
     std::vector<std::pair<std::uint64_t, std::uint64_t>> all;
     std::uint64_t used = 0, previous_gap = 0;
@@ -194,24 +195,24 @@ TEST_CASE("Windows.Packed.WholeDocumentsSplitOnlyWhenLongerThanARow") {
 TEST_CASE("Windows.Packed.BoundariesRestartPositionsAtEveryPiece") {
     const std::uint64_t T = 16;
     std::vector<segment> pieces = {{7, 30, 5}, {2, 0, 0}, {9, 0, 8}};  // a split document's tail, an empty one, a whole one
-    row_boundaries b;
-    boundaries_of(pieces, T, b);
+    detail::row_boundaries b;
+    detail::boundaries_of(pieces, T, b);
     CHECK(b.cu_seqlens == std::vector<std::int32_t>{0, 5, 13});
     CHECK(b.padding == 3);
     std::vector<std::int32_t> expected = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0};
     CHECK(b.position_ids == expected);
     std::vector<segment> too_many = {{1, 0, 10}, {2, 0, 7}};
-    CHECK_THROWS_AS(boundaries_of(too_many, T, b), config_error);
+    CHECK_THROWS_AS(detail::boundaries_of(too_many, T, b), config_error);
 
     // On real rows: cu_seqlens end where the row's tokens end, and padding adds up to the epoch's.
     auto data = ft::hashed_lengths(300, 50);
-    epoch_layout layout(data, shuffle_mode::global, 3, 1);
-    packed_rows rows(layout, 48);
+    detail::epoch_layout layout(data, shuffle_mode::global, 3, 1);
+    detail::packed_rows rows(layout, 48);
     std::uint64_t padding = 0;
     for (std::uint64_t r = 0; r < rows.count(); ++r) {
         std::vector<segment> segs;
         rows.segments(r, segs);
-        boundaries_of(segs, 48, b);
+        detail::boundaries_of(segs, 48, b);
         std::uint64_t used = 0;
         for (auto& x : segs) used += x.length;
         REQUIRE(static_cast<std::uint64_t>(b.cu_seqlens.back()) == used);
@@ -253,7 +254,7 @@ TEST_CASE("Sampler.Packed.EpochsDifferInLengthAndResumeExactly") {
     sampler u(data, cfg);
     for (std::uint64_t k = 0; k < step; ++k) u.next();
     sampler v(data, cfg);
-    v.restore(sampler_state_from_bytes(to_bytes(u.state())));
+    v.restore(detail::sampler_state_from_bytes(detail::to_bytes(u.state())));
     CHECK(v.next().samples[0].segments == all[step * 5]);
 }
 
@@ -290,7 +291,7 @@ TEST_CASE("Sampler.RealShards.WindowsReadBackAsTheEpochStream") {
                .world_size = 1},
               starts);
     pread_reader reader;
-    epoch_layout layout(ds, shuffle_mode::shard_blocks, 5, 0, starts);
+    detail::epoch_layout layout(ds, shuffle_mode::shard_blocks, 5, 0, starts);
     std::vector<std::uint32_t> stream;
     for (std::uint64_t k = 0; k < layout.documents(); ++k) {
         auto span = ds.document(layout.document_at(k));
@@ -378,11 +379,11 @@ TEST_CASE("Sampler.Resume.ExactAtRandomPointsAndEpochBoundaries") {
         std::vector<std::vector<segment>> got;
         for (std::uint64_t i = 0; i < k; ++i)
             for (auto& x : first.next().samples) got.push_back(x.segments);
-        auto bytes = to_bytes(first.state());
+        auto bytes = detail::to_bytes(first.state());
         // "New process": a fresh sampler restored from the serialised state, restored twice in a row.
         sampler second(data, cfg);
-        second.restore(sampler_state_from_bytes(bytes));
-        second.restore(sampler_state_from_bytes(to_bytes(second.state())));
+        second.restore(detail::sampler_state_from_bytes(bytes));
+        second.restore(detail::sampler_state_from_bytes(detail::to_bytes(second.state())));
         for (std::uint64_t i = k; i < N; ++i)
             for (auto& x : second.next().samples) got.push_back(x.segments);
         REQUIRE(got == expected);
@@ -418,7 +419,7 @@ TEST_CASE("Sampler.Resume.DifferentWorkerCountAfterRestore") {
     sampler saver(data, cfg);
     for (std::uint64_t i = 0; i < k; ++i) saver.next();
     sampler restored(data, cfg);
-    restored.restore(sampler_state_from_bytes(to_bytes(saver.state())));
+    restored.restore(detail::sampler_state_from_bytes(detail::to_bytes(saver.state())));
     auto rest = run(3, restored.state().step, N - k);
     got.insert(got.end(), rest.begin(), rest.end());
     CHECK(got == expected);
@@ -647,14 +648,14 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
     auto data = ft::hashed_lengths(300, 100);
     sampler s(data, {.seq_len = 16, .global_batch = 4, .rank = 0, .world_size = 1});
     for (int i = 0; i < 5; ++i) s.next();
-    auto bytes = to_bytes(s.state());
-    CHECK(sampler_state_from_bytes(bytes) == s.state());
+    auto bytes = detail::to_bytes(s.state());
+    CHECK(detail::sampler_state_from_bytes(bytes) == s.state());
     auto cut = bytes;
     cut.resize(cut.size() - 3);
-    CHECK_THROWS_AS(sampler_state_from_bytes(cut), format_error);
+    CHECK_THROWS_AS(detail::sampler_state_from_bytes(cut), format_error);
     auto bad = bytes;
     bad[0] = std::byte{'X'};
-    CHECK_THROWS_AS(sampler_state_from_bytes(bad), format_error);
+    CHECK_THROWS_AS(detail::sampler_state_from_bytes(bad), format_error);
 #if FEEDLINE_HAS_JSON
     auto json = to_json(s.state());
     CHECK(sampler_state_from_json(json) == s.state());

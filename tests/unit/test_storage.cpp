@@ -207,8 +207,8 @@ TEST_CASE("Storage.Selection.AutoPrefersUringAndSaysWhy") {
     CHECK(small.reason().find("fits in the page cache") != std::string::npos);
     auto d = make_reader({.direct = true, .dataset_bytes = 1 << 20});
     CHECK(d.backend() != io_backend::mmap);  // mmap cannot bypass the page cache
-    CHECK(parse_io_backend("uring") == io_backend::io_uring);
-    CHECK_THROWS_AS(parse_io_backend("nfs"), config_error);
+    CHECK(parse_enum<io_backend>("uring", "io_backend") == io_backend::io_uring);
+    CHECK_THROWS_AS(parse_enum<io_backend>("nfs", "io_backend"), config_error);
 }
 
 TEST_CASE("Storage.Mmap.PrefetchAndViewSeeTheSameBytes") {

@@ -32,11 +32,11 @@ std::vector<int> range(int lo, int hi) {
 }  // namespace
 
 TEST_CASE("Topology.CpuList.ParsesAndFormats") {
-    CHECK(parse_cpu_list("0-3,8,10-11\n") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
-    CHECK(format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
-    CHECK(parse_cpu_list("").empty());
-    CHECK_THROWS_AS(parse_cpu_list("3-1"), config_error);
-    CHECK_THROWS_AS(parse_cpu_list("a-b"), config_error);
+    CHECK(detail::parse_cpu_list("0-3,8,10-11\n") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+    CHECK(detail::format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+    CHECK(detail::parse_cpu_list("").empty());
+    CHECK_THROWS_AS(detail::parse_cpu_list("3-1"), config_error);
+    CHECK_THROWS_AS(detail::parse_cpu_list("a-b"), config_error);
 }
 
 TEST_CASE("Topology.Fixture.TwoSocketsEightGpus") {

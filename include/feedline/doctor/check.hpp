@@ -297,7 +297,7 @@ inline nlohmann::json describe(const machine& m) {
     for (const auto& g : m.gpus) {
         nlohmann::json j{{"pci_bus_id", g.where.pci_bus_id},
                          {"numa_node", g.where.numa_node},
-                         {"local_cpus", feedline::format_cpu_list(g.where.local_cpus)},
+                         {"local_cpus", feedline::detail::format_cpu_list(g.where.local_cpus)},
                          {"link_speed", g.where.link_speed},
                          {"link_width", g.where.link_width},
                          {"max_link_speed", g.where.max_link_speed},
@@ -318,10 +318,10 @@ inline nlohmann::json describe(const machine& m) {
     }
     nlohmann::json nodes = nlohmann::json::array();
     for (const auto& n : t.nodes)
-        nodes.push_back({{"id", n.id}, {"cpus", feedline::format_cpu_list(n.cpus)}, {"memory_bytes", n.memory_bytes}});
+        nodes.push_back({{"id", n.id}, {"cpus", feedline::detail::format_cpu_list(n.cpus)}, {"memory_bytes", n.memory_bytes}});
     return {
         {"online_cpus", t.online_cpus.size()},
-        {"allowed_cpus", feedline::format_cpu_list(t.allowed_cpus)},
+        {"allowed_cpus", feedline::detail::format_cpu_list(t.allowed_cpus)},
         {"cgroup_cpu_quota", opt(t.cgroup_cpu_quota)},
         {"usable_cores", t.usable_cores()},
         {"threads_per_core", t.threads_per_core ? nlohmann::json(t.threads_per_core) : nlohmann::json()},

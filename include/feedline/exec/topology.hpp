@@ -34,6 +34,8 @@
 
 namespace feedline {
 
+namespace detail {
+
 // The most CPUs a list may name: Linux builds for at most 8192 (CONFIG_NR_CPUS); this leaves room and
 // keeps a crafted "0-2147483646" from expanding into gigabytes.
 inline constexpr int max_cpu_number = 65535;
@@ -74,6 +76,8 @@ inline std::string format_cpu_list(const std::vector<int>& cpus) {
     }
     return s;
 }
+
+}  // namespace detail
 
 struct numa_node_info {
     int id = 0;
@@ -171,7 +175,7 @@ inline topology read_topology(const topology_source& src = {}) {
     using detail::under;
     const bool live = src.root == "/";
     topology t;
-    if (auto s = detail::read_first_line(under(src.root, "/sys/devices/system/cpu/online"))) t.online_cpus = parse_cpu_list(*s);
+    if (auto s = detail::read_first_line(under(src.root, "/sys/devices/system/cpu/online"))) t.online_cpus = detail::parse_cpu_list(*s);
 
     // Affinity: the kernel's own answer for this process; fixtures carry it in proc/self/status.
     if (live) {
@@ -184,7 +188,7 @@ inline topology read_topology(const topology_source& src = {}) {
         std::istringstream status(detail::read_system_file(under(src.root, "/proc/self/status")).value_or(std::string()));
         std::string line;
         while (std::getline(status, line))
-            if (line.rfind("Cpus_allowed_list:", 0) == 0) t.allowed_cpus = parse_cpu_list(line.substr(18));
+            if (line.rfind("Cpus_allowed_list:", 0) == 0) t.allowed_cpus = detail::parse_cpu_list(line.substr(18));
     }
     if (t.allowed_cpus.empty()) t.allowed_cpus = t.online_cpus;
 
@@ -238,7 +242,7 @@ inline topology read_topology(const topology_source& src = {}) {
             numa_node_info info;
             if (name.size() > 9 || name.find_first_not_of("0123456789", 4) != std::string::npos) continue;  // not a node Linux makes
             info.id = std::stoi(name.substr(4));
-            if (auto s = detail::read_first_line(e.path() / "cpulist")) info.cpus = parse_cpu_list(*s);
+            if (auto s = detail::read_first_line(e.path() / "cpulist")) info.cpus = detail::parse_cpu_list(*s);
             info.memory_bytes = detail::node_memory_from_meminfo(e.path() / "meminfo");
             t.nodes.push_back(std::move(info));
         }
@@ -250,7 +254,7 @@ inline topology read_topology(const topology_source& src = {}) {
     if (!t.online_cpus.empty())
         if (auto s = detail::read_first_line(
                 under(src.root, "/sys/devices/system/cpu/cpu" + std::to_string(t.online_cpus.front()) + "/topology/thread_siblings_list")))
-            t.threads_per_core = static_cast<unsigned>(parse_cpu_list(*s).size());
+            t.threads_per_core = static_cast<unsigned>(detail::parse_cpu_list(*s).size());
 
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(under(src.root, "/sys/kernel/mm/hugepages"), ec)) {
@@ -282,7 +286,7 @@ inline topology read_topology(const topology_source& src = {}) {
         gpu_info g;
         g.pci_bus_id = e.path().filename().string();
         if (auto s = detail::read_first_line(e.path() / "numa_node")) g.numa_node = std::atoi(s->c_str());
-        if (auto s = detail::read_first_line(e.path() / "local_cpulist")) g.local_cpus = parse_cpu_list(*s);
+        if (auto s = detail::read_first_line(e.path() / "local_cpulist")) g.local_cpus = detail::parse_cpu_list(*s);
         if (auto s = detail::read_first_line(e.path() / "current_link_speed")) g.link_speed = *s;
         if (auto s = detail::read_first_line(e.path() / "max_link_speed")) g.max_link_speed = *s;
         if (auto s = detail::read_first_line(e.path() / "current_link_width")) g.link_width = std::atoi(s->c_str());

@@ -36,6 +36,8 @@ struct document_span {
     std::uint64_t length = 0;       // tokens
 };
 
+namespace detail {
+
 // Resolves a dataset spec into shard paths: Megatron prefixes (without extension) or llm.c files.
 struct resolved_spec {
     dataset_format format = dataset_format::megatron;
@@ -113,6 +115,8 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
     return out;
 }
 
+}  // namespace detail
+
 // A read-only token dataset over one or more shards of one format and dtype. Thread-safe after
 // construction (llm.c's document index is built once, on first use, under a lock).
 class token_dataset {
@@ -128,9 +132,9 @@ public:
     // holding one file descriptor per shard (the soft RLIMIT_NOFILE is raised toward the hard one when
     // that takes more). Throws io_error for missing files, format_error for corrupt ones, config_error
     // for mixed dtypes, resource_error when the descriptor limit cannot hold the shards.
-    explicit token_dataset(const std::vector<std::string>& specs) : token_dataset(resolve_dataset_spec(specs)) {}
+    explicit token_dataset(const std::vector<std::string>& specs) : token_dataset(detail::resolve_dataset_spec(specs)) {}
     explicit token_dataset(const std::string& spec) : token_dataset(std::vector<std::string>{spec}) {}
-    explicit token_dataset(resolved_spec spec) : format_(spec.format) {
+    explicit token_dataset(detail::resolved_spec spec) : format_(spec.format) {
         // One descriptor per shard for the dataset's life (+1 while a Megatron .idx is mapped).
         detail::reserve_descriptors(spec.shards.size(), std::to_string(spec.shards.size()) + " shards");
         for (const auto& s : spec.shards) {

@@ -421,7 +421,7 @@ private:
             std::vector<std::vector<std::uint32_t>> rows_of(sources_.size());
             batch_plan plan;  // reused: no allocation per batch once warm
             sampler_state after;
-            row_boundaries bounds;
+            detail::row_boundaries bounds;
             int excluded_cpu = -1;  // the trainer's CPU this thread's affinity leaves out
             for (;;) {
                 // Parked by the autotuner: only timing changes, never which batch holds what.

@@ -25,7 +25,7 @@ public:
     explicit shard_source(std::shared_ptr<const token_dataset> data) : data_(std::move(data)) {
         if (!data_) throw config_error("dataset", "no token dataset given");
     }
-    // A Megatron prefix, an llm.c shard pattern, a directory or a glob (resolve_dataset_spec).
+    // A Megatron prefix, an llm.c shard pattern, a directory or a glob (detail::resolve_dataset_spec).
     explicit shard_source(const std::string& spec) : shard_source(std::make_shared<const token_dataset>(spec)) {}
 
     const token_dataset& dataset() const noexcept { return *data_; }
@@ -218,6 +218,8 @@ private:
     std::shared_ptr<const token_dataset> data_;
 };
 
+namespace detail {
+
 // Registered as token shards: a spec that names a Megatron prefix, or any .idx or .bin (and what no
 // kind claims, so the token dataset's error names what is missing).
 inline const bool shard_source_registered =
@@ -233,5 +235,7 @@ inline const bool shard_source_registered =
                               return std::make_shared<shard_source>(spec);
                           },
                           .fallback = true});
+
+}  // namespace detail
 
 }  // namespace feedline

@@ -200,6 +200,8 @@ private:
     std::unique_ptr<detail::document_cache> cache_;
 };
 
+namespace detail {
+
 // Registered as text: a spec whose files include JSONL or text (.jsonl, .json, .ndjson, .txt, .text)
 // and no shard (.idx, .bin).
 inline const bool text_source_registered =
@@ -217,5 +219,7 @@ inline const bool text_source_registered =
                           .open = [](const std::string& spec, const pipeline_config& c) -> std::shared_ptr<batch_source> {
                               return std::make_shared<text_source>(std::vector<std::string>{spec}, c.text);
                           }});
+
+}  // namespace detail
 
 }  // namespace feedline

@@ -86,10 +86,14 @@ private:
     std::uint64_t keys_[rounds] = {};
 };
 
+namespace detail {
+
 // The key for (seed, epoch, stream): distinct streams (documents, samples, shard blocks) of the same
 // epoch get independent permutations.
 constexpr std::uint64_t permutation_key(std::uint64_t seed, std::uint64_t epoch, std::uint64_t stream) noexcept {
     return mix64(mix64(mix64(seed) ^ epoch) ^ (stream * 0xD1342543DE82EF95ull));
 }
+
+}  // namespace detail
 
 }  // namespace feedline

@@ -189,16 +189,17 @@ private:
         rows_.reset();
         windows_.reset();
         layout_.reset();  // free the old epoch before building the new one: peak stays one layout
-        layout_ = std::make_unique<epoch_layout>(length_source{&lengths_, documents_}, config_.shuffle, seed_, epoch, block_starts_);
+        layout_ =
+            std::make_unique<detail::epoch_layout>(length_source{&lengths_, documents_}, config_.shuffle, seed_, epoch, block_starts_);
         if (config_.mode == sample_mode::windows) {
-            windows_ = std::make_unique<gpt_windows>(*layout_, config_.seq_len);
+            windows_ = std::make_unique<detail::gpt_windows>(*layout_, config_.seq_len);
             samples_ = windows_->count();
         } else {
-            rows_ = std::make_unique<packed_rows>(*layout_, config_.seq_len);
+            rows_ = std::make_unique<detail::packed_rows>(*layout_, config_.seq_len);
             samples_ = rows_->count();
             padding_ = rows_->padding();
         }
-        sample_perm_ = feistel_permutation(samples_, permutation_key(seed_, epoch, 0));
+        sample_perm_ = feistel_permutation(samples_, detail::permutation_key(seed_, epoch, 0));
     }
 
     sampler_config config_;
@@ -209,9 +210,9 @@ private:
     std::function<std::uint64_t(std::uint64_t)> lengths_;
     std::uint64_t documents_ = 0, tokens_ = 0;
     std::uint64_t epoch_ = 0, samples_ = 0, padding_ = 0;
-    std::unique_ptr<epoch_layout> layout_;
-    std::unique_ptr<gpt_windows> windows_;
-    std::unique_ptr<packed_rows> rows_;
+    std::unique_ptr<detail::epoch_layout> layout_;
+    std::unique_ptr<detail::gpt_windows> windows_;
+    std::unique_ptr<detail::packed_rows> rows_;
     feistel_permutation sample_perm_;
 };
 

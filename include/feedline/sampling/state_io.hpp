@@ -1,7 +1,9 @@
-// feedline/sampling/state_io.hpp: sampler states as bytes and as JSON, both versioned.
-// Binary: magic "FLSAMPL1", then little-endian fields in a fixed order (stable across releases: a new
-// field means a new version). JSON (with nlohmann_json): one flat object a person can read in a
-// checkpoint directory. Both round-trip exactly; corrupt input is a format_error.
+// feedline/sampling/state_io.hpp: sampler states as JSON (the saved form) and, internally, as bytes.
+// JSON (with nlohmann_json): one flat, versioned object a person can read in a checkpoint directory,
+// with a checksum of every field. Binary (detail::to_bytes, detail::sampler_state_from_bytes): magic
+// "FLSAMPL1", then little-endian fields in a fixed order; it is only the input of that checksum
+// (detail::state_check), not a format to save, but saved checksums depend on it, so a new field means a
+// new version. Both round-trip exactly; corrupt input is a format_error.
 #pragma once
 
 #include <bit>
@@ -19,6 +21,8 @@
 namespace feedline {
 
 static_assert(std::endian::native == std::endian::little, "the state format is little-endian; add byte swaps for this target");
+
+namespace detail {
 
 inline std::vector<std::byte> to_bytes(const sampler_state& s) {
     std::vector<std::byte> out;
@@ -88,8 +92,6 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
     if (at != in.size()) fail("trailing bytes");
     return s;
 }
-
-namespace detail {
 
 // A checksum of every field (FNV-1a, 64 bits, over the binary form), so an edit that keeps the counts'
 // sum or the position's shape (one dataset's count raised, another's lowered) is still noticed. Not a

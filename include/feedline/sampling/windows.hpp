@@ -92,6 +92,8 @@ private:
     std::vector<std::uint64_t> coarse_;
 };
 
+namespace detail {
+
 // The documents of one epoch in order, with prefix sums of their lengths.
 class epoch_layout {
 public:
@@ -276,5 +278,7 @@ inline void boundaries_of(std::span<const segment> pieces, std::uint64_t seq_len
     }
     out.padding = seq_len - at;
 }
+
+}  // namespace detail
 
 }  // namespace feedline

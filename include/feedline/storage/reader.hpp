@@ -31,9 +31,6 @@ struct enum_names<io_backend> {
 
 inline std::string_view to_string(io_backend b) noexcept { return name_of(b); }
 
-// "auto", "io_uring" (or "uring"), "mmap", "pread". Throws config_error naming the value.
-inline io_backend parse_io_backend(std::string_view s) { return parse_enum<io_backend>(s, "io_backend"); }
-
 struct reader_options {
     io_backend backend = io_backend::automatic;
     access_pattern pattern = access_pattern::random;

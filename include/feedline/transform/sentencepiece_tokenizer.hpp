@@ -247,7 +247,6 @@ inline bool looks_like_sentencepiece(const std::string& model) {
     ::close(fd);
     return !regular || !read || first == 0x0a;
 }
-}  // namespace detail
 
 // Registered as "sentencepiece"; with kind "auto" it takes a model that looks like one.
 inline const bool sentencepiece_registered =
@@ -256,6 +255,8 @@ inline const bool sentencepiece_registered =
                              .make = [](const tokenizer_options& o, const std::string& field) -> std::unique_ptr<tokenizer> {
                                  return std::make_unique<sentencepiece_tokenizer>(o, field);
                              }});
+
+}  // namespace detail
 
 }  // namespace feedline
 #endif
