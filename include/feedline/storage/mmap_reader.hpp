@@ -80,16 +80,18 @@ public:
     // Allocates only when it meets a file for the first time. A file truncated by another process
     // after mapping would raise SIGBUS in a plain memcpy; the copy is guarded (storage/guarded_copy.hpp)
     // and throws format_error naming the file and offset instead.
-    // Sources that are not local files are read through their read_at.
+    // Sources that are not local files are read through them, all at once (read_through_sources).
     void read(std::span<const read_request> requests) {
+        others_.clear();
         for (const auto& r : requests) {
             detail::check_in_file(r);
             if (r.length == 0) continue;
             if (const file* f = r.source->local_file())
                 (void)mapping_for(*f);  // maps what is new (may throw) before the guarded pass
             else
-                r.source->read_at(r.dest, r.length, r.offset);
+                others_.push_back(r);
         }
+        detail::read_through_sources(others_);
         volatile std::size_t at = 0;  // the request being copied, for the error
         const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
             for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -144,6 +146,7 @@ private:
     // Each file's shared mapping (storage/file.hpp), held while this reader lives.
     std::vector<std::pair<const file*, std::shared_ptr<const file_mapping>>> mappings_;
     std::size_t last_ = 0;
+    std::vector<read_request> others_;  // requests of sources that are not local files (reused)
 };
 
 static_assert(reader<mmap_reader>);

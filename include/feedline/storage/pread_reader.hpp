@@ -6,6 +6,7 @@
 
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include <feedline/storage/read_request.hpp>
 
@@ -14,15 +15,23 @@ namespace feedline {
 class pread_reader {
 public:
     // Fills every request with its source's read_at (pread, retrying EINTR and short reads, for a local
-    // file). Not thread-safe; allocates nothing; throws format_error / io_error as described by the
-    // reader concept.
+    // file); other sources read theirs all at once (read_through_sources). Not thread-safe; allocates
+    // nothing once warm; throws format_error / io_error as described by the reader concept.
     void read(std::span<const read_request> requests) {
+        others_.clear();
         for (const auto& r : requests) {
             detail::check_in_file(r);
-            r.source->read_at(r.dest, r.length, r.offset);
+            if (r.source->local_file() != nullptr)
+                r.source->read_at(r.dest, r.length, r.offset);
+            else if (r.length > 0)
+                others_.push_back(r);
         }
+        detail::read_through_sources(others_);
     }
     std::string_view name() const noexcept { return "pread"; }
+
+private:
+    std::vector<read_request> others_;  // requests of sources that are not local files (reused)
 };
 
 static_assert(reader<pread_reader>);

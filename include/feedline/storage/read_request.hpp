@@ -15,13 +15,8 @@
 
 namespace feedline {
 
-// One contiguous byte range of one source, to be copied into `dest` (which must hold `length` bytes).
-struct read_request {
-    const byte_source* source = nullptr;
-    std::uint64_t offset = 0;
-    std::uint64_t length = 0;
-    std::byte* dest = nullptr;
-};
+// read_request (one byte range of one source into a buffer) is declared with byte_source
+// (storage/byte_source.hpp).
 
 // How a reader expects to be used; mmap turns this into madvise hints.
 enum class access_pattern { sequential, random };

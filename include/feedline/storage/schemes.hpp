@@ -5,3 +5,5 @@
 #pragma once
 
 #include <feedline/storage/storage_scheme.hpp>
+
+#include <feedline/remote/s3_scheme.hpp>  // s3:// (refused with the reason when built without libcurl)

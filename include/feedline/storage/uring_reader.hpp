@@ -96,14 +96,16 @@ public:
     // before the requested range, io_error otherwise), so no buffer is written after it returns.
     void read(std::span<const read_request> requests) {
         std::deque<op> pending;
+        others_.clear();
         for (const auto& r : requests) {
             detail::check_in_file(r);
             if (r.length == 0) continue;
             if (const file* f = r.source->local_file())
                 split_into_ops(r, *f, pending);
             else
-                r.source->read_at(r.dest, r.length, r.offset);  // not a local file: through its source
+                others_.push_back(r);  // not a local file: through its source, all at once
         }
+        detail::read_through_sources(others_);
         std::exception_ptr failure;
         std::vector<unsigned> resume;  // bounce ops that keep their slot and buffer for another read
         unsigned in_flight = 0;
@@ -293,6 +295,7 @@ private:
     io_uring ring_{};
     std::vector<op> slots_;
     std::vector<unsigned> free_slots_;
+    std::vector<read_request> others_;  // requests of sources that are not local files (reused)
     std::unique_ptr<std::byte, free_deleter> bounce_;
     std::size_t bounce_size_ = 0;
     bool registered_ = false;

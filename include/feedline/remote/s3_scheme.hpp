@@ -1,0 +1,300 @@
+// feedline/remote/s3_scheme.hpp: s3:// locations as a storage scheme (storage/storage_scheme.hpp), so
+// every form a local path has works on a bucket: a Megatron prefix, llm.c shards by glob, a "directory"
+// prefix, JSONL/text objects, and blends of local and remote data. A process-wide catalog lists each
+// prefix once (ListObjectsV2, paginated) and answers later questions about the objects it covers from
+// that listing, so 300 shards cost one listing, not 300 HEADs. An object is opened with the size and
+// ETag it had then (s3_object), and every range read of it is pinned to that ETag (If-Match): an
+// object replaced under a running job is an io_error naming it, never a mix of two versions. Without
+// libcurl in the build, s3:// is refused with the reason. Registered by its #include in
+// storage/schemes.hpp.
+#pragma once
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <feedline/error.hpp>
+#include <feedline/remote/s3_location.hpp>
+#include <feedline/storage/byte_source.hpp>
+#include <feedline/storage/read_request.hpp>
+#include <feedline/storage/storage_scheme.hpp>
+
+#if FEEDLINE_HAS_REMOTE
+#include <feedline/remote/s3_client.hpp>
+#include <feedline/remote/s3_settings.hpp>
+#endif
+
+namespace feedline {
+
+#if FEEDLINE_HAS_REMOTE
+
+// What this process knows of its buckets: the settings and client (read from the environment at first
+// use), the listings made, and the objects looked up. Thread-safe.
+class s3_catalog {
+public:
+    static s3_catalog& instance() {
+        static s3_catalog c;
+        return c;
+    }
+
+    // The client, made from the environment at first use. Throws config_error (no credentials, a bad
+    // setting).
+    const s3_client& client() {
+        std::lock_guard lock(mutex_);
+        if (!client_) client_ = std::make_shared<const s3_client>(s3_settings_from_environment());
+        return *client_;
+    }
+
+    // The object's size and ETag (from a listing that covers it, else a HEAD, remembered), or nullopt.
+    std::optional<s3_object_info> find(const s3_location& where) {
+        {
+            std::lock_guard lock(mutex_);
+            if (auto it = objects_.find(where.url()); it != objects_.end()) return it->second;
+            for (const auto& l : listings_)
+                if (l.covers(where)) {
+                    const auto found = std::lower_bound(l.result.objects.begin(), l.result.objects.end(), where.key,
+                                                        [](const s3_object_info& o, const std::string& k) { return o.key < k; });
+                    if (found != l.result.objects.end() && found->key == where.key) return *found;
+                    return std::nullopt;
+                }
+        }
+        auto info = client().head(where);  // no lock held across a request
+        std::lock_guard lock(mutex_);
+        objects_.emplace(where.url(), info);
+        return info;
+    }
+
+    // A listing of `prefix` (one level: sub-prefixes apart), made once per process.
+    s3_listing list(const std::string& bucket, const std::string& prefix, bool one_level) {
+        {
+            std::lock_guard lock(mutex_);
+            for (const auto& l : listings_)
+                if (l.bucket == bucket && l.prefix == prefix && l.one_level == one_level) return l.result;
+        }
+        s3_listing result = client().list(bucket, prefix, one_level);
+        std::lock_guard lock(mutex_);
+        listings_.push_back({bucket, prefix, one_level, result});
+        return result;
+    }
+
+    // Forgets the listings, lookups and client: the next use reads the environment again (rotated
+    // credentials; tests that change it).
+    void reset() {
+        std::lock_guard lock(mutex_);
+        client_.reset();
+        listings_.clear();
+        objects_.clear();
+    }
+
+    // How many listings this process made (one per distinct prefix), for tests and stats.
+    std::size_t listings() const {
+        std::lock_guard lock(mutex_);
+        return listings_.size();
+    }
+
+private:
+    struct listing {
+        std::string bucket, prefix;
+        bool one_level;
+        s3_listing result;
+        bool covers(const s3_location& w) const {
+            if (w.bucket != bucket || w.key.compare(0, prefix.size(), prefix) != 0) return false;
+            return !one_level || w.key.find('/', prefix.size()) == std::string::npos;
+        }
+    };
+    mutable std::mutex mutex_;
+    std::shared_ptr<const s3_client> client_;
+    std::vector<listing> listings_;
+    std::map<std::string, std::optional<s3_object_info>> objects_;
+};
+
+// One object, as it was when opened: its size and ETag are fixed, and every read asks for that ETag.
+class s3_object final : public byte_source {
+public:
+    s3_object(s3_location where, s3_object_info info, const s3_client& client)
+            : where_(std::move(where)), url_(where_.url()), info_(std::move(info)), client_(&client) {}
+
+    const std::string& name() const noexcept override { return url_; }
+    std::uint64_t size() const noexcept override { return info_.size; }
+    std::string version() const override { return info_.etag; }
+    const s3_location& location() const noexcept { return where_; }
+
+    void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override {
+        const read_request one{this, offset, length, static_cast<std::byte*>(dest)};
+        read_batch(std::span<const read_request>(&one, 1));
+    }
+
+    // Objects of one client read a batch together.
+    const void* batch_key() const noexcept override { return client_; }
+
+    // Every request at once: ranges of one object within `gap` bytes of each other are fetched as one
+    // (the bytes between are read and dropped: cheaper than a request), long ranges are split into
+    // parts fetched in parallel, and all of them are in flight together (max_requests at a time).
+    void read_batch(std::span<const read_request> requests) const override {
+        constexpr std::uint64_t gap = 256 << 10, part = 8 << 20;
+        struct piece {
+            const s3_object* object;
+            std::uint64_t offset, length;
+            std::size_t request;
+        };
+        std::vector<piece> pieces;
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+            const read_request& r = requests[i];
+            const auto* o = static_cast<const s3_object*>(r.source);
+            if (r.offset > o->size() || r.length > o->size() - r.offset)
+                throw format_error(o->name(), r.offset,
+                                   "read of " + std::to_string(r.length) + " bytes goes past the end of the object (size " +
+                                       std::to_string(o->size()) + ")");
+            if (r.length > 0) pieces.push_back({o, r.offset, r.length, i});
+        }
+        std::sort(pieces.begin(), pieces.end(),
+                  [](const piece& a, const piece& b) { return a.object != b.object ? a.object < b.object : a.offset < b.offset; });
+        // Groups of pieces fetched as one range: [first, last] of `pieces`.
+        struct group {
+            std::size_t first, last;
+            std::uint64_t offset, end;
+        };
+        std::vector<group> groups;
+        for (std::size_t i = 0; i < pieces.size(); ++i) {
+            const piece& p = pieces[i];
+            if (!groups.empty()) {
+                group& g = groups.back();
+                if (pieces[g.first].object == p.object && p.offset <= g.end + gap &&
+                    std::max(g.end, p.offset + p.length) - g.offset <= part) {
+                    g.last = i;
+                    g.end = std::max(g.end, p.offset + p.length);
+                    continue;
+                }
+            }
+            groups.push_back({i, i, p.offset, p.offset + p.length});
+        }
+        // A group of one piece lands in its request's buffer; a merged one in scratch, copied out after.
+        std::vector<s3_client::range> ranges;
+        std::vector<std::unique_ptr<std::byte[]>> scratch(groups.size());
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+            const group& gr = groups[g];
+            const s3_object& o = *pieces[gr.first].object;
+            std::byte* dest = requests[pieces[gr.first].request].dest;
+            if (gr.first != gr.last) {
+                scratch[g] = std::make_unique<std::byte[]>(gr.end - gr.offset);
+                dest = scratch[g].get();
+            }
+            for (std::uint64_t at = gr.offset; at < gr.end; at += part)
+                ranges.push_back({&o.where_, &o.info_.etag, at, std::min(part, gr.end - at), dest + (at - gr.offset)});
+        }
+        client_->get(ranges);
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+            if (!scratch[g]) continue;
+            for (std::size_t i = groups[g].first; i <= groups[g].last; ++i) {
+                const piece& p = pieces[i];
+                std::memcpy(requests[p.request].dest, scratch[g].get() + (p.offset - groups[g].offset), p.length);
+            }
+        }
+    }
+
+private:
+    s3_location where_;
+    std::string url_;
+    s3_object_info info_;
+    const s3_client* client_;
+};
+
+namespace detail {
+
+inline std::string s3_prefix_of_directory(const s3_location& w) { return w.key.empty() || w.key.back() == '/' ? w.key : w.key + "/"; }
+
+inline std::vector<std::string> s3_urls(const std::string& bucket, const std::vector<s3_object_info>& objects, const std::string& skip) {
+    std::vector<std::string> out;
+    for (const auto& o : objects)
+        if (o.key != skip) out.push_back(s3_location{bucket, o.key}.url());  // a "directory marker" (the prefix itself) is no file
+    return out;
+}
+
+}  // namespace detail
+
+namespace detail {
+inline const bool s3_scheme_registered = storage_registry::add(
+    {.name = "s3",
+     .owns = [](std::string_view location) { return is_s3_url(location); },
+     .open = [](const std::string& url) -> std::unique_ptr<byte_source> {
+         const s3_location where = parse_s3_url(url);
+         if (where.key.empty() || where.key.back() == '/') throw io_error(url, EISDIR, "is a prefix (a \"directory\"), not an object");
+         auto& catalog = s3_catalog::instance();
+         const auto info = catalog.find(where);
+         if (!info) throw io_error(url, ENOENT, "no such object");
+         return std::make_unique<s3_object>(where, *info, catalog.client());
+     },
+     .exists =
+         [](const std::string& url) {
+             const s3_location where = parse_s3_url(url);
+             return !where.key.empty() && where.key.back() != '/' && s3_catalog::instance().find(where).has_value();
+         },
+     .is_directory =
+         [](const std::string& url) {
+             const s3_location where = parse_s3_url(url);
+             auto& catalog = s3_catalog::instance();
+             if (!where.key.empty() && where.key.back() != '/' && catalog.find(where)) return false;
+             const s3_listing l = catalog.list(where.bucket, detail::s3_prefix_of_directory(where), true);
+             return !l.objects.empty() || !l.prefixes.empty() || where.key.empty() || where.key.back() == '/';
+         },
+     .list_directory =
+         [](const std::string& url) {
+             const s3_location where = parse_s3_url(url);
+             const std::string prefix = detail::s3_prefix_of_directory(where);
+             return detail::s3_urls(where.bucket, s3_catalog::instance().list(where.bucket, prefix, true).objects, prefix);
+         },
+     .glob =
+         [](const std::string& pattern) {
+             const s3_location where = parse_s3_url(pattern);
+             // List from the pattern's literal start; one level when its wildcards stay within one.
+             const std::size_t wild = where.key.find_first_of("*?[");
+             const std::string literal = where.key.substr(0, wild);
+             const bool one_level = wild == std::string::npos || where.key.find('/', wild) == std::string::npos;
+             const std::string prefix = one_level ? literal : literal.substr(0, literal.rfind('/') + 1);
+             std::vector<s3_object_info> matched;
+             for (auto& o : s3_catalog::instance().list(where.bucket, prefix, one_level).objects)
+                 if (::fnmatch(where.key.c_str(), o.key.c_str(), FNM_PATHNAME) == 0) matched.push_back(o);
+             return detail::s3_urls(where.bucket, matched, "");
+         }});
+}  // namespace detail
+
+#else
+
+// s3:// without libcurl in the build: every use says why.
+namespace detail {
+inline const bool s3_scheme_registered = [] {
+    auto refuse = [](const std::string& url) -> bool {
+        throw config_error("dataset", "'" + url +
+                                          "': s3:// support not built (libcurl and pugixml were not found when feedline was configured; "
+                                          "install libcurl4-openssl-dev libpugixml-dev and reconfigure)");
+    };
+    return storage_registry::add({.name = "s3",
+                                  .owns = [](std::string_view location) { return is_s3_url(location); },
+                                  .open = [=](const std::string& url) -> std::unique_ptr<byte_source> {
+                                      refuse(url);
+                                      return nullptr;
+                                  },
+                                  .exists = refuse,
+                                  .is_directory = refuse,
+                                  .list_directory = [=](const std::string& url) -> std::vector<std::string> {
+                                      refuse(url);
+                                      return {};
+                                  },
+                                  .glob = [=](const std::string& url) -> std::vector<std::string> {
+                                      refuse(url);
+                                      return {};
+                                  }});
+}();
+}  // namespace detail
+
+#endif
+
+}  // namespace feedline

@@ -1,0 +1,302 @@
+// s3:// datasets against a real S3 server (SeaweedFS on loopback, started by the ctest fixture):
+// batches read from a bucket are bit-identical to the same files read locally in every form a path
+// has, a job lists a prefix once, and every failure (wrong secret, missing object or bucket, a
+// malformed URL, an object replaced under a running job) is a typed error naming the URL. The settings
+// (credentials, endpoint, region, profiles) are read the way AWS's tools read them.
+#include <doctest/doctest.h>
+
+#include <feedline/pipeline.hpp>
+#include <feedline/remote/s3_settings.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "s3_test_server.hpp"
+#include "test_support.hpp"
+
+using namespace feedline;
+namespace ft = feedline::test;
+
+namespace {
+
+// A fixed environment for s3_settings_from.
+auto env_of(std::map<std::string, std::string> vars) {
+    return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+        if (auto it = vars.find(name); it != vars.end()) return it->second;
+        return std::nullopt;
+    };
+}
+
+// Megatron pairs and llm.c shards of arithmetic documents, written locally and uploaded under the same
+// names to `prefix` in the test's bucket. Returns the local directory's path.
+void write_and_upload(const ft::scratch_dir& dir, const std::string& prefix) {
+    std::filesystem::create_directories(dir / "megatron");
+    std::filesystem::create_directories(dir / "llmc");
+    for (int k = 0; k < 3; ++k) {
+        megatron_writer w(dir / ("megatron/part_" + std::to_string(k)), token_dtype::uint16);
+        for (std::uint32_t d = 0; d < 60; ++d) w.add_document(std::vector<std::uint32_t>(20 + (d * 7 + k) % 150, d + 100 * k + 1));
+        w.finish();
+        llmc_writer l(dir / ("llmc/stream_train_" + std::to_string(k)), token_dtype::uint16, 0);
+        for (std::uint32_t d = 0; d < 60; ++d) l.add_document(std::vector<std::uint32_t>(15 + d % 90, d + 7 * k + 1));
+        l.finish();
+    }
+    for (const char* sub : {"megatron", "llmc"})
+        for (const auto& e : std::filesystem::directory_iterator(dir / sub))
+            if (e.is_regular_file()) ft::s3_put_file(e.path().string(), prefix + sub + "/" + e.path().filename().string());
+}
+
+struct run_result {
+    std::uint64_t batches = 0, sum = 0;
+    std::string state;
+};
+
+run_result run(const std::string& spec, const pipeline_config& c) {
+    pipeline p(spec, c);
+    run_result r;
+    for (auto& b : p) {
+        for (std::int32_t t : b.host_inputs()) r.sum += static_cast<std::uint64_t>(t) * (r.batches + 1);
+        ++r.batches;
+    }
+    r.state = to_json(p.state());
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("Remote.Urls.AreCheckedBeforeAnyRequestAndKeysEncodedAsSigV4Signs") {
+    const s3_location l = parse_s3_url("s3://my-bucket.v2/data/web text&more.bin");
+    CHECK(l.bucket == "my-bucket.v2");
+    CHECK(l.key == "data/web text&more.bin");
+    CHECK(l.url() == "s3://my-bucket.v2/data/web text&more.bin");
+    CHECK(parse_s3_url("s3://bucket").key.empty());
+    CHECK(detail::encode_key("data/web text&more+~_.bin") == "data/web%20text%26more%2B~_.bin");
+    CHECK(detail::encode_key("a/b", false) == "a%2Fb");
+    CHECK(detail::encode_key("\xc3\xa9") == "%C3%A9");  // UTF-8 bytes, each encoded
+    for (const std::string& bad :
+         std::vector<std::string>{"s3://", "s3:///key", "s3://ab/key", "s3://Upper/key", "s3://-dash/key", "s3://under_score/k",
+                                  "s3://bucket/a\nb", "file:///x", "s3://" + std::string(64, 'a') + "/k"}) {
+        CAPTURE(bad);
+        CHECK_THROWS_AS(parse_s3_url(bad), config_error);
+    }
+    CHECK_THROWS_WITH_AS(parse_s3_url("s3://Upper/key"), doctest::Contains("lowercase"), config_error);
+}
+
+TEST_CASE("Remote.Settings.CredentialsEndpointAndRegionComeFromWhereAwsToolsReadThem") {
+    ft::scratch_dir dir;
+    ft::write_text(dir / "credentials",
+                   "[default]\naws_access_key_id = DEFKEY\naws_secret_access_key = defsecret\n\n"
+                   "# a comment\n[work]\naws_access_key_id=WORKKEY\naws_secret_access_key=worksecret\naws_session_token = tok\n");
+    ft::write_text(dir / "config",
+                   "[default]\nregion = eu-west-1\n[profile work]\nregion = ap-south-1\nendpoint_url = http://127.0.0.1:9000/\n"
+                   "s3 =\n  addressing_style = virtual\n");
+    const std::map<std::string, std::string> files{{"AWS_SHARED_CREDENTIALS_FILE", dir / "credentials"},
+                                                   {"AWS_CONFIG_FILE", dir / "config"}};
+
+    // The default profile: keys from the credentials file, the region from config, AWS's endpoint.
+    auto s = s3_settings_from(env_of(files));
+    CHECK(s.access_key == "DEFKEY");
+    CHECK(s.secret_key == "defsecret");
+    CHECK(s.region == "eu-west-1");
+    CHECK(s.endpoint == "https://s3.eu-west-1.amazonaws.com");
+    CHECK_FALSE(s.path_style);
+    CHECK(s.object_url({"bucket", "a b/c"}) == "https://bucket.s3.eu-west-1.amazonaws.com/a%20b/c");
+    CHECK(s.sigv4() == "aws:amz:eu-west-1:s3");
+    CHECK(s.credentials_source.find("profile 'default'") == 0);
+
+    // AWS_PROFILE: its keys, token, region and endpoint (path style there).
+    auto with_profile = files;
+    with_profile["AWS_PROFILE"] = "work";
+    s = s3_settings_from(env_of(with_profile));
+    CHECK(s.access_key == "WORKKEY");
+    CHECK(s.session_token == "tok");
+    CHECK(s.region == "ap-south-1");
+    CHECK(s.endpoint == "http://127.0.0.1:9000");
+    CHECK(s.path_style);
+    CHECK(s.object_url({"bucket", "k"}) == "http://127.0.0.1:9000/bucket/k");
+
+    // The environment wins over the files, AWS_ENDPOINT_URL_S3 over AWS_ENDPOINT_URL.
+    auto env = with_profile;
+    env["AWS_ACCESS_KEY_ID"] = "ENVKEY";
+    env["AWS_SECRET_ACCESS_KEY"] = "envsecret";
+    env["AWS_REGION"] = "us-west-2";
+    env["AWS_ENDPOINT_URL"] = "http://general:1";
+    env["AWS_ENDPOINT_URL_S3"] = "https://s3only:2";
+    s = s3_settings_from(env_of(env));
+    CHECK(s.access_key == "ENVKEY");
+    CHECK(s.session_token.empty());
+    CHECK(s.region == "us-west-2");
+    CHECK(s.endpoint == "https://s3only:2");
+    CHECK(s.credentials_source.find("environment") != std::string::npos);
+
+    // Anonymous requests for a public bucket; no credentials at all is refused when a client is made.
+    s = s3_settings_from(env_of({{"AWS_NO_SIGN_REQUEST", "true"}, {"HOME", dir / "nowhere"}}));
+    CHECK_FALSE(s.sign);
+    CHECK_NOTHROW(s3_client{s});
+    CHECK_THROWS_WITH_AS(s3_client{s3_settings_from(env_of({{"HOME", dir / "nowhere"}}))}, doctest::Contains("AWS_NO_SIGN_REQUEST"),
+                         config_error);
+
+    // Bad values name their variable.
+    CHECK_THROWS_WITH_AS(s3_settings_from(env_of({{"AWS_ACCESS_KEY_ID", "K"}})), doctest::Contains("AWS_SECRET_ACCESS_KEY"), config_error);
+    CHECK_THROWS_WITH_AS(s3_settings_from(env_of({{"AWS_ENDPOINT_URL", "127.0.0.1:9000"}})), doctest::Contains("AWS_ENDPOINT_URL"),
+                         config_error);
+    auto missing = files;
+    missing["AWS_PROFILE"] = "nosuch";
+    CHECK_THROWS_WITH_AS(s3_settings_from(env_of(missing)), doctest::Contains("'nosuch'"), config_error);
+    CHECK_THROWS_WITH_AS(s3_settings_from(env_of({{"FEEDLINE_S3_ATTEMPTS", "-3"}})), doctest::Contains("FEEDLINE_S3_ATTEMPTS"),
+                         config_error);
+    CHECK(s3_settings_from(env_of({{"FEEDLINE_S3_MAX_REQUESTS", "7"}})).max_requests == 7);
+}
+
+TEST_CASE("Remote.Shards.BatchesFromABucketAreTheLocalFilesBatchesInEveryForm") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    write_and_upload(dir, "shards/");
+    const std::string bucket = ft::s3_url("shards/");
+    const std::vector<std::pair<std::string, std::string>> forms{
+        {"megatron/part_1", "megatron/part_1"},          // a Megatron prefix
+        {"megatron", "megatron"},                        // a directory (a prefix without '/')
+        {"megatron/part_*.idx", "megatron/part_*.idx"},  // a glob
+        {"llmc/stream_train_*.bin", "llmc/stream_train_*.bin"},
+        {"llmc", "llmc/"},  // a "directory" prefix, with its '/'
+    };
+    for (const auto& [local, remote] : forms) {
+        for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
+            for (const int rank : {0, 1}) {
+                CAPTURE(remote);
+                CAPTURE(static_cast<int>(mode));
+                CAPTURE(rank);
+                const pipeline_config c{.batch_size = 4,
+                                        .seq_len = 48,
+                                        .seed = 11,
+                                        .mode = mode,
+                                        .workers = 2,
+                                        .device = device_kind::cpu,
+                                        .rank = rank,
+                                        .world_size = 2,
+                                        .max_steps = 30};
+                const run_result here = run(dir / local, c);
+                const run_result there = run(bucket + remote, c);
+                CHECK(here.batches == 30);
+                CHECK(there.batches == here.batches);
+                CHECK(there.sum == here.sum);
+                CHECK(there.state == here.state);
+            }
+        }
+    }
+    // A blend of local and remote data, and a resume in the middle of a run.
+    pipeline_config c{
+        .batch_size = 4, .seq_len = 32, .seed = 3, .workers = 2, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 40};
+    const std::vector<weighted_spec> local_blend{{0.6, dir / "megatron"}, {0.4, dir / "llmc/stream_train_*.bin"}};
+    const std::vector<weighted_spec> mixed_blend{{0.6, dir / "megatron"}, {0.4, bucket + "llmc/stream_train_*.bin"}};
+    std::vector<std::int32_t> all_local, all_mixed, resumed;
+    {
+        pipeline p(local_blend, c);
+        for (auto& b : p) all_local.insert(all_local.end(), b.host_inputs().begin(), b.host_inputs().end());
+    }
+    std::string saved;
+    {
+        pipeline p(mixed_blend, c);
+        for (auto& b : p) {
+            all_mixed.insert(all_mixed.end(), b.host_inputs().begin(), b.host_inputs().end());
+            if (b.step() == 16) saved = to_json(p.state());
+        }
+    }
+    CHECK(all_mixed == all_local);
+    REQUIRE_FALSE(saved.empty());
+    pipeline again(mixed_blend, c);
+    again.restore(pipeline_state_from_json(saved));
+    for (auto& b : again) resumed.insert(resumed.end(), b.host_inputs().begin(), b.host_inputs().end());
+    const std::size_t per_batch = 4 * 32;
+    REQUIRE(resumed.size() == (40 - 17) * per_batch);
+    CHECK(std::equal(resumed.begin(), resumed.end(), all_local.begin() + 17 * per_batch));
+}
+
+TEST_CASE("Remote.Listing.AGlobOfManyShardsCostsOneListingAndNoHeads") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    for (int k = 0; k < 40; ++k) {
+        const std::string name = "many_" + std::to_string(1000 + k);
+        llmc_writer l(dir / name, token_dtype::uint16, 0);
+        for (std::uint32_t d = 0; d < 5; ++d) l.add_document(std::vector<std::uint32_t>(30 + d, d + k + 1));
+        l.finish();
+        ft::s3_put_file(dir / (name + "_000000.bin"), "many/" + name + "_000000.bin");
+    }
+    ft::s3_put_file(dir / "many_1000_000000.bin", "many/many_nested/x.bin");  // below the glob's level: no match
+    const auto before = detail::remote_counters::instance().snapshot();
+    const token_dataset ds(ft::s3_url("many/many_*.bin"));
+    const auto opened = detail::remote_counters::instance().snapshot().since(before);
+    CHECK(ds.shard_count() == 40);
+    CHECK(s3_catalog::instance().listings() == 1);
+    // One listing, then each shard's 1 KiB header: no HEAD for any of them (the listing has their sizes
+    // and ETags), and no question about a missing .idx beside them.
+    CHECK(opened.requests == 1 + 40);
+    CHECK(opened.failures == 0);
+    CHECK(opened.latency_quantile(0.5) > 0);
+}
+
+TEST_CASE("Remote.Errors.NameTheUrlAndTheServersCodeWithinSeconds") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    write_and_upload(dir, "errors/");
+    const std::string base = ft::s3_url("errors/");
+    const auto t0 = std::chrono::steady_clock::now();
+
+    // A missing object, a missing prefix, a missing bucket.
+    try {
+        token_dataset ds(base + "llmc/nothing_here.bin");
+        FAIL("opened a missing object");
+    } catch (const io_error& e) {
+        CHECK(e.file() == base + "llmc/nothing_here.bin");
+        CHECK(e.error_code() == ENOENT);
+    }
+    CHECK_THROWS_WITH_AS(token_dataset(base + "llmc/none_*.bin"), doctest::Contains("matches no file"), io_error);
+    try {
+        token_dataset ds("s3://no-such-bucket-feedline/data/x_*.bin");
+        FAIL("listed a missing bucket");
+    } catch (const io_error& e) {
+        CHECK(std::string(e.what()).find("NoSuchBucket") != std::string::npos);
+        CHECK(e.file().find("s3://no-such-bucket-feedline/") == 0);
+    }
+    // A malformed URL: refused before any request.
+    CHECK_THROWS_AS(token_dataset("s3://Bad_Bucket/x.bin"), config_error);
+
+    // The wrong secret: the server's code, and where the credentials came from.
+    ft::use_s3_server("not-the-secret");
+    try {
+        token_dataset ds(base + "llmc/stream_train_*.bin");
+        FAIL("listed with the wrong secret");
+    } catch (const io_error& e) {
+        CHECK(e.error_code() == EACCES);
+        CHECK(std::string(e.what()).find("SignatureDoesNotMatch") != std::string::npos);
+        CHECK(std::string(e.what()).find("AWS_ACCESS_KEY_ID") != std::string::npos);
+    }
+    // None of it was retried: each answer came at once.
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+}
+
+TEST_CASE("Remote.Replaced.AnObjectReplacedUnderARunningJobIsAnErrorNamingItNeverMixedData") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    write_and_upload(dir, "replaced/");
+    const std::string url = ft::s3_url("replaced/llmc/stream_train_1_000000.bin");
+    const token_dataset ds(url);
+    std::vector<std::byte> before(64);
+    ds.shard(0).bin->read_at(before.data(), before.size(), 2048);
+    // Same size, other bytes: only the ETag tells them apart.
+    std::string other = ft::read_text(dir / "llmc/stream_train_1_000000.bin");
+    for (std::size_t i = 1024; i < other.size(); ++i) other[i] = static_cast<char>(other[i] ^ 0x5a);
+    ft::s3_put("replaced/llmc/stream_train_1_000000.bin", other);
+    std::vector<std::byte> after(64);
+    try {
+        ds.shard(0).bin->read_at(after.data(), after.size(), 2048);
+        FAIL("read an object that was replaced");
+    } catch (const io_error& e) {
+        CHECK(e.file() == url);
+        CHECK(e.error_code() == ESTALE);
+        CHECK(std::string(e.what()).find("replaced") != std::string::npos);
+        CHECK(e.offset() == 2048u);
+    }
+}
