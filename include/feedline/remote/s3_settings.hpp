@@ -25,20 +25,6 @@
 
 namespace feedline {
 
-// How hard a request is tried. Each attempt that fails in a way that may pass (a 5xx, 429 or SlowDown,
-// a timeout, a reset connection, a body cut short) is retried after a capped exponential backoff with
-// full jitter, until `attempts` were made or `retry_seconds` passed; then the error names the URL, the
-// range, the attempts and the last status.
-struct s3_retry_policy {
-    unsigned attempts = 10;
-    double first_backoff_seconds = 0.1;
-    double max_backoff_seconds = 5;
-    double retry_seconds = 60;
-    double connect_timeout_seconds = 10;
-    // A response that sends no byte for this long is a stalled connection: dropped and retried.
-    double stall_seconds = 20;
-};
-
 struct s3_settings {
     std::string endpoint;  // scheme://host[:port], no trailing '/'
     bool path_style = true;
@@ -48,7 +34,19 @@ struct s3_settings {
     std::string credentials_source;  // where the keys came from, for errors and `feedline-inspect`
     // Ranged GETs one worker keeps in flight (each worker reads its batch's windows at once).
     unsigned max_requests = 32;
-    s3_retry_policy retry;
+    // How hard a request is tried. Each attempt that fails in a way that may pass (a 5xx, 429 or SlowDown,
+    // a timeout, a reset connection, a body cut short) is retried after a capped exponential backoff with
+    // full jitter, until `attempts` were made or `retry_seconds` passed; then the error names the URL, the
+    // range, the attempts and the last status.
+    struct retry_policy {
+        unsigned attempts = 10;
+        double first_backoff_seconds = 0.1;
+        double max_backoff_seconds = 5;
+        double retry_seconds = 60;
+        double connect_timeout_seconds = 10;
+        // A response that sends no byte for this long is a stalled connection: dropped and retried.
+        double stall_seconds = 20;
+    } retry;
 
     // The URL of an object (or of a bucket, for an empty key), its key percent-encoded.
     std::string object_url(const s3_location& where) const {

@@ -58,26 +58,25 @@ public:
         return c;
     }
     void answered(std::uint64_t bytes, std::uint64_t microseconds) noexcept {
-        requests_.fetch_add(1, std::memory_order_relaxed);
-        bytes_.fetch_add(bytes, std::memory_order_relaxed);
+        add(requests, 1);
+        add(body_bytes, bytes);
         const unsigned bucket = microseconds == 0 ? 0 : std::min<unsigned>(31, static_cast<unsigned>(std::bit_width(microseconds)) - 1);
-        latency_[bucket].fetch_add(1, std::memory_order_relaxed);
+        add(first_latency_bucket + bucket, 1);
     }
-    void retried() noexcept { retries_.fetch_add(1, std::memory_order_relaxed); }
-    void failed() noexcept { failures_.fetch_add(1, std::memory_order_relaxed); }
+    void retried() noexcept { add(retries, 1); }
+    void failed() noexcept { add(failures, 1); }
     remote_reads snapshot() const noexcept {
-        remote_reads r;
-        r.requests = requests_.load(std::memory_order_relaxed);
-        r.bytes = bytes_.load(std::memory_order_relaxed);
-        r.retries = retries_.load(std::memory_order_relaxed);
-        r.failures = failures_.load(std::memory_order_relaxed);
-        for (std::size_t i = 0; i < latency_.size(); ++i) r.latency_buckets[i] = latency_[i].load(std::memory_order_relaxed);
+        std::array<std::uint64_t, count> v{};
+        for (std::size_t i = 0; i < count; ++i) v[i] = counts_[i].load(std::memory_order_relaxed);
+        remote_reads r{v[requests], v[body_bytes], v[retries], v[failures], {}};
+        std::copy(v.begin() + first_latency_bucket, v.end(), r.latency_buckets.begin());
         return r;
     }
 
 private:
-    std::atomic<std::uint64_t> requests_{0}, bytes_{0}, retries_{0}, failures_{0};
-    std::array<std::atomic<std::uint64_t>, 32> latency_{};
+    enum : std::size_t { requests, body_bytes, retries, failures, first_latency_bucket, count = first_latency_bucket + 32 };
+    void add(std::size_t which, std::uint64_t n) noexcept { counts_[which].fetch_add(n, std::memory_order_relaxed); }
+    std::array<std::atomic<std::uint64_t>, count> counts_{};
 };
 
 // Whether the thread that waits on a long read (a remote fetch that retries) has given up: the
