@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 
+#include "fault_proxy.hpp"
 #include "s3_test_server.hpp"
 #include "test_support.hpp"
 
@@ -299,4 +300,112 @@ TEST_CASE("Remote.Replaced.AnObjectReplacedUnderARunningJobIsAnErrorNamingItNeve
         CHECK(std::string(e.what()).find("replaced") != std::string::npos);
         CHECK(e.offset() == 2048u);
     }
+}
+
+TEST_CASE("Remote.Faults.RetriedFaultsLeaveTheBatchesIdenticalAndShowInStats") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    write_and_upload(dir, "faults/");
+    ft::fault_proxy proxy(ft::s3_endpoint());
+    // Every kind of fault, spread over the requests; a stalled body is given up after 1 s.
+    proxy.set([](std::uint64_t n) {
+        using f = ft::fault_proxy::fault;
+        if (n % 5 == 1) return f::slow_down;
+        if (n % 7 == 2) return f::reset;
+        if (n % 11 == 3) return f::short_body;
+        if (n == 20) return f::stall;
+        return f::none;
+    });
+    ::setenv("FEEDLINE_S3_STALL_SECONDS", "1", 1);
+    ::setenv("FEEDLINE_S3_BACKOFF_SECONDS", "0.02", 1);
+    ft::use_s3_server(ft::s3_secret_key, proxy.endpoint());
+    for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
+        CAPTURE(static_cast<int>(mode));
+        const pipeline_config c{.batch_size = 4,
+                                .seq_len = 40,
+                                .seed = 8,
+                                .mode = mode,
+                                .workers = 2,
+                                .device = device_kind::cpu,
+                                .rank = 0,
+                                .world_size = 1,
+                                .max_steps = 25};
+        const run_result here = run(dir / "megatron", c);
+        pipeline p(ft::s3_url("faults/megatron"), c);
+        run_result there;
+        for (auto& b : p) {
+            for (std::int32_t t : b.host_inputs()) there.sum += static_cast<std::uint64_t>(t) * (there.batches + 1);
+            ++there.batches;
+        }
+        CHECK(there.batches == here.batches);
+        CHECK(there.sum == here.sum);
+        const pipeline_stats s = p.stats();
+        REQUIRE(s.remote_requests.has_value());
+        CHECK(*s.remote_retries > 0);
+        CHECK(*s.remote_failures == 0);
+        CHECK(p.stats().to_json().find("\"remote_retries\": ") != std::string::npos);
+    }
+    CHECK(proxy.faults() > 5);
+    ::unsetenv("FEEDLINE_S3_STALL_SECONDS");
+    ::unsetenv("FEEDLINE_S3_BACKOFF_SECONDS");
+}
+
+TEST_CASE("Remote.Faults.ExhaustedRetriesAndStallsGiveTheNamedErrorWithinTheirBound") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    write_and_upload(dir, "exhausted/");
+    ft::fault_proxy proxy(ft::s3_endpoint());
+    ::setenv("FEEDLINE_S3_ATTEMPTS", "4", 1);
+    ::setenv("FEEDLINE_S3_BACKOFF_SECONDS", "0.05", 1);
+    ::setenv("FEEDLINE_S3_STALL_SECONDS", "1", 1);
+    ft::use_s3_server(ft::s3_secret_key, proxy.endpoint());
+    const std::string url = ft::s3_url("exhausted/llmc/stream_train_0_000000.bin");
+    const auto object = open_byte_source(url);  // opened while the server answers
+    for (const auto kind : {ft::fault_proxy::fault::slow_down, ft::fault_proxy::fault::stall, ft::fault_proxy::fault::reset,
+                            ft::fault_proxy::fault::short_body}) {
+        CAPTURE(static_cast<int>(kind));
+        proxy.set([kind](std::uint64_t) { return kind; });
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::byte> buffer(100);
+        try {
+            object->read_at(buffer.data(), buffer.size(), 1024);
+            FAIL("a server that always fails was read");
+        } catch (const io_error& e) {
+            const std::string what = e.what();
+            CHECK(e.file() == url);
+            CHECK(e.offset() == 1024u);
+            CHECK(what.find("bytes 1024-1123") != std::string::npos);
+            CHECK(what.find("after 4 attempts") != std::string::npos);
+            if (kind == ft::fault_proxy::fault::slow_down) CHECK(what.find("HTTP 503 SlowDown") != std::string::npos);
+            if (kind == ft::fault_proxy::fault::stall) {
+                CHECK(what.find("stalled") != std::string::npos);
+                CHECK(e.error_code() == ETIMEDOUT);
+            }
+            if (kind == ft::fault_proxy::fault::reset) CHECK(what.find("reset") != std::string::npos);
+            if (kind == ft::fault_proxy::fault::short_body) CHECK(what.find("partial") != std::string::npos);
+        }
+        // 4 attempts: 3 backoffs of at most 0.05, 0.1 and 0.2 s; for stalls, 4 silences of 1-2 s.
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(12));
+    }
+    ::unsetenv("FEEDLINE_S3_ATTEMPTS");
+    ::unsetenv("FEEDLINE_S3_BACKOFF_SECONDS");
+    ::unsetenv("FEEDLINE_S3_STALL_SECONDS");
+}
+
+TEST_CASE("Remote.Cancel.AStoppedPipelineDoesNotWaitOutASlowBucket") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    write_and_upload(dir, "cancel/");
+    ft::fault_proxy proxy(ft::s3_endpoint());
+    ft::use_s3_server(ft::s3_secret_key, proxy.endpoint());
+    const pipeline_config c{.batch_size = 4, .seq_len = 40, .workers = 2, .device = device_kind::cpu, .rank = 0, .world_size = 1};
+    auto p = std::make_unique<pipeline>(ft::s3_url("cancel/megatron"), c);  // opened: listing and indexes read
+    // From here every request stalls, and would be retried for a minute.
+    proxy.set([](std::uint64_t) { return ft::fault_proxy::fault::stall; });
+    int checks = 0;
+    p->set_wait_check([&] { return ++checks == 3; });  // the trainer gives up after ~300 ms, as on Ctrl-C
+    CHECK_THROWS_AS(p->next(), wait_interrupted);
+    const auto t0 = std::chrono::steady_clock::now();
+    p.reset();  // joins the workers, which are inside a stalled fetch
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }

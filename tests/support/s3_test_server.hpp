@@ -35,10 +35,10 @@ inline std::string s3_endpoint() {
     return endpoint;
 }
 
-// Points this process's AWS settings at the test server with the right (or a given) secret, and makes
-// feedline read them again.
-inline std::string use_s3_server(const std::string& secret = s3_secret_key) {
-    const std::string endpoint = s3_endpoint();
+// Points this process's AWS settings at the test server (or `through`, a proxy in front of it) with the
+// right (or a given) secret, and makes feedline read them again.
+inline std::string use_s3_server(const std::string& secret = s3_secret_key, const std::string& through = {}) {
+    const std::string endpoint = through.empty() ? s3_endpoint() : through;
     ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
     ::setenv("AWS_ACCESS_KEY_ID", s3_access_key, 1);
     ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);

@@ -81,7 +81,8 @@ struct s3_request {
     std::optional<std::uint64_t> range_start;
     std::uint64_t received = 0;  // ranged: bytes written to dest
     std::string body;
-    std::string refused;  // why the body was refused while it arrived ("" when it was not)
+    std::string refused;   // why the body was refused while it arrived ("" when it was not)
+    bool stalled = false;  // dropped: nothing arrived for stall_seconds
 
     // Retries
     unsigned attempts = 0;
@@ -99,6 +100,7 @@ struct s3_request {
         received = 0;
         body.clear();
         refused.clear();
+        stalled = false;
     }
 };
 
@@ -235,6 +237,12 @@ enum class s3_outcome { done, retry, fail };
 // last_failure, errno in `err`).
 inline s3_outcome judge_s3_attempt(s3_request& r, CURLcode rc, const char* curl_message, const s3_settings& s, int& err) {
     const bool ended_early = rc == CURLE_WRITE_ERROR && r.refused.empty() && r.ranged && r.received == r.length;
+    if (rc == CURLE_ABORTED_BY_CALLBACK && r.stalled) {
+        err = ETIMEDOUT;
+        r.last_failure =
+            "Timeout: nothing arrived for " + std::to_string(static_cast<int>(s.retry.stall_seconds)) + " s (a stalled connection)";
+        return s3_outcome::retry;
+    }
     if (!r.refused.empty()) {
         err = EPROTO;
         r.last_failure = r.refused;
@@ -242,6 +250,7 @@ inline s3_outcome judge_s3_attempt(s3_request& r, CURLcode rc, const char* curl_
     }
     if (rc != CURLE_OK && !ended_early) {
         r.last_failure = std::string(curl_easy_strerror(rc)) + (curl_message && *curl_message ? std::string(": ") + curl_message : "");
+        err = rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : rc == CURLE_COULDNT_CONNECT ? ECONNREFUSED : EIO;
         switch (rc) {
             case CURLE_OPERATION_TIMEDOUT:
             case CURLE_COULDNT_CONNECT:
@@ -253,7 +262,7 @@ inline s3_outcome judge_s3_attempt(s3_request& r, CURLcode rc, const char* curl_
             case CURLE_SSL_CONNECT_ERROR:
             case CURLE_HTTP2:
             case CURLE_HTTP2_STREAM: return s3_outcome::retry;
-            default: err = EIO; return s3_outcome::fail;
+            default: return s3_outcome::fail;
         }
     }
     const long st = r.status;
@@ -311,6 +320,12 @@ inline void run_s3_requests(std::span<s3_request> requests, const s3_settings& s
         s3_request* request = nullptr;
         clock::time_point started;
         char error[CURL_ERROR_SIZE] = {};
+        // Stall detection: when the bytes received last changed (libcurl's progress callback, about
+        // once a second). libcurl's own low-speed limit averages over seconds of history, so a burst
+        // then silence would be noticed only seconds late.
+        curl_off_t seen = -1;
+        clock::time_point progressed;
+        std::chrono::duration<double> stall{};
     };
     std::vector<std::unique_ptr<running>> active;
     std::vector<s3_request*> waiting;
@@ -343,8 +358,23 @@ inline void run_s3_requests(std::span<s3_request> requests, const s3_settings& s
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(s.retry.connect_timeout_seconds * 1000));
-        curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);  // nothing for stall_seconds: a stalled connection
-        curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(s.retry.stall_seconds)));
+        a->stall = std::chrono::duration<double>(s.retry.stall_seconds);
+        a->progressed = clock::now();
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(e, CURLOPT_XFERINFODATA, a.get());
+        curl_easy_setopt(
+            e, CURLOPT_XFERINFOFUNCTION, +[](void* user, curl_off_t, curl_off_t now_down, curl_off_t, curl_off_t) -> int {
+                auto& x = *static_cast<running*>(user);
+                const auto now = clock::now();
+                if (now_down != x.seen) {
+                    x.seen = now_down;
+                    x.progressed = now;
+                    return 0;
+                }
+                if (now - x.progressed < x.stall) return 0;
+                x.request->stalled = true;
+                return 1;  // aborts the transfer: CURLE_ABORTED_BY_CALLBACK
+            });
         curl_easy_setopt(e, CURLOPT_ERRORBUFFER, a->error);
         curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &on_s3_header);
         curl_easy_setopt(e, CURLOPT_HEADERDATA, &r);
@@ -426,7 +456,7 @@ inline void run_s3_requests(std::span<s3_request> requests, const s3_settings& s
                 char took[32];
                 std::snprintf(took, sizeof took, "%.1f", spent);
                 r.last_failure += std::string(" (giving up after ") + took + " s)";
-                fail(r, r.status == 0 ? ETIMEDOUT : EIO);
+                fail(r, err);
             }
             remote_counters::instance().retried();
             r.next_try = ended + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(wait));
