@@ -9,7 +9,7 @@ packages=(
   libboost-dev doctest-dev                                    # core + tests
   liburing-dev libsentencepiece-dev sentencepiece libnuma-dev   # optional parts
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev  # JSONL input, tools
-  libcurl4-openssl-dev libpugixml-dev                         # s3:// datasets (feedline::remote)
+  libcurl4-openssl-dev libpugixml-dev curl                    # s3:// datasets (feedline::remote); curl uploads in tests
   libopenblas-dev libopenmpi-dev openmpi-bin                  # sample trainer, MPI tests
   util-linux strace python3 python3-venv python3-numpy python3-torch # fincore; crash-point tests; Megatron interop test
   python3-dev python3-pytest python3-sentencepiece            # the Python package (pip install .), its tests and benchmark

@@ -197,15 +197,30 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
         }
         if (out.contains("data")) {
             const auto& reads = out["data"]["reads"];
-            std::printf("  reads of %s (%s per pass of %s, 1 MiB requests):\n", m.data.c_str(),
-                        fmt::format("{:.0f} MiB", reads["bytes_per_pass"].get<double>() / 1048576).c_str(),
-                        fmt::format("{:.0f} MiB", reads["dataset_bytes"].get<double>() / 1048576).c_str());
-            for (const char* b : {"mmap", "pread", "io_uring"}) {
-                const auto& r = out["data"]["reads"][b];
-                if (r.contains("unavailable"))
-                    std::printf("    %-8s unavailable: %s\n", b, r["unavailable"].get<std::string>().c_str());
-                else
-                    std::printf("    %-8s cold %s, warm %s\n", b, rate(r["cold_bytes_per_s"]).c_str(), rate(r["warm_bytes_per_s"]).c_str());
+            if (reads.value("remote", false)) {
+                std::printf("  remote reads of %s (%llu objects, %s):\n", m.data.c_str(), reads["files"].get<unsigned long long>(),
+                            fmt::format("{:.0f} MiB", reads["dataset_bytes"].get<double>() / 1048576).c_str());
+                if (reads.contains("latency_p50_s"))
+                    std::printf(
+                        "    latency of one %llu-byte window: %.1f ms (p50), %.1f ms (slowest of 16)\n"
+                        "    one stream %s, 16 at once %s; %.0f windows/s with 16 in flight\n"
+                        "    1 M tokens/s of windows needs %.0f requests in flight (each worker keeps FEEDLINE_S3_MAX_REQUESTS)\n",
+                        reads["window_bytes"].get<unsigned long long>(), reads["latency_p50_s"].get<double>() * 1e3,
+                        reads["latency_max_s"].get<double>() * 1e3, rate(reads["one_stream_bytes_per_s"]).c_str(),
+                        rate(reads["sixteen_streams_bytes_per_s"]).c_str(), reads["windows_per_s_16_in_flight"].get<double>(),
+                        reads["in_flight_per_million_tokens_per_s"].get<double>());
+            } else {
+                std::printf("  reads of %s (%s per pass of %s, 1 MiB requests):\n", m.data.c_str(),
+                            fmt::format("{:.0f} MiB", reads["bytes_per_pass"].get<double>() / 1048576).c_str(),
+                            fmt::format("{:.0f} MiB", reads["dataset_bytes"].get<double>() / 1048576).c_str());
+                for (const char* b : {"mmap", "pread", "io_uring"}) {
+                    const auto& r = out["data"]["reads"][b];
+                    if (r.contains("unavailable"))
+                        std::printf("    %-8s unavailable: %s\n", b, r["unavailable"].get<std::string>().c_str());
+                    else
+                        std::printf("    %-8s cold %s, warm %s\n", b, rate(r["cold_bytes_per_s"]).c_str(),
+                                    rate(r["warm_bytes_per_s"]).c_str());
+                }
             }
             std::printf("  pipeline (batch %llu x %llu tokens, host memory):\n", static_cast<unsigned long long>(m.batch_size),
                         static_cast<unsigned long long>(m.seq_len));
@@ -295,6 +310,7 @@ int main(int argc, char** argv) {
     chk->add_option("--gpus", job.gpus, "GPUs the job uses (0: all found)")->capture_default_str();
     chk->add_option("--workers", job.workers_per_gpu, "data workers per GPU (0: what feedline would pick)")->capture_default_str();
     chk->add_option("--data", measure.data, "measure reads per backend and the pipeline's tokens/s with 1..N workers on this dataset");
+    tools::add_storage_flags(*chk);
     chk->add_option("--tokenizer", measure.tokenizer, "sentencepiece model, for text data");
     std::uint64_t read_mib = 0;
     chk->add_option("--read-mib", read_mib, "MiB read per backend and pass (0: 4 GiB or half the available memory, if less)")

@@ -9,6 +9,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -58,7 +60,16 @@ struct option_selection {
 // --config FILE.json sets options from a file first (a JSON object of option names, as feedline-options
 // --json prints them), so flags on the command line win whatever their order: CLI11 runs the callbacks
 // of options in the order they were added, and --config is added first.
+// Flags about where data is read from rather than how it is read, for every tool that reads data:
+// --no-sign sends s3:// requests unsigned (a public bucket), as AWS_NO_SIGN_REQUEST=true does.
+inline void add_storage_flags(CLI::App& app) {
+    app.add_flag_callback(
+        "--no-sign", [] { ::setenv("AWS_NO_SIGN_REQUEST", "true", 1); },
+        "s3:// data: anonymous requests to a public bucket (as AWS_NO_SIGN_REQUEST=true); docs/remote.md");
+}
+
 inline void add_pipeline_options(CLI::App& app, feedline::pipeline_config& config, const option_selection& which = {}) {
+    add_storage_flags(app);
     app.add_option_function<std::string>(
            "--config",
            [&config, which](const std::string& path) {

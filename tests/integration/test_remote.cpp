@@ -7,6 +7,9 @@
 
 #include <feedline/pipeline.hpp>
 #include <feedline/remote/s3_settings.hpp>
+#if FEEDLINE_HAS_DOCTOR
+#include <feedline/doctor/measure.hpp>
+#endif
 
 #include <chrono>
 #include <cstdlib>
@@ -163,7 +166,9 @@ TEST_CASE("Remote.Shards.BatchesFromABucketAreTheLocalFilesBatchesInEveryForm") 
         {"llmc/stream_train_*.bin", "llmc/stream_train_*.bin"},
         {"llmc", "llmc/"},  // a "directory" prefix, with its '/'
     };
-    for (const auto& [local, remote] : forms) {
+    for (const auto& form : forms) {
+        const std::string& local = form.first;
+        const std::string& remote = form.second;  // named, not a structured binding: clang 14 cannot capture one
         for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
             for (const int rank : {0, 1}) {
                 CAPTURE(remote);
@@ -409,3 +414,24 @@ TEST_CASE("Remote.Cancel.AStoppedPipelineDoesNotWaitOutASlowBucket") {
     p.reset();  // joins the workers, which are inside a stalled fetch
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }
+
+#if FEEDLINE_HAS_DOCTOR
+TEST_CASE("Remote.Doctor.CheckMeasuresLatencyBandwidthAndTheConcurrencyNeeded") {
+    ft::use_s3_server();
+    ft::scratch_dir dir;
+    write_and_upload(dir, "doctor/");
+    ft::fault_proxy proxy(ft::s3_endpoint());
+    proxy.set({}, std::chrono::milliseconds(30));
+    ft::use_s3_server(ft::s3_secret_key, proxy.endpoint());
+    const auto m = doctor::measure_reads({.data = ft::s3_url("doctor/llmc/stream_train_*.bin"), .seconds = 0.3, .seq_len = 64});
+    CHECK(m["remote"] == true);
+    CHECK(m["files"] == 3);
+    CHECK(m["window_bytes"] == 130);
+    const double p50 = m["latency_p50_s"].get<double>();
+    CHECK(p50 >= 0.03);  // the proxy's 30 ms are in every request
+    CHECK(m["in_flight_per_million_tokens_per_s"].get<double>() == doctest::Approx(1e6 / 64 * p50));
+    CHECK(m["sixteen_streams_bytes_per_s"].get<double>() > 0);
+    // Concurrency is what buys windows: 16 in flight fetch more than one at a time could.
+    CHECK(m["windows_per_s_16_in_flight"].get<double>() > 2 / p50);
+}
+#endif

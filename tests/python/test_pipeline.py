@@ -40,6 +40,19 @@ def test_batches_and_state_equal_the_cpp_tools(data, kind, mode):
     json.dumps(pipe.state_dict())  # serialisable as it is
 
 
+@pytest.mark.parametrize("kind,mode", [("megatron", "windows"), ("llmc", "packed")])
+def test_s3_urls_give_the_local_files_batches(data, s3, kind, mode):
+    local = feedline.Pipeline(data[kind], mode=mode, max_steps=15, **CONFIG)
+    remote = feedline.Pipeline(s3[kind], mode=mode, max_steps=15, **CONFIG)
+    for a, b in zip(local, remote, strict=True):
+        assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    assert remote.state_dict() == local.state_dict()
+    stats = remote.stats()
+    assert stats["remote_requests"] > 0 and stats["remote_failures"] == 0
+    with pytest.raises(feedline.IoError, match="no such dataset|matches no file"):
+        feedline.Pipeline(s3[kind].replace("data/", "missing/"), max_steps=1, **CONFIG)
+
+
 def test_text_tokenized_on_the_fly_equals_the_cpp_tool(data):
     pipe = feedline.Pipeline(data["jsonl"], tokenizer=data["model"], max_steps=12, **CONFIG)
     total = sum(int(b.inputs.to(torch.int64).sum()) for b in pipe)

@@ -8,7 +8,8 @@
 #include <string>
 
 int main(int argc, char** argv) {
-    if (const char* tmp = std::getenv("FEEDLINE_TEST_TMPDIR"); tmp != nullptr && std::getenv("FEEDLINE_CACHE_DIR") == nullptr)
+    const char* tmp = std::getenv("FEEDLINE_TEST_TMPDIR");
+    if (tmp != nullptr && std::getenv("FEEDLINE_CACHE_DIR") == nullptr)
         ::setenv("FEEDLINE_CACHE_DIR", (std::string(tmp) + "/cache").c_str(), 0);
     return doctest::Context(argc, argv).run();
 }

@@ -488,6 +488,17 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     CHECK(*p.data_workers == 0);
     CHECK(codes(doctor::diagnose(p)) == std::set<std::string>{"data-bound", "no-data-workers"});
 
+    // Remote data: a stall with requests in flight is the store's latency; many retries say it pushes back.
+    std::istringstream remote(
+        R"({"unix_time": 1.0, "batches": 20, "stall_fraction": 0.4, "tokens_per_s": 1, "workers": 2, "remote_requests": 1000,)"
+        R"( "remote_retries": 40, "remote_latency_p50_s": 0.064})"
+        "\n");
+    const auto r = doctor::parse_log(remote, "stats.jsonl");
+    const auto found = doctor::diagnose(r);
+    CHECK(codes(found) == std::set<std::string>{"data-bound", "remote-bound", "remote-retries"});
+    for (const auto& f : found)
+        if (f.code == "remote-bound") CHECK(f.action.find("64 ms") != std::string::npos);
+
     // A GPU ring that could not pin (pinned_bytes 0) copies from pageable memory; one that pinned does not.
     std::istringstream unpinned(
         R"json({"summary": true, "stall_fraction": 0, "pipeline": {"device": "pinned ring on CUDA device 0: 4 slots x 1 MiB, pageable (x)", "pinned_bytes": 0}})json");

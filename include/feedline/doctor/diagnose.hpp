@@ -38,7 +38,9 @@ struct observations {
     std::optional<double> rss_anon_mib, rss_file_mib;  // the training process
     std::optional<double> gpu_numa_node;               // the GPU's NUMA node
     std::vector<double> worker_numa_nodes;             // where the data workers run
-    std::vector<std::string> notes;                    // what the reader passed over (a cut last line)
+    // Remote reads (s3://) of the pipeline: requests, retried attempts, and the median request latency.
+    std::optional<double> remote_requests, remote_retries, remote_latency_p50_s;
+    std::vector<std::string> notes;  // what the reader passed over (a cut last line)
 };
 
 struct finding {
@@ -55,6 +57,7 @@ inline constexpr double gpu_memory_headroom = 0.60;   // used / total at or belo
 inline constexpr double gpu_memory_target = 0.95;     // the most a raised micro-batch may use (an upper bound)
 inline constexpr double host_memory_pressure = 0.90;  // RAM used / total
 inline constexpr double swap_in_use_mib = 64;         // swap used beyond noise
+inline constexpr double remote_retried = 0.01;        // retried attempts / requests: the store pushes back
 
 namespace detail {
 
@@ -190,6 +193,9 @@ inline void read_log_fields(const nlohmann::json& j, observations& o, const std:
     set(o.swap_used_mib, log_number(j, "swap_used_bytes", any, where, line), mib);
     set(o.rss_anon_mib, log_number(j, "rss_anon_bytes", any, where, line), mib);
     set(o.rss_file_mib, log_number(j, "rss_file_bytes", any, where, line), mib);
+    set(o.remote_requests, log_number(j, "remote_requests", any, where, line));
+    set(o.remote_retries, log_number(j, "remote_retries", any, where, line));
+    set(o.remote_latency_p50_s, log_number(j, "remote_latency_p50_s", any, where, line));
     set(o.micro_batch, log_number(j, "micro_batch", any, where, line));
     set(o.grad_accum, log_number(j, "grad_accum", any, where, line));
     set(o.cores, log_number(j, "cores", any, where, line));
@@ -344,6 +350,27 @@ inline std::vector<finding> diagnose(const observations& o) {
                  "the trainer waited for data {:.1f}% of its time: raise the data workers{}, deepen the prefetch, or tokenize ahead "
                  "(feedline-pack) instead of on the fly",
                  100 * *o.stall_fraction, o.data_workers ? fmt::format(" (now {:g})", *o.data_workers) : std::string())});
+    // Starved by object storage: the waits are requests' latency, which more requests in flight hide.
+    if (o.stall_fraction && *o.stall_fraction >= data_bound_stall && o.remote_requests && *o.remote_requests > 0)
+        out.push_back(
+            {"remote-bound",
+             "action",
+             {{"stall_fraction", *o.stall_fraction},
+              {"remote_requests", *o.remote_requests},
+              {"remote_latency_p50_s", o.remote_latency_p50_s ? nlohmann::json(*o.remote_latency_p50_s) : nlohmann::json()}},
+             fmt::format(
+                 "the data comes from object storage{} and the trainer waited {:.1f}% of its time: keep more requests in flight "
+                 "(FEEDLINE_S3_MAX_REQUESTS per worker, more workers), or copy the data to local disk; feedline-doctor check "
+                 "--data URL measures how many a rate needs (docs/remote.md)",
+                 o.remote_latency_p50_s ? fmt::format(" at {:.0f} ms a request (p50)", *o.remote_latency_p50_s * 1e3) : std::string(),
+                 100 * *o.stall_fraction)});
+    if (o.remote_requests && o.remote_retries && *o.remote_requests > 0 && *o.remote_retries / *o.remote_requests >= remote_retried)
+        out.push_back({"remote-retries",
+                       "info",
+                       {{"remote_requests", *o.remote_requests}, {"remote_retries", *o.remote_retries}},
+                       fmt::format("{:.1f}% of the requests to object storage were retried (5xx, SlowDown, resets or stalls): the store "
+                                   "or the network pushes back; fewer requests in flight, or a store closer to the job",
+                                   100 * *o.remote_retries / *o.remote_requests)});
     if (busy && (!o.stall_fraction || *o.stall_fraction < gpu_ahead_stall))
         out.push_back(
             {"gpu-bound",

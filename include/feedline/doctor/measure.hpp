@@ -51,6 +51,13 @@ inline std::vector<std::string> files_of(const std::string& dataset) {
 
 namespace detail {
 
+// The smallest object's size: a request of a random object fits in every one.
+inline std::uint64_t src_size_limit(const std::vector<const feedline::byte_source*>& objects) {
+    std::uint64_t least = UINT64_MAX;
+    for (const auto* o : objects) least = std::min(least, o->size());
+    return least;
+}
+
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -83,7 +90,72 @@ inline void drop_cached_pages(const std::vector<std::unique_ptr<feedline::file>>
 
 }  // namespace detail
 
+// Remote data (s3://): what a request costs and what concurrency buys, on this data's objects. Request
+// latency (16 reads of one window, one at a time: p50 and the slowest), the bytes/s of one stream
+// and of 16 at once (8 MiB requests, up to the pass's bytes), and the windows one worker fetches per
+// second with its requests in flight (FEEDLINE_S3_MAX_REQUESTS). From the latency: the requests in
+// flight that 1 M tokens/s of windows needs (each worker keeps max_requests in flight).
+inline nlohmann::json measure_remote_reads(const measure_options& o, const std::vector<std::string>& locations) {
+    std::vector<std::unique_ptr<feedline::byte_source>> objects;
+    std::uint64_t total = 0;
+    for (const auto& l : locations) {
+        objects.push_back(feedline::open_byte_source(l));
+        total += objects.back()->size();
+    }
+    const std::uint64_t window = (o.seq_len + 1) * 2;  // a uint16 window; int32 data reads twice as much per token
+    std::vector<const feedline::byte_source*> usable;
+    for (const auto& obj : objects)
+        if (obj->size() >= window) usable.push_back(obj.get());
+    nlohmann::json out = {{"remote", true}, {"files", objects.size()}, {"dataset_bytes", total}, {"window_bytes", window}};
+    if (usable.empty()) return out;
+    std::uint64_t seed = 0x9E3779B97F4A7C15ull;
+    auto pick = [&](std::uint64_t length) {  // a random range of `length` bytes of a random object
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const feedline::byte_source* src = usable[(seed >> 33) % usable.size()];
+        const std::uint64_t room = src->size() >= length ? src->size() - length : 0;
+        return std::pair{src, room ? (seed >> 11) % (room + 1) : 0};
+    };
+    std::vector<std::byte> buffer(std::max<std::uint64_t>(window, 8u << 20) * 16);
+    std::vector<double> latencies;
+    for (int i = 0; i < 16; ++i) {
+        const auto [src, at] = pick(window);
+        const auto t0 = std::chrono::steady_clock::now();
+        src->read_at(buffer.data(), window, at);
+        latencies.push_back(detail::seconds_since(t0));
+    }
+    std::sort(latencies.begin(), latencies.end());
+    const double p50 = latencies[latencies.size() / 2];
+    out["latency_p50_s"] = p50;
+    out["latency_max_s"] = latencies.back();
+    const std::uint64_t cap = o.read_bytes ? o.read_bytes : std::uint64_t(256) << 20;
+    auto rate = [&](std::size_t in_flight, std::uint64_t request) {
+        std::vector<feedline::read_request> batch;
+        std::uint64_t done = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        do {
+            batch.clear();
+            for (std::size_t k = 0; k < in_flight; ++k) {
+                const auto [src, at] = pick(std::min(request, detail::src_size_limit(usable)));
+                const std::uint64_t n = std::min(request, src->size() - at);
+                batch.push_back({src, at, n, buffer.data() + k * request});
+                done += n;
+            }
+            feedline::detail::read_through_sources(batch);
+        } while (done < std::min(cap, total) && detail::seconds_since(t0) < o.seconds);
+        return static_cast<double>(done) / detail::seconds_since(t0);
+    };
+    out["one_stream_bytes_per_s"] = rate(1, 8u << 20);
+    out["sixteen_streams_bytes_per_s"] = rate(16, 8u << 20);
+    const double windows_bytes = rate(16, window);
+    out["windows_per_s_16_in_flight"] = windows_bytes / static_cast<double>(window);
+    out["in_flight_per_million_tokens_per_s"] = 1e6 / static_cast<double>(o.seq_len) * p50;
+    return out;
+}
+
 inline nlohmann::json measure_reads(const measure_options& o) {
+    if (const auto locations = files_of(o.data);
+        std::any_of(locations.begin(), locations.end(), [](const std::string& l) { return feedline::scheme_for(l).name != "file"; }))
+        return measure_remote_reads(o, locations);
     // Opened afresh for each backend: a file keeps its mapping once mmap read it, and mapped pages
     // cannot be dropped, so the next backend's cold pass would read the cache.
     auto open_all = [&] {
