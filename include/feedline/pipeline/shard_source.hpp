@@ -53,7 +53,10 @@ public:
     }
     std::string prepare(const source_context& c) override {
         auto probe = make_reader(reader_for(c));
-        return std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
+        std::string how = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
+        if (!data_->all_local())  // the backend reads the local shards; the rest go through their scheme
+            how += "; shards in remote storage: each batch's ranges requested at once through their storage scheme";
+        return how;
     }
     std::unique_ptr<source_worker> make_worker(const source_context& c, source_counters& counters) override {
         return std::make_unique<worker>(*this, c, counters);
