@@ -28,19 +28,28 @@ case "$action" in
 {"identities": [{"name": "feedline", "credentials": [{"accessKey": "feedline", "secretKey": "feedline-secret"}],
   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
 EOF
-    # Four free loopback ports: the kernel picks each (bind to port 0), then they are released for weed.
+    # Four free loopback ports P whose gRPC twins (P + 10000: weed's convention for the master, volume,
+    # filer and S3 servers) are free too: each pair bound at once to check it, then released for weed.
     read -r master volume filer s3 < <(python3 - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(4)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
+chosen, held = [], []
+while len(chosen) < 4:
+    a = socket.socket()
+    a.bind(("127.0.0.1", 0))
+    held.append(a)
+    port = a.getsockname()[1]
+    if port + 10000 > 65535:
+        continue
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", port + 10000))
+    except OSError:
+        continue
+    held.append(b)
+    chosen.append(port)
+print(*chosen)
 EOF
 )
-    # The filer's gRPC port is its port + 10000, the master's and volume's likewise: keep them below 65536.
-    for p in "$master" "$volume" "$filer"; do
-      if (( p + 10000 > 65535 )); then exec "$0" start "$dir"; fi
-    done
     setsid timeout --signal=TERM --kill-after=10 "${FEEDLINE_S3_SERVER_SECONDS:-3600}" \
       "$weed" server -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
       -master.port="$master" -volume.port="$volume" -filer.port="$filer" \

@@ -5,6 +5,8 @@
 // (credentials, endpoint, region, profiles) are read the way AWS's tools read them.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <feedline/pipeline.hpp>
 #include <feedline/remote/s3_settings.hpp>
 #if FEEDLINE_HAS_DOCTOR
@@ -18,6 +20,7 @@
 #include <map>
 
 #include "fault_proxy.hpp"
+#include "run_command.hpp"
 #include "s3_test_server.hpp"
 #include "test_support.hpp"
 
@@ -284,6 +287,7 @@ TEST_CASE("Remote.Errors.NameTheUrlAndTheServersCodeWithinSeconds") {
 }
 
 TEST_CASE("Remote.Replaced.AnObjectReplacedUnderARunningJobIsAnErrorNamingItNeverMixedData") {
+    const ft::scoped_env no_cache("FEEDLINE_S3_CACHE_BYTES", "0");  // every read goes to the store, pinned by If-Match
     ft::use_s3_server();
     ft::scratch_dir dir;
     write_and_upload(dir, "replaced/");
@@ -308,6 +312,7 @@ TEST_CASE("Remote.Replaced.AnObjectReplacedUnderARunningJobIsAnErrorNamingItNeve
 }
 
 TEST_CASE("Remote.Faults.RetriedFaultsLeaveTheBatchesIdenticalAndShowInStats") {
+    const ft::scoped_env no_cache("FEEDLINE_S3_CACHE_BYTES", "0");  // every batch's reads meet the faults
     ft::use_s3_server();
     ft::scratch_dir dir;
     write_and_upload(dir, "faults/");
@@ -321,8 +326,7 @@ TEST_CASE("Remote.Faults.RetriedFaultsLeaveTheBatchesIdenticalAndShowInStats") {
         if (n == 20) return f::stall;
         return f::none;
     });
-    ::setenv("FEEDLINE_S3_STALL_SECONDS", "1", 1);
-    ::setenv("FEEDLINE_S3_BACKOFF_SECONDS", "0.02", 1);
+    const ft::scoped_env stall("FEEDLINE_S3_STALL_SECONDS", "1"), backoff("FEEDLINE_S3_BACKOFF_SECONDS", "0.02");
     ft::use_s3_server(ft::s3_secret_key, proxy.endpoint());
     for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
         CAPTURE(static_cast<int>(mode));
@@ -351,18 +355,16 @@ TEST_CASE("Remote.Faults.RetriedFaultsLeaveTheBatchesIdenticalAndShowInStats") {
         CHECK(p.stats().to_json().find("\"remote_retries\": ") != std::string::npos);
     }
     CHECK(proxy.faults() > 5);
-    ::unsetenv("FEEDLINE_S3_STALL_SECONDS");
-    ::unsetenv("FEEDLINE_S3_BACKOFF_SECONDS");
 }
 
 TEST_CASE("Remote.Faults.ExhaustedRetriesAndStallsGiveTheNamedErrorWithinTheirBound") {
+    const ft::scoped_env no_cache("FEEDLINE_S3_CACHE_BYTES", "0");  // the read asks for exactly its range
     ft::use_s3_server();
     ft::scratch_dir dir;
     write_and_upload(dir, "exhausted/");
     ft::fault_proxy proxy(ft::s3_endpoint());
-    ::setenv("FEEDLINE_S3_ATTEMPTS", "4", 1);
-    ::setenv("FEEDLINE_S3_BACKOFF_SECONDS", "0.05", 1);
-    ::setenv("FEEDLINE_S3_STALL_SECONDS", "1", 1);
+    const ft::scoped_env attempts("FEEDLINE_S3_ATTEMPTS", "4"), backoff("FEEDLINE_S3_BACKOFF_SECONDS", "0.05"),
+        stall("FEEDLINE_S3_STALL_SECONDS", "1");
     ft::use_s3_server(ft::s3_secret_key, proxy.endpoint());
     const std::string url = ft::s3_url("exhausted/llmc/stream_train_0_000000.bin");
     const auto object = open_byte_source(url);  // opened while the server answers
@@ -392,9 +394,6 @@ TEST_CASE("Remote.Faults.ExhaustedRetriesAndStallsGiveTheNamedErrorWithinTheirBo
         // 4 attempts: 3 backoffs of at most 0.05, 0.1 and 0.2 s; for stalls, 4 silences of 1-2 s.
         CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(12));
     }
-    ::unsetenv("FEEDLINE_S3_ATTEMPTS");
-    ::unsetenv("FEEDLINE_S3_BACKOFF_SECONDS");
-    ::unsetenv("FEEDLINE_S3_STALL_SECONDS");
 }
 
 TEST_CASE("Remote.Cancel.AStoppedPipelineDoesNotWaitOutASlowBucket") {
@@ -435,3 +434,152 @@ TEST_CASE("Remote.Doctor.CheckMeasuresLatencyBandwidthAndTheConcurrencyNeeded") 
     CHECK(m["windows_per_s_16_in_flight"].get<double>() > 2 / p50);
 }
 #endif
+
+namespace {
+
+// The bytes of the cache's block files (finished and being written), by walking its directory.
+std::uint64_t cache_files_bytes(const std::string& dir) {
+    std::uint64_t total = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/blocks"))
+        if (e.is_regular_file() && e.path().filename().string().find(".blk") != std::string::npos) total += e.file_size();
+    return total;
+}
+
+// llm.c shards of `documents` arithmetic documents each, written locally and uploaded under `prefix`.
+void write_llmc(const ft::scratch_dir& dir, const std::string& name, int shards, std::uint32_t documents, const std::string& prefix) {
+    for (int k = 0; k < shards; ++k) {
+        const std::string stem = name + "_" + std::to_string(k);
+        llmc_writer l(dir / stem, token_dtype::uint16, 0);
+        for (std::uint32_t d = 0; d < documents; ++d) l.add_document(std::vector<std::uint32_t>(40 + d % 200, d * 3 + k + 1));
+        l.finish();
+        ft::s3_put_file(dir / (stem + "_000000.bin"), prefix + stem + "_000000.bin");
+    }
+}
+
+}  // namespace
+
+TEST_CASE("Remote.Cache.ASecondRunReadsEveryBlockFromTheCacheWithTheSameBatches") {
+    ft::scratch_dir dir;
+    const ft::scoped_env cache_dir("FEEDLINE_CACHE_DIR", dir / "cache"), budget("FEEDLINE_S3_CACHE_BYTES", "64M"),
+        block("FEEDLINE_S3_CACHE_BLOCK_BYTES", "16K");
+    ft::use_s3_server();
+    write_llmc(dir, "warm", 3, 300, "warm/");
+    ft::fault_proxy proxy(ft::s3_endpoint());  // counts the requests
+    ft::use_s3_server(ft::s3_secret_key, proxy.endpoint());
+    const pipeline_config c{
+        .batch_size = 4, .seq_len = 64, .seed = 5, .workers = 2, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 40};
+    const run_result here = run(dir / "warm_*.bin", c);
+    const run_result cold = run(ft::s3_url("warm/warm_*.bin"), c);
+    CHECK(cold.sum == here.sum);
+    CHECK(cold.state == here.state);
+    s3_catalog::instance().reset();  // a new run: listing and lookups again, the cache's files kept
+    const auto before = proxy.requests();
+    pipeline p(ft::s3_url("warm/warm_*.bin"), c);
+    run_result warm;
+    for (auto& b : p) {
+        for (std::int32_t t : b.host_inputs()) warm.sum += static_cast<std::uint64_t>(t) * (warm.batches + 1);
+        ++warm.batches;
+    }
+    CHECK(warm.sum == here.sum);
+    CHECK(proxy.requests() - before == 1);  // the listing: every header and window came from the cache
+    const pipeline_stats s = p.stats();
+    REQUIRE(s.remote_cache_hits.has_value());
+    CHECK(*s.remote_cache_hits > 0);
+    CHECK(*s.remote_cache_misses == 0);
+    block_cache check({.directory = dir / "cache/remote", .budget_bytes = 64 << 20, .block_bytes = 16 << 10});
+    const auto [files, bad] = check.verify_all();
+    CHECK(files > 0);
+    CHECK(bad == 0);
+    CHECK(check.used_bytes() == cache_files_bytes(dir / "cache/remote"));
+
+    // A block damaged on disk is a miss: fetched again, and the batches stay the same.
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "cache/remote/blocks"))
+        if (e.is_regular_file()) {
+            std::string bytes = ft::read_text(e.path().string());
+            bytes[bytes.size() / 3] ^= 0x40;
+            ft::write_text(e.path().string(), bytes);
+        }
+    s3_catalog::instance().reset();
+    const run_result repaired = run(ft::s3_url("warm/warm_*.bin"), c);
+    CHECK(repaired.sum == here.sum);
+}
+
+TEST_CASE("Remote.Cache.TheBudgetHoldsAndOnlyTheCachesOwnFilesAreDeleted") {
+    ft::scratch_dir dir;
+    const std::uint64_t budget = 320 << 10;
+    const ft::scoped_env cache_dir("FEEDLINE_CACHE_DIR", dir / "cache"), budget_env("FEEDLINE_S3_CACHE_BYTES", std::to_string(budget)),
+        block("FEEDLINE_S3_CACHE_BLOCK_BYTES", "16K");
+    ft::use_s3_server();
+    write_llmc(dir, "first", 2, 300, "budget/");   // ~2 x 70 KiB: fits
+    write_llmc(dir, "second", 2, 350, "budget/");  // ~2 x 80 KiB: fits, but not beside the first
+    write_llmc(dir, "large", 8, 350, "budget/");   // ~640 KiB: twice the cache
+    const std::string cache = dir / "cache/remote";
+    // What is not the cache's: a file of another name among its blocks, and a directory beside them.
+    std::filesystem::create_directories(cache + "/blocks/ab");
+    ft::write_text(cache + "/blocks/ab/notes.txt", "not feedline's");
+    ft::write_text(cache + "/blocks/ab/0123456789abcdef0123456789abcdef.1.blk.tmp-1-nothex", "not feedline's either");
+    const pipeline_config c{
+        .batch_size = 4, .seq_len = 64, .seed = 9, .workers = 2, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 60};
+    for (const std::string name : {"first", "second", "first", "large", "second"}) {
+        CAPTURE(name);
+        s3_catalog::instance().reset();
+        const auto before = detail::remote_counters::instance().snapshot();
+        CHECK(run(ft::s3_url("budget/" + name + "_*.bin"), c).sum == run(dir / (name + "_*.bin"), c).sum);
+        const auto d = detail::remote_counters::instance().snapshot().since(before);
+        const std::uint64_t on_disk = cache_files_bytes(cache);
+        CHECK(on_disk <= budget);
+        CHECK(on_disk > 0);
+        // Larger than the cache: streamed, not cached (but the headers of the shards opened while the
+        // data opened so far still fitted).
+        if (name == "large") CHECK(d.cache_hits + d.cache_misses <= 8);
+        CHECK(std::filesystem::exists(cache + "/blocks/ab/notes.txt"));
+        CHECK(std::filesystem::exists(cache + "/blocks/ab/0123456789abcdef0123456789abcdef.1.blk.tmp-1-nothex"));
+    }
+    block_cache check({.directory = cache, .budget_bytes = budget, .block_bytes = 16 << 10});
+    CHECK(check.verify_all().second == 0);
+    // A directory that is not the cache's is refused, never written into.
+    std::filesystem::create_directories(dir / "elsewhere");
+    ft::write_text(dir / "elsewhere/FEEDLINE-REMOTE-CACHE", "something else\n");
+    CHECK_THROWS_AS(block_cache({.directory = dir / "elsewhere", .budget_bytes = budget}), io_error);
+}
+
+TEST_CASE("Remote.Cache.TwoProcessesSharingOneCacheGetIdenticalBatchesAndAConsistentCache") {
+    ft::scratch_dir dir;
+    const std::string bin = FEEDLINE_BIN_DIR;
+    if (!std::filesystem::exists(bin + "/feedline-iterate")) ft::skip("feedline-iterate is not built");
+    const ft::scoped_env cache_dir("FEEDLINE_CACHE_DIR", dir / "cache"), budget("FEEDLINE_S3_CACHE_BYTES", "256K"),
+        block("FEEDLINE_S3_CACHE_BLOCK_BYTES", "8K");
+    const std::string endpoint = ft::use_s3_server();
+    write_llmc(dir, "shared", 3, 250, "shared/");
+    const std::string args = " --batch-size 8 --seq-len 64 --seed 3 --workers 2 --device cpu --batches 50 ";
+    // Two processes at once, on one cache directory that holds their data with little room to spare.
+    const std::string url = "'" + ft::s3_url("shared/shared_*.bin") + "'";  // quoted: the shell must not expand the glob
+    const std::string cmd = "(" + bin + "/feedline-iterate " + url + args + " > " + (dir / "a.json") + " 2>" + (dir / "a.err") + " & " +
+                            bin + "/feedline-iterate " + url + args + " > " + (dir / "b.json") + " 2>" + (dir / "b.err") + " & wait)";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const auto last_line = [](const std::string& text) {
+        const auto lines = text.substr(0, text.find_last_not_of('\n') + 1);
+        return nlohmann::json::parse(lines.substr(lines.rfind('\n') + 1));
+    };
+    INFO(ft::read_text(dir / "a.err"), ft::read_text(dir / "b.err"));
+    const auto a = last_line(ft::read_text(dir / "a.json")), b = last_line(ft::read_text(dir / "b.json"));
+    const auto local = last_line(ft::run(bin + "/feedline-iterate '" + (dir / "shared_*.bin") + "'" + args, dir).out);
+    CHECK(a["token_sum"] == local["token_sum"]);
+    CHECK(b["token_sum"] == local["token_sum"]);
+    CHECK(a["state"] == local["state"]);
+    block_cache check({.directory = dir / "cache/remote", .budget_bytes = 256 << 10, .block_bytes = 8 << 10});
+    const auto [files, bad] = check.verify_all();
+    CHECK(files > 0);
+    CHECK(bad == 0);
+    CHECK(cache_files_bytes(dir / "cache/remote") <= (256u << 10));
+    (void)endpoint;
+}
+
+TEST_CASE("Remote.Cache.BlockChecksumsAreCrc32cOnEveryPath") {
+    const std::string check = "123456789";
+    const auto bytes = std::as_bytes(std::span(check.data(), check.size()));
+    CHECK(detail::crc32c_portable(bytes) == 0xE3069283u);
+    CHECK(detail::crc32c_of(bytes) == 0xE3069283u);
+    const auto data = ft::patterned_bytes(1'000'003, 17);  // odd length: the tail after the 8-byte steps
+    CHECK(detail::crc32c_of(data) == detail::crc32c_portable(data));
+}

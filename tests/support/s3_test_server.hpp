@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +25,27 @@ namespace feedline::test {
 
 inline constexpr const char* s3_access_key = "feedline";
 inline constexpr const char* s3_secret_key = "feedline-secret";
+
+// Sets an environment variable while it lives (and restores what was there).
+class scoped_env {
+public:
+    scoped_env(const char* name, const std::string& value) : name_(name) {
+        if (const char* old = std::getenv(name)) old_ = old;
+        ::setenv(name, value.c_str(), 1);
+    }
+    ~scoped_env() {
+        if (old_)
+            ::setenv(name_, old_->c_str(), 1);
+        else
+            ::unsetenv(name_);
+    }
+    scoped_env(const scoped_env&) = delete;
+    scoped_env& operator=(const scoped_env&) = delete;
+
+private:
+    const char* name_;
+    std::optional<std::string> old_;
+};
 
 // The endpoint of the run's server (http://127.0.0.1:PORT); skips the test when there is none.
 inline std::string s3_endpoint() {

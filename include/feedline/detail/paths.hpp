@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -41,6 +42,17 @@ inline bool ends_with(const std::string& s, std::string_view suffix) {
 
 inline std::string strip_suffix(const std::string& s, std::string_view suffix) {
     return ends_with(s, suffix) ? s.substr(0, s.size() - suffix.size()) : s;
+}
+
+// The directory for feedline's caches: `configured`, else $FEEDLINE_CACHE_DIR, else
+// $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; empty for "none" or when none can be named.
+inline std::string cache_directory(const std::string& configured) {
+    if (configured == "none") return {};
+    if (!configured.empty()) return configured;
+    if (const char* d = std::getenv("FEEDLINE_CACHE_DIR"); d && *d) return d;
+    if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/feedline";
+    if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/feedline";
+    return {};
 }
 
 inline std::vector<std::string> glob_paths(const std::string& pattern) {

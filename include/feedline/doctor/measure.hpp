@@ -96,6 +96,10 @@ inline void drop_cached_pages(const std::vector<std::unique_ptr<feedline::file>>
 // second with its requests in flight (FEEDLINE_S3_MAX_REQUESTS). From the latency: the requests in
 // flight that 1 M tokens/s of windows needs (each worker keeps max_requests in flight).
 inline nlohmann::json measure_remote_reads(const measure_options& o, const std::vector<std::string>& locations) {
+    struct bypass {  // the store is measured, not the local cache
+        bypass() { feedline::detail::remote_cache_bypass = true; }
+        ~bypass() { feedline::detail::remote_cache_bypass = false; }
+    } const measuring_the_store;
     std::vector<std::unique_ptr<feedline::byte_source>> objects;
     std::uint64_t total = 0;
     for (const auto& l : locations) {

@@ -54,6 +54,7 @@ struct pipeline_stats {
     // retried, requests that failed for good, and the latency of answered requests (p50, p99: the
     // upper edges of power-of-two buckets). Absent without remote data.
     std::optional<std::uint64_t> remote_requests, remote_bytes, remote_retries, remote_failures;
+    std::optional<std::uint64_t> remote_cache_hits, remote_cache_misses;  // blocks read from the local cache, and fetched into it
     std::optional<double> remote_latency_p50_s, remote_latency_p99_s;
 
     std::string to_json() const {
@@ -112,6 +113,8 @@ struct pipeline_stats {
         put("remote_bytes", remote_bytes);
         put("remote_retries", remote_retries);
         put("remote_failures", remote_failures);
+        put("remote_cache_hits", remote_cache_hits);
+        put("remote_cache_misses", remote_cache_misses);
         put("remote_latency_p50_s", remote_latency_p50_s);
         put("remote_latency_p99_s", remote_latency_p99_s);
         if (!gpu_telemetry.empty()) telemetry += ", \"gpu_telemetry\": \"" + esc(gpu_telemetry) + "\"";
@@ -165,11 +168,13 @@ private:
 // Fills the remote-read fields of `s` with what happened since `start` (nothing when nothing did).
 inline void fill_remote_reads(pipeline_stats& s, const remote_reads& start) {
     const remote_reads d = remote_counters::instance().snapshot().since(start);
-    if (d.requests == 0 && d.failures == 0) return;
+    if (d.requests == 0 && d.failures == 0 && d.cache_hits == 0) return;
     s.remote_requests = d.requests;
     s.remote_bytes = d.bytes;
     s.remote_retries = d.retries;
     s.remote_failures = d.failures;
+    s.remote_cache_hits = d.cache_hits;
+    s.remote_cache_misses = d.cache_misses;
     s.remote_latency_p50_s = d.latency_quantile(0.5);
     s.remote_latency_p99_s = d.latency_quantile(0.99);
 }

@@ -28,6 +28,11 @@
 #include <feedline/storage/storage_scheme.hpp>
 
 #if FEEDLINE_HAS_REMOTE
+#include <sys/statvfs.h>
+
+#include <set>
+
+#include <feedline/remote/block_cache.hpp>
 #include <feedline/remote/s3_client.hpp>
 #include <feedline/remote/s3_settings.hpp>
 #endif
@@ -85,13 +90,39 @@ public:
         return result;
     }
 
-    // Forgets the listings, lookups and client: the next use reads the environment again (rotated
-    // credentials; tests that change it).
+    // Forgets the listings, lookups, client and cache: the next use reads the environment again
+    // (rotated credentials; tests that change it).
     void reset() {
         std::lock_guard lock(mutex_);
         client_.reset();
         listings_.clear();
         objects_.clear();
+        cache_.reset();
+        cache_tried_ = false;
+        opened_.clear();
+        opened_bytes_ = 0;
+    }
+
+    // Notes an object opened for reading (its bytes count towards what the cache must hold).
+    void opened(const std::string& url, std::uint64_t size) {
+        std::lock_guard lock(mutex_);
+        if (opened_.insert(url).second) opened_bytes_ += size;
+    }
+
+    // The block cache reads go through, or nullptr: none configured (FEEDLINE_S3_CACHE_BYTES=0,
+    // FEEDLINE_CACHE_DIR=none), its directory unusable (why: cache_state()), or more data opened than
+    // it holds. A dataset larger than the cache is read range by range: in a shuffled epoch its blocks
+    // would be evicted before they were read again, and fetching whole blocks would multiply the bytes.
+    block_cache* cache_for_reads() {
+        std::lock_guard lock(mutex_);
+        if (!cache_tried_) make_cache();
+        return cache_ && opened_bytes_ <= cache_->budget_bytes() ? cache_.get() : nullptr;
+    }
+    // One line: where the cache is and its budget, or why there is none.
+    std::string cache_state() {
+        std::lock_guard lock(mutex_);
+        if (!cache_tried_) make_cache();
+        return cache_state_;
     }
 
     // How many listings this process made (one per distinct prefix), for tests and stats.
@@ -110,8 +141,45 @@ private:
             return !one_level || w.key.find('/', prefix.size()) == std::string::npos;
         }
     };
+    // With mutex_ held.
+    void make_cache() {
+        cache_tried_ = true;
+        const s3_settings s = client_ ? client_->settings() : s3_settings_from_environment();
+        if (s.cache_directory.empty()) {
+            cache_state_ = "no cache: FEEDLINE_CACHE_DIR is none, or no home directory";
+            return;
+        }
+        std::uint64_t budget = 0;
+        if (s.cache_bytes) {
+            budget = *s.cache_bytes;
+        } else {  // a tenth of the free space where it lives, at most 32 GiB
+            std::error_code ec;
+            std::filesystem::create_directories(s.cache_directory, ec);
+            struct statvfs v {};
+            if (::statvfs(s.cache_directory.c_str(), &v) == 0)
+                budget = std::min<std::uint64_t>(std::uint64_t(32) << 30, std::uint64_t(v.f_bavail) * v.f_frsize / 10);
+        }
+        if (budget == 0) {
+            cache_state_ = "no cache: FEEDLINE_S3_CACHE_BYTES is 0 (or no free space at " + s.cache_directory + ")";
+            return;
+        }
+        try {
+            cache_ = std::make_unique<block_cache>(
+                block_cache::options{.directory = s.cache_directory, .budget_bytes = budget, .block_bytes = s.cache_block_bytes});
+            cache_state_ = s.cache_directory + ": " + std::to_string(budget >> 20) + " MiB in blocks of " +
+                           std::to_string(s.cache_block_bytes >> 10) + " KiB";
+        } catch (const error& e) {
+            cache_state_ = std::string("no cache: ") + e.what();
+        }
+    }
+
     mutable std::mutex mutex_;
     std::shared_ptr<const s3_client> client_;
+    std::unique_ptr<block_cache> cache_;
+    bool cache_tried_ = false;
+    std::string cache_state_;
+    std::set<std::string> opened_;
+    std::uint64_t opened_bytes_ = 0;
     std::vector<listing> listings_;
     std::map<std::string, std::optional<s3_object_info>> objects_;
 };
@@ -119,8 +187,17 @@ private:
 // One object, as it was when opened: its size and ETag are fixed, and every read asks for that ETag.
 class s3_object final : public byte_source {
 public:
-    s3_object(s3_location where, s3_object_info info, const s3_client& client)
-            : where_(std::move(where)), url_(where_.url()), info_(std::move(info)), client_(&client) {}
+    s3_object(s3_location where, s3_object_info info, const s3_client& client, s3_catalog& catalog)
+            : where_(std::move(where)),
+              url_(where_.url()),
+              info_(std::move(info)),
+              client_(&client),
+              catalog_(&catalog),
+              // Its blocks in the cache: named by everything that tells its bytes apart.
+              cache_id_(detail::identity_hash(client.settings().endpoint + "\n" + where_.bucket + "\n" + where_.key + "\n" + info_.etag +
+                                              "\n" + std::to_string(client.settings().cache_block_bytes))) {
+        catalog.opened(url_, info_.size);
+    }
 
     const std::string& name() const noexcept override { return url_; }
     std::uint64_t size() const noexcept override { return info_.size; }
@@ -135,10 +212,97 @@ public:
     // Objects of one client read a batch together.
     const void* batch_key() const noexcept override { return client_; }
 
-    // Every request at once: ranges of one object within `gap` bytes of each other are fetched as one
-    // (the bytes between are read and dropped: cheaper than a request), long ranges are split into
-    // parts fetched in parallel, and all of them are in flight together (max_requests at a time).
+    // Every request at once, through the local block cache when the data fits in it (blocks found
+    // there are copied from their mappings; the missing ones are fetched whole, kept, and copied
+    // from), else straight from the store.
     void read_batch(std::span<const read_request> requests) const override {
+        check_ranges(requests);
+        if (block_cache* cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads())
+            read_through_cache(*cache, requests);
+        else
+            fetch(requests);
+    }
+
+private:
+    static void check_ranges(std::span<const read_request> requests) {
+        for (const read_request& r : requests) {
+            const auto* o = static_cast<const s3_object*>(r.source);
+            if (r.offset > o->size() || r.length > o->size() - r.offset)
+                throw format_error(o->name(), r.offset,
+                                   "read of " + std::to_string(r.length) + " bytes goes past the end of the object (size " +
+                                       std::to_string(o->size()) + ")");
+        }
+    }
+
+    void read_through_cache(block_cache& cache, std::span<const read_request> requests) const {
+        const std::uint64_t block = cache.block_bytes();
+        // The blocks this batch needs (a few dozen: found by a linear search), from the cache or to fetch.
+        struct needed {
+            const s3_object* object;
+            std::uint64_t index;
+            cached_block bytes;
+            bool missing;
+        };
+        thread_local std::vector<needed> have;  // reused: no allocation per batch once warm
+        have.clear();
+        const auto find = [&](const s3_object* o, std::uint64_t b) -> needed* {
+            for (auto& n : have)
+                if (n.object == o && n.index == b) return &n;
+            return nullptr;
+        };
+        std::size_t missing = 0;
+        for (const read_request& r : requests) {
+            if (r.length == 0) continue;
+            const auto* o = static_cast<const s3_object*>(r.source);
+            for (std::uint64_t b = r.offset / block; b <= (r.offset + r.length - 1) / block; ++b) {
+                if (find(o, b) != nullptr) continue;
+                const std::uint64_t length = std::min(block, o->size() - b * block);
+                if (auto hit = cache.find(o->cache_id_, b, length)) {
+                    have.push_back({o, b, std::move(*hit), false});
+                } else {
+                    have.push_back({o, b, {}, true});
+                    ++missing;
+                }
+            }
+        }
+        if (missing > 0) {
+            // The missing blocks, fetched together (adjacent ones as one range), each into its own buffer.
+            std::vector<read_request> fetches;
+            for (auto& n : have) {
+                if (!n.missing) continue;
+                const std::uint64_t length = std::min(block, n.object->size() - n.index * block);
+                auto buffer = std::shared_ptr<std::byte[]>(new std::byte[length]);
+                fetches.push_back({n.object, n.index * block, length, buffer.get()});
+                n.bytes = {std::span<const std::byte>(buffer.get(), length), std::shared_ptr<const void>(buffer, buffer.get())};
+            }
+            fetch(fetches);
+            for (const auto& n : have)
+                if (n.missing) (void)cache.insert(n.object->cache_id_, n.index, n.bytes.bytes);
+        }
+        detail::remote_counters::instance().cached(have.size() - missing, missing);
+        // Each request from its blocks, under one recovery point: a mapped block whose file was cut
+        // short by hand (SIGBUS) makes the batch's requests read again from the store.
+        const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
+            for (const read_request& r : requests) {
+                const auto* o = static_cast<const s3_object*>(r.source);
+                for (std::uint64_t at = r.offset; at < r.offset + r.length;) {
+                    const std::uint64_t b = at / block, within = at - b * block;
+                    const std::uint64_t n = std::min(r.offset + r.length - at, block - within);
+                    const std::byte* src = find(o, b)->bytes.bytes.data() + within;
+                    guard.covering(src, n);
+                    detail::copy_from_mapping(r.dest + (at - r.offset), src, n);
+                    at += n;
+                }
+            }
+        });
+        if (!whole) fetch(requests);
+        have.clear();  // the mappings are the cache's to keep, not this thread's
+    }
+
+    // Straight from the store: ranges of one object within `gap` bytes of each other are fetched as
+    // one (the bytes between are read and dropped: cheaper than a request), long ranges are split into
+    // parts fetched in parallel, and all of them are in flight together (max_requests at a time).
+    void fetch(std::span<const read_request> requests) const {
         constexpr std::uint64_t gap = 256 << 10, part = 8 << 20;
         struct piece {
             const s3_object* object;
@@ -148,12 +312,7 @@ public:
         std::vector<piece> pieces;
         for (std::size_t i = 0; i < requests.size(); ++i) {
             const read_request& r = requests[i];
-            const auto* o = static_cast<const s3_object*>(r.source);
-            if (r.offset > o->size() || r.length > o->size() - r.offset)
-                throw format_error(o->name(), r.offset,
-                                   "read of " + std::to_string(r.length) + " bytes goes past the end of the object (size " +
-                                       std::to_string(o->size()) + ")");
-            if (r.length > 0) pieces.push_back({o, r.offset, r.length, i});
+            if (r.length > 0) pieces.push_back({static_cast<const s3_object*>(r.source), r.offset, r.length, i});
         }
         std::sort(pieces.begin(), pieces.end(),
                   [](const piece& a, const piece& b) { return a.object != b.object ? a.object < b.object : a.offset < b.offset; });
@@ -200,11 +359,12 @@ public:
         }
     }
 
-private:
     s3_location where_;
     std::string url_;
     s3_object_info info_;
     const s3_client* client_;
+    s3_catalog* catalog_;
+    std::string cache_id_;
 };
 
 namespace detail {
@@ -230,7 +390,7 @@ inline const bool s3_scheme_registered = storage_registry::add(
          auto& catalog = s3_catalog::instance();
          const auto info = catalog.find(where);
          if (!info) throw io_error(url, ENOENT, "no such object");
-         return std::make_unique<s3_object>(where, *info, catalog.client());
+         return std::make_unique<s3_object>(where, *info, catalog.client(), catalog);
      },
      .exists =
          [](const std::string& url) {

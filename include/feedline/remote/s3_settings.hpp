@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
@@ -34,6 +35,11 @@ struct s3_settings {
     std::string credentials_source;  // where the keys came from, for errors and `feedline-inspect`
     // Ranged GETs one worker keeps in flight (each worker reads its batch's windows at once).
     unsigned max_requests = 32;
+    // The local block cache (remote/block_cache.hpp): its directory ("" = none), its budget (nullopt:
+    // a tenth of the free space where it lives, at most 32 GiB; 0: no cache) and its block size.
+    std::string cache_directory;
+    std::optional<std::uint64_t> cache_bytes;
+    std::uint64_t cache_block_bytes = 1 << 20;
     // How hard a request is tried. Each attempt that fails in a way that may pass (a 5xx, 429 or SlowDown,
     // a timeout, a reset connection, a body cut short) is retried after a capped exponential backoff with
     // full jitter, until `attempts` were made or `retry_seconds` passed; then the error names the URL, the
@@ -91,6 +97,32 @@ inline std::map<std::string, std::string> aws_profile_section(const std::string&
         out[std::string(trim(line.substr(0, eq)))] = std::string(trim(line.substr(eq + 1)));
     }
     return out;
+}
+
+// A FEEDLINE_S3_* byte count (digits, optionally with a K/M/G/T binary suffix), or nullopt when unset.
+// Throws config_error naming the variable otherwise.
+inline std::optional<std::uint64_t> byte_setting(const std::function<std::optional<std::string>(const char*)>& env, const char* name) {
+    const auto v = env(name);
+    if (!v || v->empty()) return std::nullopt;
+    std::uint64_t n = 0;
+    std::size_t i = 0;
+    for (; i < v->size() && (*v)[i] >= '0' && (*v)[i] <= '9'; ++i) {
+        if (n > (UINT64_MAX - 9) / 10) throw config_error(name, "'" + *v + "' is too large");
+        n = n * 10 + static_cast<std::uint64_t>((*v)[i] - '0');
+    }
+    const std::string suffix = v->substr(i);
+    const std::string units = "KMGT";
+    unsigned shift = 0;
+    if (!suffix.empty()) {
+        const std::size_t u = units.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
+        if (i == 0 || u == std::string::npos || (suffix.size() > 1 && suffix.substr(1) != "iB" && suffix.substr(1) != "B"))
+            throw config_error(name, "'" + *v + "' (expected bytes: a whole number, optionally with K, M, G or T)");
+        shift = 10 * static_cast<unsigned>(u + 1);
+    } else if (i == 0) {
+        throw config_error(name, "'" + *v + "' (expected bytes: a whole number, optionally with K, M, G or T)");
+    }
+    if (shift && n > (UINT64_MAX >> shift)) throw config_error(name, "'" + *v + "' is too large");
+    return n << shift;
 }
 
 inline bool truthy(std::string_view v) { return v == "1" || v == "true" || v == "TRUE" || v == "True" || v == "yes" || v == "on"; }
@@ -188,6 +220,13 @@ inline s3_settings s3_settings_from(const std::function<std::optional<std::strin
     s.retry.max_backoff_seconds = std::max(s.retry.first_backoff_seconds, s.retry.max_backoff_seconds);
     s.retry.connect_timeout_seconds = detail::positive_setting(env, "FEEDLINE_S3_CONNECT_TIMEOUT_SECONDS", s.retry.connect_timeout_seconds);
     s.retry.stall_seconds = detail::positive_setting(env, "FEEDLINE_S3_STALL_SECONDS", s.retry.stall_seconds);
+
+    // The cache lives beside the token-count cache (FEEDLINE_CACHE_DIR, XDG_CACHE_HOME, ~/.cache; "none":
+    // no cache), in the process's environment.
+    const std::string root = detail::cache_directory("");
+    s.cache_directory = root.empty() ? "" : root + "/remote";
+    s.cache_bytes = detail::byte_setting(env, "FEEDLINE_S3_CACHE_BYTES");
+    if (const auto b = detail::byte_setting(env, "FEEDLINE_S3_CACHE_BLOCK_BYTES")) s.cache_block_bytes = *b;
     return s;
 }
 

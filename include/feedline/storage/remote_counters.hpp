@@ -20,6 +20,7 @@ namespace feedline {
 // microseconds (bucket i: [2^i, 2^(i+1)) us).
 struct remote_reads {
     std::uint64_t requests = 0, bytes = 0, retries = 0, failures = 0;
+    std::uint64_t cache_hits = 0, cache_misses = 0;  // blocks found in the local cache, and fetched for it
     std::array<std::uint64_t, 32> latency_buckets{};
 
     // The latency under which `fraction` of the requests finished (the upper edge of the bucket that
@@ -43,6 +44,8 @@ struct remote_reads {
         d.bytes = bytes - before.bytes;
         d.retries = retries - before.retries;
         d.failures = failures - before.failures;
+        d.cache_hits = cache_hits - before.cache_hits;
+        d.cache_misses = cache_misses - before.cache_misses;
         for (std::size_t i = 0; i < latency_buckets.size(); ++i) d.latency_buckets[i] = latency_buckets[i] - before.latency_buckets[i];
         return d;
     }
@@ -65,16 +68,29 @@ public:
     }
     void retried() noexcept { add(retries, 1); }
     void failed() noexcept { add(failures, 1); }
+    void cached(std::uint64_t hits, std::uint64_t misses) noexcept {
+        add(cache_hit_blocks, hits);
+        add(cache_miss_blocks, misses);
+    }
     remote_reads snapshot() const noexcept {
         std::array<std::uint64_t, count> v{};
         for (std::size_t i = 0; i < count; ++i) v[i] = counts_[i].load(std::memory_order_relaxed);
-        remote_reads r{v[requests], v[body_bytes], v[retries], v[failures], {}};
+        remote_reads r{v[requests], v[body_bytes], v[retries], v[failures], v[cache_hit_blocks], v[cache_miss_blocks], {}};
         std::copy(v.begin() + first_latency_bucket, v.end(), r.latency_buckets.begin());
         return r;
     }
 
 private:
-    enum : std::size_t { requests, body_bytes, retries, failures, first_latency_bucket, count = first_latency_bucket + 32 };
+    enum : std::size_t {
+        requests,
+        body_bytes,
+        retries,
+        failures,
+        cache_hit_blocks,
+        cache_miss_blocks,
+        first_latency_bucket,
+        count = first_latency_bucket + 32
+    };
     void add(std::size_t which, std::uint64_t n) noexcept { counts_[which].fetch_add(n, std::memory_order_relaxed); }
     std::array<std::atomic<std::uint64_t>, count> counts_{};
 };
@@ -83,6 +99,10 @@ private:
 // pipeline's workers set it to "the pipeline stopped", so stop() and a destructor are not held up by
 // a slow bucket. Checked between waits of at most 100 ms; unset: never.
 inline thread_local std::function<bool()> io_cancel;
+
+// Whether this thread's remote reads bypass the local cache (feedline-doctor check measures the store,
+// not the disk).
+inline thread_local bool remote_cache_bypass = false;
 
 // Sets io_cancel for this thread while it lives.
 class scoped_io_cancel {

@@ -28,17 +28,6 @@
 
 namespace feedline::detail {
 
-// The directory for feedline's caches: `configured`, else $FEEDLINE_CACHE_DIR, else
-// $XDG_CACHE_HOME/feedline, else ~/.cache/feedline; empty for "none" or when none can be named.
-inline std::string cache_directory(const std::string& configured) {
-    if (configured == "none") return {};
-    if (!configured.empty()) return configured;
-    if (const char* d = std::getenv("FEEDLINE_CACHE_DIR"); d && *d) return d;
-    if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/feedline";
-    if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/feedline";
-    return {};
-}
-
 // A corpus's token counts and where they came from (read from a cache file, or computed, and cached or
 // why not).
 struct text_token_counts {
