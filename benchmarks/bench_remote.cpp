@@ -83,7 +83,7 @@ struct naive_getter {
 int main(int argc, char** argv) try {
     CLI::App app{"bench_remote: s3:// windows vs local files vs one GET per window"};
     unsigned latency_ms = 20, shards = 8, shard_mib = 8, workers = 2, rounds = 3;
-    std::uint64_t batch = 32, seq = 1024, batches = 60, naive_windows = 150;
+    std::uint64_t batch = 32, seq = 1024, batches = 60, warm_batches = 3000, naive_windows = 150;
     std::string scratch = std::filesystem::temp_directory_path().string();
     app.add_option("--latency-ms", latency_ms, "added to every request by the proxy")->capture_default_str();
     app.add_option("--shards", shards, "llm.c shards")->capture_default_str();
@@ -91,7 +91,9 @@ int main(int argc, char** argv) try {
     app.add_option("--workers", workers, "pipeline workers")->capture_default_str();
     app.add_option("--batch", batch, "windows per batch")->capture_default_str();
     app.add_option("--seq-len", seq, "tokens per window")->capture_default_str();
-    app.add_option("--batches", batches, "batches per pipeline round")->capture_default_str();
+    app.add_option("--batches", batches, "batches per round from the store (s3, cache off)")->capture_default_str();
+    app.add_option("--warm-batches", warm_batches, "batches per round from local memory (local, s3_warm): long enough to be the rate")
+        ->capture_default_str();
     app.add_option("--naive-windows", naive_windows, "windows per naive round")->capture_default_str();
     app.add_option("--rounds", rounds, "interleaved rounds")->capture_default_str();
     app.add_option("--scratch", scratch, "where the shards and the server's data go")->capture_default_str();
@@ -129,6 +131,8 @@ int main(int argc, char** argv) try {
                                  .rank = 0,
                                  .world_size = 1,
                                  .max_steps = batches};
+    pipeline_config warm_config = config;
+    warm_config.max_steps = warm_batches;
     const double tokens_per_batch = static_cast<double>(batch * seq);
     auto stream = [&](pipeline& p) {
         const auto t0 = clock_type::now();
@@ -143,7 +147,7 @@ int main(int argc, char** argv) try {
     std::vector<double> first_batch, listings;
     interleaved cases;
     cases.add("local (tokens/s)", [&] {
-        pipeline p(root + "/shards_*.bin", config);
+        pipeline p(root + "/shards_*.bin", warm_config);
         if (!p.next()) throw std::runtime_error("no local batch");  // start-up is not the rate, as for s3 below
         return stream(p);
     });
@@ -160,7 +164,7 @@ int main(int argc, char** argv) try {
     }
     cases.add("s3_warm (tokens/s)", [&] {
         use_cache(true);
-        pipeline p(ft::s3_url("bench/shards_*.bin"), config);
+        pipeline p(ft::s3_url("bench/shards_*.bin"), warm_config);
         if (!p.next()) throw std::runtime_error("no batch from s3");
         return stream(p);
     });

@@ -254,11 +254,8 @@ public:
 
     static constexpr std::string_view marker_name = "FEEDLINE-REMOTE-CACHE";
 
-private:
-    static constexpr std::string_view marker_text = "feedline remote block cache, format 1: blocks/<2>/<object>.<index>.blk\n";
-    static constexpr std::size_t max_mapped = 8192;  // blocks mapped at once (vm.max_map_count is 65530)
-
-    // A block by its object's 128-bit identity (two halves of the hash) and its index.
+    // A block by its object's 128-bit identity (two halves of the hash) and its index: a name for
+    // immutable bytes, so a table of blocks keyed by it is never stale.
     struct block_key {
         std::uint64_t high = 0, low = 0, index = 0;
         friend bool operator==(const block_key&, const block_key&) = default;
@@ -277,6 +274,11 @@ private:
         };
         return {half(0), half(16), index};
     }
+
+private:
+    static constexpr std::string_view marker_text = "feedline remote block cache, format 1: blocks/<2>/<object>.<index>.blk\n";
+    static constexpr std::size_t max_mapped = 8192;  // blocks mapped at once (vm.max_map_count is 65530)
+
     struct mapped_entry {
         cached_block block;
         std::list<block_key>::iterator position;
@@ -335,9 +337,12 @@ private:
         return static_cast<pid_t>(std::stol(rest.substr(0, dash)));
     }
 
-    std::uint64_t read_ledger() const {
+    // With the ledger locked: what it says, or, when it says nothing (new, or damaged by hand), what
+    // the directory holds (a scan that deletes nothing but dead writers' files).
+    std::uint64_t read_ledger() {
         std::uint64_t v = 0;
-        return ::pread(ledger_fd_, &v, sizeof v, 0) == sizeof v ? v : 0;
+        if (::pread(ledger_fd_, &v, sizeof v, 0) == sizeof v) return v;
+        return evict(UINT64_MAX);
     }
     void write_ledger(std::uint64_t v) const { (void)!::pwrite(ledger_fd_, &v, sizeof v, 0); }
     void release(std::uint64_t size) {

@@ -31,6 +31,7 @@
 #include <sys/statvfs.h>
 
 #include <set>
+#include <unordered_map>
 
 #include <feedline/remote/block_cache.hpp>
 #include <feedline/remote/s3_client.hpp>
@@ -236,15 +237,21 @@ private:
 
     void read_through_cache(block_cache& cache, std::span<const read_request> requests) const {
         const std::uint64_t block = cache.block_bytes();
-        // The blocks this batch needs (a few dozen: found by a linear search), from the cache or to fetch.
+        // The blocks this batch needs (a few dozen: found by a linear search), from this thread's table
+        // of blocks it has read (no lock, no reference count touched per window: blocks are immutable,
+        // named by content), else the cache, else to fetch.
         struct needed {
             const s3_object* object;
             std::uint64_t index;
-            cached_block bytes;
+            const cached_block* bytes;
             bool missing;
         };
+        using table = std::unordered_map<block_cache::block_key, cached_block, block_cache::block_key_hash>;
+        thread_local table mine;
+        if (mine.size() > 8192) mine.clear();   // between batches only: `have` points into it
         thread_local std::vector<needed> have;  // reused: no allocation per batch once warm
         have.clear();
+        std::vector<cached_block> fetched;  // the missing blocks' buffers, for this batch
         const auto find = [&](const s3_object* o, std::uint64_t b) -> needed* {
             for (auto& n : have)
                 if (n.object == o && n.index == b) return &n;
@@ -256,11 +263,16 @@ private:
             const auto* o = static_cast<const s3_object*>(r.source);
             for (std::uint64_t b = r.offset / block; b <= (r.offset + r.length - 1) / block; ++b) {
                 if (find(o, b) != nullptr) continue;
+                const block_cache::block_key k = block_cache::key_of(o->cache_id_, b);
+                if (auto it = mine.find(k); it != mine.end()) {
+                    have.push_back({o, b, &it->second, false});
+                    continue;
+                }
                 const std::uint64_t length = std::min(block, o->size() - b * block);
                 if (auto hit = cache.find(o->cache_id_, b, length)) {
-                    have.push_back({o, b, std::move(*hit), false});
+                    have.push_back({o, b, &mine.emplace(k, std::move(*hit)).first->second, false});
                 } else {
-                    have.push_back({o, b, {}, true});
+                    have.push_back({o, b, nullptr, true});
                     ++missing;
                 }
             }
@@ -268,16 +280,18 @@ private:
         if (missing > 0) {
             // The missing blocks, fetched together (adjacent ones as one range), each into its own buffer.
             std::vector<read_request> fetches;
+            fetched.reserve(missing);
             for (auto& n : have) {
                 if (!n.missing) continue;
                 const std::uint64_t length = std::min(block, n.object->size() - n.index * block);
                 auto buffer = std::shared_ptr<std::byte[]>(new std::byte[length]);
                 fetches.push_back({n.object, n.index * block, length, buffer.get()});
-                n.bytes = {std::span<const std::byte>(buffer.get(), length), std::shared_ptr<const void>(buffer, buffer.get())};
+                fetched.push_back({std::span<const std::byte>(buffer.get(), length), std::shared_ptr<const void>(buffer, buffer.get())});
+                n.bytes = &fetched.back();  // reserved: no reallocation moves it
             }
             fetch(fetches);
             for (const auto& n : have)
-                if (n.missing) (void)cache.insert(n.object->cache_id_, n.index, n.bytes.bytes);
+                if (n.missing) (void)cache.insert(n.object->cache_id_, n.index, n.bytes->bytes);
         }
         detail::remote_counters::instance().cached(have.size() - missing, missing);
         // Each request from its blocks, under one recovery point: a mapped block whose file was cut
@@ -288,7 +302,7 @@ private:
                 for (std::uint64_t at = r.offset; at < r.offset + r.length;) {
                     const std::uint64_t b = at / block, within = at - b * block;
                     const std::uint64_t n = std::min(r.offset + r.length - at, block - within);
-                    const std::byte* src = find(o, b)->bytes.bytes.data() + within;
+                    const std::byte* src = find(o, b)->bytes->bytes.data() + within;
                     guard.covering(src, n);
                     detail::copy_from_mapping(r.dest + (at - r.offset), src, n);
                     at += n;
@@ -296,7 +310,7 @@ private:
             }
         });
         if (!whole) fetch(requests);
-        have.clear();  // the mappings are the cache's to keep, not this thread's
+        have.clear();
     }
 
     // Straight from the store: ranges of one object within `gap` bytes of each other are fetched as
