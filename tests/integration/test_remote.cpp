@@ -60,8 +60,8 @@ struct run_result {
     std::string state;
 };
 
-run_result run(const std::string& spec, const pipeline_config& c) {
-    pipeline p(spec, c);
+// Every batch of `p`: how many, a position-weighted token sum, and the state after the last.
+run_result consume(pipeline& p) {
     run_result r;
     for (auto& b : p) {
         for (std::int32_t t : b.host_inputs()) r.sum += static_cast<std::uint64_t>(t) * (r.batches + 1);
@@ -69,6 +69,11 @@ run_result run(const std::string& spec, const pipeline_config& c) {
     }
     r.state = to_json(p.state());
     return r;
+}
+
+run_result run(const std::string& spec, const pipeline_config& c) {
+    pipeline p(spec, c);
+    return consume(p);
 }
 
 }  // namespace
@@ -341,11 +346,7 @@ TEST_CASE("Remote.Faults.RetriedFaultsLeaveTheBatchesIdenticalAndShowInStats") {
                                 .max_steps = 25};
         const run_result here = run(dir / "megatron", c);
         pipeline p(ft::s3_url("faults/megatron"), c);
-        run_result there;
-        for (auto& b : p) {
-            for (std::int32_t t : b.host_inputs()) there.sum += static_cast<std::uint64_t>(t) * (there.batches + 1);
-            ++there.batches;
-        }
+        const run_result there = consume(p);
         CHECK(there.batches == here.batches);
         CHECK(there.sum == here.sum);
         const pipeline_stats s = p.stats();
@@ -475,17 +476,14 @@ TEST_CASE("Remote.Cache.ASecondRunReadsEveryBlockFromTheCacheWithTheSameBatches"
     s3_catalog::instance().reset();  // a new run: listing and lookups again, the cache's files kept
     const auto before = proxy.requests();
     pipeline p(ft::s3_url("warm/warm_*.bin"), c);
-    run_result warm;
-    for (auto& b : p) {
-        for (std::int32_t t : b.host_inputs()) warm.sum += static_cast<std::uint64_t>(t) * (warm.batches + 1);
-        ++warm.batches;
-    }
+    const run_result warm = consume(p);
     CHECK(warm.sum == here.sum);
     CHECK(proxy.requests() - before == 1);  // the listing: every header and window came from the cache
     const pipeline_stats s = p.stats();
     REQUIRE(s.remote_cache_hits.has_value());
     CHECK(*s.remote_cache_hits > 0);
     CHECK(*s.remote_cache_misses == 0);
+    CHECK(*s.remote_requests == proxy.requests() - before);  // stats count what opening the data asked for too
     block_cache check({.directory = dir / "cache/remote", .budget_bytes = 64 << 20, .block_bytes = 16 << 10});
     const auto [files, bad] = check.verify_all();
     CHECK(files > 0);

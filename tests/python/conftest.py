@@ -21,6 +21,13 @@ def tool(name: str, *args: str) -> str:
     return r.stdout
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory):
+    """feedline's caches (token counts, remote blocks) in the session's scratch, never the user's: a cache
+    left by an earlier run would answer reads the tests expect to see made."""
+    os.environ["FEEDLINE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+
+
 @pytest.fixture(scope="session")
 def data(tmp_path_factory):
     """{'megatron': prefix, 'llmc': glob, 'jsonl': path, 'model': path, 'dir': Path}"""

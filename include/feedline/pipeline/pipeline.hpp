@@ -112,7 +112,7 @@ public:
     // A blend: {{0.7, "data/web"}, {0.3, "code/*.jsonl"}}. The config's shape is checked before any
     // source is opened (opening text may mean a tokenizing pass).
     pipeline(const std::vector<weighted_spec>& blend, const pipeline_config& config)
-            : pipeline((check_shape(config, blend.size()), detail::open_sources(blend, config)), config) {}
+            : pipeline(detail::remote_counters::instance().snapshot(), blend, config) {}
     // Sources opened before (shared by a training and an evaluation pipeline, say).
     pipeline(std::shared_ptr<batch_source> source, pipeline_config config)
             : pipeline(std::vector<weighted_source>{{1.0, std::move(source)}}, std::move(config)) {}
@@ -483,6 +483,13 @@ private:
         planned_all_.store(true);  // parked workers must leave too, or the stream never ends
         parked_.notify();
         return false;
+    }
+
+    // Remote reads are counted from `start`, before the sources opened: opening reads headers and
+    // indexes (often whole cache blocks, which later windows then hit), and they are this pipeline's.
+    pipeline(const remote_reads& start, const std::vector<weighted_spec>& blend, const pipeline_config& config)
+            : pipeline((check_shape(config, blend.size()), detail::open_sources(blend, config)), config) {
+        remote_start_ = start;
     }
 
     static void pin_to(const std::vector<int>& cpus) {
