@@ -16,9 +16,9 @@ import sys
 from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, Unpack
 
 from . import _feedline
-from ._feedline import ConfigError, CudaError, Error, FormatError, IoError
+from ._feedline import ConfigError, CudaError, Error, FormatError, IoError, Tokenizer
 
-__all__ = ["Pipeline", "Batch", "Error", "FormatError", "IoError", "ConfigError", "CudaError", "__version__"]
+__all__ = ["Pipeline", "Batch", "Tokenizer", "Error", "FormatError", "IoError", "ConfigError", "CudaError", "__version__"]
 __version__ = _feedline.version()
 # The options' defaults and docs, from their C++ declarations.
 _OPTIONS = _feedline.options()
@@ -145,6 +145,8 @@ class PipelineOptions(TypedDict, total=False):
     """how shards are read: auto, io_uring, mmap or pread (default "auto")"""
     tokenizer: Optional[str]
     """the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized) (default "")"""
+    tokenizer_kind: Optional[str]
+    """which encoder reads the model: sentencepiece (the library), feedline (feedline's own, Unigram models, the same ids) or auto (default "auto")"""
     add_bos: Optional[bool]
     """the model's BOS before every document (default False)"""
     add_eos: Optional[bool]

@@ -14,11 +14,14 @@
 #include <feedline/pipeline.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -221,6 +224,79 @@ private:
     int device_index_ = 0;
 };
 
+// feedline.Tokenizer: make_tokenizer's encoders from Python. encode_batch spreads documents over
+// threads, a tokenizer each (encoders are not thread-safe), with the GIL released.
+class py_tokenizer {
+public:
+    py_tokenizer(std::string model, std::string kind, bool add_bos, bool add_eos)
+            : options_{.model = std::move(model), .kind = std::move(kind), .add_bos = add_bos, .add_eos = add_eos},
+              first_(feedline::make_tokenizer(options_, "model")) {}
+
+    std::vector<std::int32_t> encode(const std::string& text) {
+        std::vector<std::int32_t> ids;
+        std::string problem;
+        {
+            nb::gil_scoped_release unlocked;
+            std::lock_guard hold(first_lock_);
+            problem = first_->encode(text, ids);
+        }
+        if (!problem.empty()) throw nb::value_error(problem.c_str());
+        return ids;
+    }
+
+    std::vector<std::vector<std::int32_t>> encode_batch(const std::vector<std::string>& texts, unsigned threads) {
+        std::vector<std::vector<std::int32_t>> out(texts.size());
+        if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+        threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(texts.size(), 1)));
+        std::string problem;
+        {
+            nb::gil_scoped_release unlocked;
+            std::atomic<std::size_t> next{0};
+            std::mutex problem_lock;
+            auto work = [&](feedline::tokenizer& tok) {
+                for (std::size_t i; (i = next.fetch_add(1)) < texts.size();)
+                    if (std::string p = tok.encode(texts[i], out[i]); !p.empty()) {
+                        std::lock_guard hold(problem_lock);
+                        if (problem.empty()) problem = "document " + std::to_string(i) + ": " + p;
+                        next = texts.size();
+                    }
+            };
+            std::vector<std::thread> pool;
+            std::vector<std::string> failures(threads);
+            for (unsigned t = 1; t < threads; ++t)
+                pool.emplace_back([&, t] {
+                    try {
+                        auto tok = feedline::make_tokenizer(options_, "model");
+                        work(*tok);
+                    } catch (const std::exception& e) {
+                        failures[t] = e.what();
+                        next = texts.size();
+                    }
+                });
+            {
+                std::lock_guard hold(first_lock_);
+                work(*first_);
+            }
+            for (auto& th : pool) th.join();
+            for (const auto& f : failures)
+                if (problem.empty() && !f.empty()) problem = f;
+        }
+        if (!problem.empty()) throw nb::value_error(problem.c_str());
+        return out;
+    }
+
+    std::string kind() const { return std::string(first_->kind()); }
+    std::string identity() const { return first_->identity(); }
+    int vocab_size() const { return first_->vocab_size(); }
+    int bos_id() const { return first_->bos_id(); }
+    int eos_id() const { return first_->eos_id(); }
+
+private:
+    feedline::tokenizer_options options_;
+    std::unique_ptr<feedline::tokenizer> first_;
+    std::mutex first_lock_;  // encode() from several Python threads: one encoder, one at a time
+};
+
 void py_batch::release() {
     if (!batch_) return;
     batch_->release(reinterpret_cast<void*>(stream_));
@@ -304,4 +380,18 @@ NB_MODULE(_feedline, m) {
         .def_prop_ro("device_index", &py_pipeline::device_index)
         .def_prop_ro("held", &py_pipeline::held)
         .def("close", &py_pipeline::close);
+
+    nb::class_<py_tokenizer>(m, "Tokenizer",
+                             "Text to token ids with the encoders feedline's pipelines use: Tokenizer(model, kind='auto', add_bos=False, "
+                             "add_eos=False). kind: 'sentencepiece' (the library), 'feedline' (feedline's own encoder for Unigram models, the "
+                             "same ids) or 'auto'. encode(text) -> ids; encode_batch(texts, threads=0) -> ids per text, on `threads` threads "
+                             "(0: one per CPU) with the GIL released.")
+        .def(nb::init<std::string, std::string, bool, bool>(), "model"_a, "kind"_a = "auto", "add_bos"_a = false, "add_eos"_a = false)
+        .def("encode", &py_tokenizer::encode, "text"_a)
+        .def("encode_batch", &py_tokenizer::encode_batch, "texts"_a, "threads"_a = 0)
+        .def_prop_ro("kind", &py_tokenizer::kind)
+        .def_prop_ro("identity", &py_tokenizer::identity)
+        .def_prop_ro("vocab_size", &py_tokenizer::vocab_size)
+        .def_prop_ro("bos_id", &py_tokenizer::bos_id)
+        .def_prop_ro("eos_id", &py_tokenizer::eos_id);
 }

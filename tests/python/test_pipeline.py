@@ -295,3 +295,22 @@ def test_auto_and_cuda_follow_torch_only_once_torch_has_set_up_cuda(data):
     if feedline._feedline.cuda_devices() == 0:  # auto on a machine without a GPU (for feedline): host tensors
         b = next(iter(feedline.Pipeline(data["megatron"], max_steps=1, **dict(CONFIG, device="auto"))))
         assert b.inputs.device.type == "cpu"
+
+
+def test_tokenizer_gives_sentencepieces_own_ids_with_either_encoder(data):
+    import sentencepiece
+    sp = sentencepiece.SentencePieceProcessor(model_file=data["model"])
+    with open(data["jsonl"], encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    texts += ["", "   ", "東京 🙂 naïve café", "\x00\x01 tab\there\r\n", "ｆｕｌｌ ｗｉｄｔｈ ﬁ ①", "x" * 5000]
+    want = [sp.encode(t) for t in texts]
+    for kind in ("sentencepiece", "feedline"):
+        tok = feedline.Tokenizer(data["model"], kind=kind)
+        assert tok.kind == kind and tok.vocab_size == sp.get_piece_size()
+        assert [tok.encode(t) for t in texts] == want
+        assert tok.encode_batch(texts, threads=3) == want
+        assert tok.encode_batch([]) == []
+    with_eos = feedline.Tokenizer(data["model"], kind="feedline", add_eos=True)
+    assert with_eos.encode("one two") == sp.encode("one two") + [sp.eos_id()]
+    with pytest.raises(feedline.ConfigError, match="missing.model"):
+        feedline.Tokenizer(str(data["dir"] / "missing.model"))

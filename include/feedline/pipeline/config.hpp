@@ -27,6 +27,7 @@ struct shard_options {
 // Options only JSONL / text corpora use: they are tokenized on the fly by the workers.
 struct text_config {
     std::string tokenizer;                 // the tokenizer model (required for text; kind picked by make_tokenizer)
+    std::string tokenizer_kind = "auto";   // a registered kind ("sentencepiece", "feedline"), or auto: recognized from the model
     bool add_bos = false, add_eos = true;  // the model's BOS before / EOS after every document
     text_options documents;                // what a document is: JSONL field, plain-text split, skip_invalid
     // Where the corpus's token-length index is kept between runs (one tokenizing pass on first open):

@@ -80,6 +80,7 @@ inline constexpr auto pipeline_options = std::make_tuple(
     option<bool>{"avoid_trainer_cpu", "avoid_trainer_cpu", "keep the threads filling batches off a busy trainer's CPU when there is one to spare", data_scope::any, [](pipeline_config& c) -> auto& { return c.avoid_trainer_cpu; }},
     option<io_backend>{"io_backend", "shards.backend", "how shards are read: auto, io_uring, mmap or pread", data_scope::tokens, [](pipeline_config& c) -> auto& { return c.shards.backend; }},
     option<std::string>{"tokenizer", "text.tokenizer", "the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized)", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.tokenizer; }},
+    option<std::string>{"tokenizer_kind", "text.tokenizer_kind", "which encoder reads the model: sentencepiece (the library), feedline (feedline's own, Unigram models, the same ids) or auto", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.tokenizer_kind; }},
     option<bool>{"add_bos", "text.add_bos", "the model's BOS before every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_bos; }},
     option<bool>{"add_eos", "text.add_eos", "the model's EOS after every document", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.add_eos; }},
     option<std::string>{"field", "text.documents.field", "the JSONL field that holds a document's text", data_scope::text, [](pipeline_config& c) -> auto& { return c.text.documents.field; }},

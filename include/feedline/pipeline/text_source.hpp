@@ -88,7 +88,7 @@ public:
 
 private:
     tokenizer_options tokenizer_config() const {
-        return {.model = config_.tokenizer, .add_bos = config_.add_bos, .add_eos = config_.add_eos};
+        return {.model = config_.tokenizer, .kind = config_.tokenizer_kind, .add_bos = config_.add_bos, .add_eos = config_.add_eos};
     }
 
     void encode(tokenizer& tok, std::uint64_t d, const std::string& text, std::vector<std::int32_t>& ids) const {

@@ -67,6 +67,44 @@ public:
     }
 };
 
+namespace detail {
+
+// Encodes `text` with `encode_piece` (std::string(std::string_view), an error text or empty), bounding
+// what one call is given: a text longer than o.piece_bytes goes in pieces split before a space when
+// `exact` (the model splits there anyway, so the ids equal the whole text's: splits_at_spaces in
+// transform/sentencepiece_model.hpp), and is refused past o.max_unsplit_bytes otherwise. `cancel`,
+// when given and set, stops between pieces ("interrupted").
+template <class EncodePiece>
+std::string encode_in_pieces(std::string_view text, const tokenizer_options& o, bool exact, const std::atomic<bool>* cancel,
+                             EncodePiece&& encode_piece) {
+    if (text.size() <= o.piece_bytes) return encode_piece(text);
+    if (!exact) {
+        if (text.size() > o.max_unsplit_bytes)
+            return "a document of " + std::to_string(text.size()) + " bytes is longer than the " + std::to_string(o.max_unsplit_bytes) +
+                   " this model may be given at once (its normalizer or a user-defined symbol keeps it from being split exactly at "
+                   "spaces)";
+        return encode_piece(text);
+    }
+    for (std::size_t start = 0; start < text.size();) {
+        std::size_t end = text.size();
+        if (text.size() - start > o.piece_bytes) {
+            // Before the last space within the piece, else the first one after it.
+            std::size_t at = text.rfind(' ', start + o.piece_bytes);
+            if (at == std::string_view::npos || at <= start) at = text.find(' ', start + o.piece_bytes);
+            if (at != std::string_view::npos) end = at;
+            if (end - start > o.max_unsplit_bytes)
+                return "a run of " + std::to_string(end - start) + " bytes without a space at byte " + std::to_string(start) +
+                       " is longer than the " + std::to_string(o.max_unsplit_bytes) + " the encoder may be given at once";
+        }
+        if (auto problem = encode_piece(text.substr(start, end - start)); !problem.empty()) return problem;
+        start = end;
+        if (cancel && cancel->load(std::memory_order_relaxed) && start < text.size()) return "interrupted";
+    }
+    return {};
+}
+
+}  // namespace detail
+
 // A kind of tokenizer: its name, whether it reads a model file (for kind "auto"), and how to make one.
 // `make` throws config_error naming `field` (the option that named the model) for a model it cannot load.
 struct tokenizer_kind {

@@ -7,3 +7,4 @@
 #include <feedline/transform/tokenizer.hpp>
 
 #include <feedline/transform/sentencepiece_tokenizer.hpp>
+#include <feedline/transform/unigram_tokenizer.hpp>
