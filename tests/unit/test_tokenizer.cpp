@@ -161,6 +161,16 @@ TEST_CASE("Tokenizer.Unigram.IdsEqualSentencepiecesForEveryTrainingOption") {
                     FAIL_CHECK("ids differ for \"" << escaped(text) << "\" (tokenizer " << (ids == got) << ", cached " << (ids == a)
                                                     << ", uncached " << (ids == b) << ", tiny cache " << (ids == c) << ")");
             }
+        // One long text: the running score grows, and cached words whose margin it overtakes are walked again.
+        std::string long_text;
+        std::mt19937 rng(23);
+        while (long_text.size() < 100000) long_text += sentence(rng, true);
+        std::vector<int> want;
+        REQUIRE(spm.Encode(long_text, &want).ok());
+        a.clear();
+        cached.encode(long_text, a);
+        CHECK(std::vector<std::int32_t>(want.begin(), want.end()) == a);
+        if (tables->cuts_at_spaces) CHECK(cached.cache_rewalks() > 0);
         CHECK(differing == 0);
         MESSAGE(name << ": cuts at spaces " << tables->cuts_at_spaces << ", cache hits " << cached.cache_hits() << ", walked again "
                      << cached.cache_rewalks());

@@ -44,6 +44,15 @@ inline std::size_t valid_utf8_length(std::string_view s) noexcept {
     return 0;
 }
 
+inline bool is_valid_utf8(std::string_view s) noexcept {
+    for (std::size_t i = 0; i < s.size();) {
+        const std::size_t n = valid_utf8_length(s.substr(i));
+        if (n == 0) return false;
+        i += n;
+    }
+    return true;
+}
+
 class sentencepiece_normalizer {
 public:
     // `problem()` says why the model's character map cannot be read (then sentencepiece cannot load the
@@ -57,7 +66,7 @@ public:
             if (p.type == piece_type::user_defined) user_symbols_.insert(p.text, 1);
         const std::string_view blob = m.precompiled_charsmap;
         if (blob.empty()) {
-            mark_plain_ascii();
+            mark_plain_leads();
             return;
         }
         std::uint32_t trie_bytes = 0;
@@ -73,13 +82,14 @@ public:
         units_.resize(trie_bytes / sizeof(std::uint32_t));
         std::memcpy(units_.data(), blob.data() + sizeof trie_bytes, units_.size() * sizeof(std::uint32_t));
         replacements_ = blob.substr(sizeof trie_bytes + trie_bytes);
-        mark_plain_ascii();
+        mark_plain_leads();
     }
 
     const std::string& problem() const noexcept { return problem_; }
 
-    // Replaces `out` with `in` normalized.
-    void normalize(std::string_view in, std::string& out) const {
+    // Replaces `out` with `in` normalized. Returns whether `out` is well-formed UTF-8 (the library's
+    // rules): always, unless a user-defined symbol or a rule of the map writes bytes that are not.
+    bool normalize(std::string_view in, std::string& out) const {
         out.clear();
         if (remove_extra_whitespaces_)
             while (!in.empty()) {
@@ -87,22 +97,39 @@ public:
                 if (replacement != " ") break;
                 in.remove_prefix(consumed);
             }
-        if (in.empty()) return;
+        if (in.empty()) return true;
         const auto add_space = [&] { out += escape_whitespaces_ ? space_symbol : std::string_view(" "); };
         if (!suffix_ && add_dummy_prefix_) add_space();
-        bool previous_space = remove_extra_whitespaces_;
+        bool previous_space = remove_extra_whitespaces_, valid = true;
         while (!in.empty()) {
-            if (const auto c = static_cast<unsigned char>(in[0]); c < 0x80 && plain_ascii_[c]) {
-                // A run of ASCII that no rule or user-defined symbol starts with, and no space: each byte
-                // is its own normalization, and nothing before it is stripped.
-                std::size_t n = 1;
-                while (n < in.size() && static_cast<unsigned char>(in[n]) < 0x80 && plain_ascii_[static_cast<unsigned char>(in[n])]) ++n;
+            // A run of characters that no rule or user-defined symbol starts with, none a space and
+            // each well-formed: each is its own normalization, and nothing before it is stripped.
+            std::size_t n = 0;
+            while (n < in.size()) {
+                const auto c = static_cast<unsigned char>(in[n]);
+                if (!plain_lead_[c]) break;
+                if (c < 0x80) {
+                    ++n;
+                    continue;
+                }
+                const std::size_t length = valid_utf8_length(in.substr(n));
+                if (length == 0) break;
+                n += length;
+            }
+            if (n > 0) {
                 out.append(in.data(), n);
                 in.remove_prefix(n);
                 previous_space = false;
                 continue;
             }
+            if (in[0] == ' ' && plain_space_) {  // a space no rule starts with: what the general path does with " "
+                if (!previous_space) out += escape_whitespaces_ ? space_symbol : std::string_view(" ");
+                previous_space = remove_extra_whitespaces_;
+                in.remove_prefix(1);
+                continue;
+            }
             auto [piece, consumed] = prefix(in);
+            valid = valid && is_valid_utf8(piece);
             while (previous_space && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
             if (!piece.empty()) {
                 for (char c : piece)
@@ -120,6 +147,7 @@ public:
             while (std::string_view(out).ends_with(space)) out.resize(out.size() - space.size());
         }
         if (suffix_ && add_dummy_prefix_) add_space();
+        return valid;
     }
 
     std::size_t memory_bytes() const noexcept { return units_.capacity() * sizeof(std::uint32_t) + replacements_.capacity() + user_symbols_.memory_bytes(); }
@@ -146,17 +174,20 @@ private:
         return {"\xEF\xBF\xBD", 1};  // U+FFFD for the one invalid byte
     }
 
-    // Which ASCII bytes normalize to themselves whatever follows: no user-defined symbol and no rule of
-    // the map starts with them (the map's root has no child labelled with the byte), and not a space.
-    void mark_plain_ascii() {
-        for (unsigned c = 1; c < 0x80; ++c) {
-            bool plain = c != ' ' && !user_symbols_.has_key_starting_with(static_cast<unsigned char>(c));
-            if (plain && !units_.empty()) {
-                const std::size_t node = ((units_[0] >> 10) << ((units_[0] & (1u << 9)) >> 6)) ^ c;
-                if (node >= units_.size() || (units_[node] & ((1u << 31) | 0xFFu)) == c) plain = false;
-            }
-            plain_ascii_[c] = plain;
+    // Which bytes start a character that normalizes to itself whatever follows (when well-formed): no
+    // user-defined symbol and no rule of the map starts with them (the map's root has no child
+    // labelled with the byte), and not a space.
+    void mark_plain_leads() {
+        for (unsigned c = 1; c < 256; ++c) {
+            plain_lead_[c] = c != ' ' && !starts_a_rule(static_cast<unsigned char>(c));
         }
+        plain_space_ = !starts_a_rule(' ');
+    }
+    bool starts_a_rule(unsigned char c) const {  // a user-defined symbol, or the map's root has a child labelled c
+        if (user_symbols_.has_key_starting_with(c)) return true;
+        if (units_.empty()) return false;
+        const std::size_t node = ((units_[0] >> 10) << ((units_[0] & (1u << 9)) >> 6)) ^ c;
+        return node >= units_.size() || (units_[node] & ((1u << 31) | 0xFFu)) == c;
     }
 
     // darts-clone's commonPrefixSearch over the map's double array, as the normalizer calls it: at
@@ -187,7 +218,8 @@ private:
     std::vector<std::uint32_t> units_;  // the map's double array
     std::string replacements_;          // NUL-terminated replacements, at the values the array holds
     std::string problem_;
-    std::array<bool, 128> plain_ascii_{};  // see mark_plain_ascii
+    std::array<bool, 256> plain_lead_{};  // see mark_plain_leads
+    bool plain_space_ = false;             // no rule or user-defined symbol starts with a space
 };
 
 }  // namespace feedline::detail

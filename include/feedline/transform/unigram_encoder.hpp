@@ -13,10 +13,10 @@
 #include <cmath>
 #include <functional>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include <feedline/transform/byte_trie.hpp>
@@ -119,15 +119,6 @@ struct unigram_model {
         return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
     }
 
-    static bool is_valid_utf8(std::string_view s) {
-        for (std::size_t i = 0; i < s.size();) {
-            const std::size_t n = valid_utf8_length(s.substr(i));
-            if (n == 0) return false;
-            i += n;
-        }
-        return true;
-    }
-
     std::size_t memory_bytes() const noexcept {
         return pieces.memory_bytes() + normalizer.memory_bytes() + scores.capacity() * sizeof(float) + types.capacity();
     }
@@ -153,12 +144,12 @@ struct unigram_model {
 // rounding depends on that starting score, and it can change a comparison only where two candidates
 // are closer than the rounding can move them. So a word is walked once from 0, keeping its smallest
 // margin between compared candidates; a later occurrence reuses the pieces when that margin exceeds
-// the bound on the rounding from the actual starting score (8 n u (|start| + |largest value| + 1) for
-// n bytes, u = 2^-24), and otherwise walks the word again from the actual score. The score the path
+// the bound on the rounding from the actual starting score (4 (n + 1) u (|start| + |largest value| + 1)
+// for n characters, u = 2^-24), and otherwise walks the word again from the actual score. The score the path
 // reaches is then recomputed piece by piece, with the library's arithmetic, for the next word.
 class unigram_encoder {
 public:
-    static constexpr std::size_t default_cache_bytes = std::size_t(4) << 20;
+    static constexpr std::size_t default_cache_bytes = std::size_t(8) << 20;
     static constexpr std::size_t max_cached_word_bytes = 96;
 
     explicit unigram_encoder(std::shared_ptr<const unigram_model> model, std::size_t cache_bytes = default_cache_bytes)
@@ -167,11 +158,11 @@ public:
     // Appends the ids of `text` to `out`.
     void encode(std::string_view text, std::vector<std::int32_t>& out) {
         const unigram_model& m = *model_;
-        m.normalizer.normalize(text, normalized_);
+        const bool valid = m.normalizer.normalize(text, normalized_);
         const std::string_view s = normalized_;
         path_.clear();
         if (s.empty()) return;
-        if (!m.cuts_at_spaces || cache_bytes_ == 0 || !unigram_model::is_valid_utf8(s)) {
+        if (!m.cuts_at_spaces || cache_bytes_ == 0 || !valid) {
             walk(s, 0, 0.0f, nullptr);
         } else {
             float score = 0;
@@ -187,8 +178,8 @@ public:
     const unigram_model& model() const noexcept { return *model_; }
     // This encoder's own memory (its buffers and word cache), beside the shared model's.
     std::size_t buffer_bytes() const noexcept {
-        return normalized_.capacity() + best_.capacity() * sizeof(path_end) + path_.capacity() * sizeof(span) + cache_used_ +
-               cached_pieces_.capacity() * sizeof(cached_piece);
+        return normalized_.capacity() + best_.capacity() * sizeof(path_end) + path_.capacity() * sizeof(span) +
+               slots_.capacity() * sizeof(slot) + keys_.capacity() + cached_pieces_.capacity() * sizeof(cached_piece);
     }
     std::uint64_t cache_hits() const noexcept { return hits_; }
     std::uint64_t cache_rewalks() const noexcept { return rewalks_; }  // cached words walked again: too close to call from the cache
@@ -212,41 +203,68 @@ private:
         std::uint32_t first = 0, count = 0;  // into cached_pieces_
         double margin = 0;                   // the smallest gap between compared candidates, walked from 0
         double largest = 0;                  // the largest magnitude of a value the walk from 0 met
+        std::uint32_t characters = 0;        // bounds how many roundings a value's path holds
     };
     struct margins {
         double margin = HUGE_VAL, largest = 0;
+        std::uint32_t characters = 0;
         void compared(double a, double b) { margin = std::min(margin, std::abs(a - b)); }
         void met(double v) { largest = std::max(largest, std::abs(v)); }
     };
-    struct text_hash {
-        using is_transparent = void;
-        std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+    struct text_hash {  // words are short: eight bytes a step, mixed by multiplication
+        std::uint64_t operator()(std::string_view s) const noexcept {
+            std::uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+            const char* p = s.data();
+            std::size_t n = s.size();
+            for (; n >= 8; p += 8, n -= 8) {
+                std::uint64_t v;
+                std::memcpy(&v, p, 8);
+                h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+                h ^= h >> 31;
+            }
+            std::uint64_t v = 0;
+            std::memcpy(&v, p, n);
+            h = (h ^ v) * 0x94D049BB133111EBull;
+            return h ^ (h >> 29);
+        }
     };
 
     // One word at `base` in the normalized text, its path starting from `score`: from the cache when
     // its margin allows, else walked. Returns the score at its end.
     float word(std::string_view w, std::size_t base, float score) {
         if (w.size() > max_cached_word_bytes) return ++misses_, walk(w, base, score, nullptr);
-        auto it = cache_.find(w);
-        if (it == cache_.end()) {
+        const std::uint64_t h = text_hash{}(w) | 1;  // 0 marks an empty slot
+        cached_word* found = find(w, h);
+        if (!found) {
             ++misses_;
+            // Full, the cache keeps what it has (the words met first, in Zipfian text the frequent ones)
+            // and new words are walked in place; after as many misses again as four times its words it
+            // starts over, so a cache of a corpus's first domain does not stay forever.
+            if (slots_.empty() || (entries_ + 1) * 4 > slots_.size() * 3 ||
+                slots_.size() * sizeof(slot) + keys_.size() + w.size() + cached_pieces_.size() * sizeof(cached_piece) + 1024 > cache_bytes_) {
+                if (!slots_.empty() && ++misses_since_full_ <= 4 * entries_) return walk(w, base, score, nullptr);
+                start_over();
+            }
             margins seen;
             const std::size_t from = path_.size();
             walk(w, 0, 0.0f, &seen);
-            if (cache_used_ + w.size() + 96 > cache_bytes_) {  // full: start over (bounded, and the words that recur come back)
-                cache_.clear();
-                cached_pieces_.clear();
-                cache_used_ = 0;
-            }
-            cached_word c{static_cast<std::uint32_t>(cached_pieces_.size()), static_cast<std::uint32_t>(path_.size() - from), seen.margin,
-                          seen.largest};
+            const std::size_t count = path_.size() - from;
+            cached_word c{static_cast<std::uint32_t>(cached_pieces_.size()), static_cast<std::uint32_t>(count), seen.margin, seen.largest,
+                          seen.characters};
             for (std::size_t i = from; i < path_.size(); ++i) cached_pieces_.push_back({path_[i].id, path_[i].end - path_[i].start});
             path_.resize(from);
-            cache_used_ += w.size() + 96 + c.count * sizeof(cached_piece);
-            it = cache_.emplace(std::string(w), c).first;
+            std::size_t i = h & (slots_.size() - 1);
+            while (slots_[i].hash) i = (i + 1) & (slots_.size() - 1);
+            slots_[i] = {h, static_cast<std::uint32_t>(keys_.size()), static_cast<std::uint32_t>(w.size()), c};
+            keys_.append(w);
+            ++entries_;
+            found = &slots_[i].word;
         }
-        const cached_word& c = it->second;
-        const double bound = 8.0 * static_cast<double>(w.size()) * (std::abs(static_cast<double>(score)) + c.largest + 1.0) * 0x1p-24;
+        const cached_word& c = *found;
+        // A value k pieces into the word is k roundings (unit 2^-24 of at most |score| + largest) from
+        // its walk from 0, in each of the two walks; a compared pair is two such values, one of them
+        // perhaps a rounded unknown candidate: 4 (k + 1) 2^-24 (|score| + largest + 1) covers it.
+        const double bound = 4.0 * (c.characters + 1.0) * (std::abs(static_cast<double>(score)) + c.largest + 1.0) * 0x1p-24;
         if (!(c.margin > bound)) {
             ++rewalks_;
             return walk(w, base, score, nullptr);
@@ -266,6 +284,30 @@ private:
                 score = static_cast<float>(static_cast<double>(m.scores[static_cast<std::size_t>(p.id)]) + score);
         }
         return score;
+    }
+
+    // The cache: open addressing over one array of slots, the words' bytes in one arena.
+    struct slot {
+        std::uint64_t hash = 0;  // 0: empty
+        std::uint32_t key_at = 0, key_length = 0;
+        cached_word word;
+    };
+    cached_word* find(std::string_view w, std::uint64_t h) {
+        if (slots_.empty()) return nullptr;
+        for (std::size_t i = h & (slots_.size() - 1); slots_[i].hash; i = (i + 1) & (slots_.size() - 1))
+            if (slots_[i].hash == h && slots_[i].key_length == w.size() && std::memcmp(keys_.data() + slots_[i].key_at, w.data(), w.size()) == 0)
+                return &slots_[i].word;
+        return nullptr;
+    }
+    void start_over() {
+        // Slots for half of the budget, at most three quarters of them used.
+        std::size_t n = 1024;
+        while (n * 2 * sizeof(slot) <= cache_bytes_ / 2) n *= 2;
+        slots_.assign(n, slot{});
+        keys_.clear();
+        cached_pieces_.clear();
+        entries_ = 0;
+        misses_since_full_ = 0;
     }
 
     // unigram_model.cc EncodeOptimized over `w` (at `base` in the normalized text), the best path's
@@ -305,6 +347,7 @@ private:
                 if (target.start < 0 || candidate > target.score) target = {candidate, static_cast<std::int32_t>(start), m.unk_id};
             }
             start += char_length;
+            if (seen) ++seen->characters;
         }
         const std::size_t from = path_.size();
         for (std::size_t end = w.size(); end > 0; end = static_cast<std::size_t>(best_[end].start))
@@ -335,9 +378,10 @@ private:
     std::string normalized_;
     std::vector<path_end> best_;
     std::vector<span> path_;
-    std::unordered_map<std::string, cached_word, text_hash, std::equal_to<>> cache_;
+    std::vector<slot> slots_;
+    std::string keys_;
     std::vector<cached_piece> cached_pieces_;
-    std::size_t cache_used_ = 0;  // the cache's bytes, keys and entries counted (96 bytes each for the map's node and key)
+    std::size_t entries_ = 0, misses_since_full_ = 0;
     std::uint64_t hits_ = 0, rewalks_ = 0, misses_ = 0;
 };
 
