@@ -5,9 +5,9 @@
 // sentencepiece_mb_per_s and vs_sentencepiece (the median of the rounds' ratios).
 //
 //   bench_tokenizer --model m.model --input docs.jsonl [--field text] [--threads N] [--rounds 5]
+#include <sentencepiece_processor.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <sentencepiece_processor.h>
 
 #include <feedline/transform/unigram_tokenizer.hpp>
 

@@ -31,8 +31,9 @@ std::vector<std::unique_ptr<model_pair>> train_models() {
     char templ[] = "/tmp/feedline-fuzz-spm-XXXXXX";
     if (::mkdtemp(templ) == nullptr) std::abort();
     const std::filesystem::path dir = templ;
-    const char* words[] = {"the", "river", "naïve", "café", "東京", "都市", "Ελληνικά", "текст", "مرحبا", "🙂", "Ｆｕｌｌ", "ﬁle", "①",
-                           "x=1;", "{return", "0;}", "12345", "3.14", "e\xcc\x81", "한국어", "ไทย", "supercalifragilistic"};
+    const char* words[] = {
+        "the", "river", "naïve", "café",    "東京", "都市",  "Ελληνικά", "текст",     "مرحبا",  "🙂", "Ｆｕｌｌ",
+        "ﬁle", "①",     "x=1;",  "{return", "0;}",  "12345", "3.14",     "e\xcc\x81", "한국어", "ไทย",  "supercalifragilistic"};
     std::mt19937 rng(9);
     {
         std::ofstream text(dir / "train.txt");

@@ -24,24 +24,116 @@ namespace {
 
 // Words of many scripts and kinds, with what NFKC and case folding rewrite (full-width forms,
 // ligatures, circled and superscript digits, compatibility characters) and what they leave.
-const std::vector<std::string> words = {
-    "the", "river", "quiet", "dawn", "carried", "boats", "Hello", "WORLD", "naïve", "café", "résumé", "déjà", "Ça", "coûte",
-    "e\xcc\x81", "n\xcc\x83o", "a\xcc\x8a\xcc\x81",  // combining acute, tilde, ring + acute
-    "東京", "大きい", "都市", "です", "日本語", "中文", "漢字", "カタカナ", "ひらがな", "한국어", "서울",
-    "Ελληνικά", "κείμενα", "Русский", "текст", "العربية", "مرحبا", "עברית", "हिन्दी", "नमस्ते", "ไทย", "ภาษา",
-    "🙂", "👍🏽", "👨‍👩‍👧", "🇩🇪", "❤️", "Ｆｕｌｌ", "ｗｉｄｔｈ", "ﬁle", "ﬂow", "①②", "x²", "Ⅻ", "㍿", "ｶﾀｶﾅ", "™", "…",
-    "x=1;", "y", "=", "2;", "if(a&&b){", "return", "0;}", "#include", "<vector>", "std::map<int,", "int>", "0x1F", "3.14159",
-    "1234567890", "42", "2026-11-25", "€3,50", "$100", "@user", "#tag", "https://example.com/a?b=c", "C:\\path",
-    "supercalifragilisticexpialidocious", "Donaudampfschifffahrtsgesellschaftskapitän"};
+const std::vector<std::string> words = {"the",
+                                        "river",
+                                        "quiet",
+                                        "dawn",
+                                        "carried",
+                                        "boats",
+                                        "Hello",
+                                        "WORLD",
+                                        "naïve",
+                                        "café",
+                                        "résumé",
+                                        "déjà",
+                                        "Ça",
+                                        "coûte",
+                                        "e\xcc\x81",
+                                        "n\xcc\x83o",
+                                        "a\xcc\x8a\xcc\x81",  // combining acute, tilde, ring + acute
+                                        "東京",
+                                        "大きい",
+                                        "都市",
+                                        "です",
+                                        "日本語",
+                                        "中文",
+                                        "漢字",
+                                        "カタカナ",
+                                        "ひらがな",
+                                        "한국어",
+                                        "서울",
+                                        "Ελληνικά",
+                                        "κείμενα",
+                                        "Русский",
+                                        "текст",
+                                        "العربية",
+                                        "مرحبا",
+                                        "עברית",
+                                        "हिन्दी",
+                                        "नमस्ते",
+                                        "ไทย",
+                                        "ภาษา",
+                                        "🙂",
+                                        "👍🏽",
+                                        "👨‍👩‍👧",
+                                        "🇩🇪",
+                                        "❤️",
+                                        "Ｆｕｌｌ",
+                                        "ｗｉｄｔｈ",
+                                        "ﬁle",
+                                        "ﬂow",
+                                        "①②",
+                                        "x²",
+                                        "Ⅻ",
+                                        "㍿",
+                                        "ｶﾀｶﾅ",
+                                        "™",
+                                        "…",
+                                        "x=1;",
+                                        "y",
+                                        "=",
+                                        "2;",
+                                        "if(a&&b){",
+                                        "return",
+                                        "0;}",
+                                        "#include",
+                                        "<vector>",
+                                        "std::map<int,",
+                                        "int>",
+                                        "0x1F",
+                                        "3.14159",
+                                        "1234567890",
+                                        "42",
+                                        "2026-11-25",
+                                        "€3,50",
+                                        "$100",
+                                        "@user",
+                                        "#tag",
+                                        "https://example.com/a?b=c",
+                                        "C:\\path",
+                                        "supercalifragilisticexpialidocious",
+                                        "Donaudampfschifffahrtsgesellschaftskapitän"};
 
 const std::vector<std::string> gaps = {" ", " ", " ", "  ", "   ", "\t", "\n", " \n ", "\r\n", "\xe3\x80\x80", "\xc2\xa0", "\xe2\x80\x8b"};
 
 // Bytes and characters that stress a normalizer: controls, NUL, C1 controls, U+FFFD itself, invalid
 // UTF-8 (lone continuation bytes, overlong forms, surrogates, cut sequences, bytes never valid).
-const std::vector<std::string> oddities = {std::string("\0", 1), "\x01", "\x07", "\x1b[0m", "\x7f", "\xc2\x80", "\xc2\x9f",
-                                           "\xef\xbf\xbd", "\x80", "\xbf", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xe2\x82",
-                                           "\xf0\x9f\x99", "\xf8\x88\x80\x80\x80", "\xfe", "\xff", "\xf4\x90\x80\x80", "\xe2\x96\x81",
-                                           "\xe2\x96\x81\xe2\x96\x81", "<s>", "</s>", "<unk>", "<0x41>", "<sep>"};
+const std::vector<std::string> oddities = {std::string("\0", 1),
+                                           "\x01",
+                                           "\x07",
+                                           "\x1b[0m",
+                                           "\x7f",
+                                           "\xc2\x80",
+                                           "\xc2\x9f",
+                                           "\xef\xbf\xbd",
+                                           "\x80",
+                                           "\xbf",
+                                           "\xc0\xaf",
+                                           "\xe0\x80\xaf",
+                                           "\xed\xa0\x80",
+                                           "\xe2\x82",
+                                           "\xf0\x9f\x99",
+                                           "\xf8\x88\x80\x80\x80",
+                                           "\xfe",
+                                           "\xff",
+                                           "\xf4\x90\x80\x80",
+                                           "\xe2\x96\x81",
+                                           "\xe2\x96\x81\xe2\x96\x81",
+                                           "<s>",
+                                           "</s>",
+                                           "<unk>",
+                                           "<0x41>",
+                                           "<sep>"};
 
 std::string sentence(std::mt19937& rng, bool odd) {
     std::string s;
@@ -68,8 +160,17 @@ std::string training_text() {
 // Texts to compare on: sentences with oddities, random bytes, long words, whitespace runs, the edges.
 std::vector<std::string> probe_texts() {
     std::mt19937 rng(17);
-    std::vector<std::string> texts = {"", " ", "   ", "\t\n", "a", "▁", " ▁ ", std::string(3, '\0'), "\xff\xfe\xfd",
-                                      std::string(500, 'a'), std::string(300, ' ') + "x" + std::string(300, ' ')};
+    std::vector<std::string> texts = {"",
+                                      " ",
+                                      "   ",
+                                      "\t\n",
+                                      "a",
+                                      "▁",
+                                      " ▁ ",
+                                      std::string(3, '\0'),
+                                      "\xff\xfe\xfd",
+                                      std::string(500, 'a'),
+                                      std::string(300, ' ') + "x" + std::string(300, ' ')};
     for (int i = 0; i < 1500; ++i) texts.push_back(sentence(rng, true));
     for (int i = 0; i < 300; ++i) {  // arbitrary bytes
         std::string s(rng() % 40, '\0');
@@ -159,7 +260,7 @@ TEST_CASE("Tokenizer.Unigram.IdsEqualSentencepiecesForEveryTrainingOption") {
                 const std::vector<std::int32_t> ids(want.begin(), want.end());
                 if ((ids != got || ids != a || ids != b || ids != c) && differing++ < 3)
                     FAIL_CHECK("ids differ for \"" << escaped(text) << "\" (tokenizer " << (ids == got) << ", cached " << (ids == a)
-                                                    << ", uncached " << (ids == b) << ", tiny cache " << (ids == c) << ")");
+                                                   << ", uncached " << (ids == b) << ", tiny cache " << (ids == c) << ")");
             }
         // One long text: the running score grows, and cached words whose margin it overtakes are walked again.
         std::string long_text;
@@ -214,7 +315,14 @@ TEST_CASE("Tokenizer.Unigram.ThroughMakeTokenizerAndAPipelineTheIdsAreTheLibrary
     for (int i = 0; i < 400; ++i) lines += sentence(rng, true) + "\n";
     ft::write_text(t.dir / "corpus.txt", lines);
     auto run = [&](const std::string& kind) {
-        pipeline_config c{.batch_size = 4, .seq_len = 32, .seed = 3, .workers = 2, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 20};
+        pipeline_config c{.batch_size = 4,
+                          .seq_len = 32,
+                          .seed = 3,
+                          .workers = 2,
+                          .device = device_kind::cpu,
+                          .rank = 0,
+                          .world_size = 1,
+                          .max_steps = 20};
         c.text.tokenizer = model;
         c.text.tokenizer_kind = kind;
         c.text.cache_dir = "none";

@@ -139,9 +139,13 @@ inline sentencepiece_model read_sentencepiece_model(std::string_view bytes) {
         } else if (field == 2) {
             while (inner.next(f, w, v, b)) {
                 if (w == 0 && f == 3) m.model_type = static_cast<int>(v);
-                for (auto [number, flag] : {std::pair{21u, &m.split_by_unicode_script}, {22u, &m.split_by_whitespace},
-                                            {23u, &m.split_by_number}, {24u, &m.treat_whitespace_as_suffix}, {25u, &m.split_digits},
-                                            {26u, &m.allow_whitespace_only_pieces}, {35u, &m.byte_fallback}})
+                for (auto [number, flag] : {std::pair{21u, &m.split_by_unicode_script},
+                                            {22u, &m.split_by_whitespace},
+                                            {23u, &m.split_by_number},
+                                            {24u, &m.treat_whitespace_as_suffix},
+                                            {25u, &m.split_digits},
+                                            {26u, &m.allow_whitespace_only_pieces},
+                                            {35u, &m.byte_fallback}})
                     if (w == 0 && f == number) *flag = v != 0;
                 for (auto [number, text] : {std::pair{45u, &m.unk_piece}, {46u, &m.bos_piece}, {47u, &m.eos_piece}})
                     if (w == 2 && f == number) *text = b;
@@ -150,7 +154,8 @@ inline sentencepiece_model read_sentencepiece_model(std::string_view bytes) {
             while (inner.next(f, w, v, b)) {
                 if (w == 2 && f == 1) m.normalizer_name = b;
                 if (w == 2 && f == 2) m.precompiled_charsmap = b;
-                for (auto [number, flag] : {std::pair{3u, &m.add_dummy_prefix}, {4u, &m.remove_extra_whitespaces}, {5u, &m.escape_whitespaces}})
+                for (auto [number, flag] :
+                     {std::pair{3u, &m.add_dummy_prefix}, {4u, &m.remove_extra_whitespaces}, {5u, &m.escape_whitespaces}})
                     if (w == 0 && f == number) *flag = v != 0;
             }
         }

@@ -150,7 +150,9 @@ public:
         return valid;
     }
 
-    std::size_t memory_bytes() const noexcept { return units_.capacity() * sizeof(std::uint32_t) + replacements_.capacity() + user_symbols_.memory_bytes(); }
+    std::size_t memory_bytes() const noexcept {
+        return units_.capacity() * sizeof(std::uint32_t) + replacements_.capacity() + user_symbols_.memory_bytes();
+    }
 
 private:
     // What the start of `in` normalizes to, and how many bytes of `in` that consumes (Normalizer::NormalizePrefix).
@@ -219,7 +221,7 @@ private:
     std::string replacements_;          // NUL-terminated replacements, at the values the array holds
     std::string problem_;
     std::array<bool, 256> plain_lead_{};  // see mark_plain_leads
-    bool plain_space_ = false;             // no rule or user-defined symbol starts with a space
+    bool plain_space_ = false;            // no rule or user-defined symbol starts with a space
 };
 
 }  // namespace feedline::detail

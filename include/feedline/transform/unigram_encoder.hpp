@@ -11,9 +11,9 @@
 #include <array>
 #include <cfloat>
 #include <cmath>
-#include <functional>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,7 +34,8 @@ struct unigram_model {
             return;
         }
         if (m.model_type != 1) {
-            problem = std::string("a ") + m.model_type_name() + " model (feedline's encoder reads Unigram models; kind sentencepiece reads every kind)";
+            problem = std::string("a ") + m.model_type_name() +
+                      " model (feedline's encoder reads Unigram models; kind sentencepiece reads every kind)";
             return;
         }
         if (!normalizer.problem().empty()) {
@@ -241,7 +242,8 @@ private:
             // and new words are walked in place; after as many misses again as four times its words it
             // starts over, so a cache of a corpus's first domain does not stay forever.
             if (slots_.empty() || (entries_ + 1) * 4 > slots_.size() * 3 ||
-                slots_.size() * sizeof(slot) + keys_.size() + w.size() + cached_pieces_.size() * sizeof(cached_piece) + 1024 > cache_bytes_) {
+                slots_.size() * sizeof(slot) + keys_.size() + w.size() + cached_pieces_.size() * sizeof(cached_piece) + 1024 >
+                    cache_bytes_) {
                 if (!slots_.empty() && ++misses_since_full_ <= 4 * entries_) return walk(w, base, score, nullptr);
                 start_over();
             }
@@ -295,7 +297,8 @@ private:
     cached_word* find(std::string_view w, std::uint64_t h) {
         if (slots_.empty()) return nullptr;
         for (std::size_t i = h & (slots_.size() - 1); slots_[i].hash; i = (i + 1) & (slots_.size() - 1))
-            if (slots_[i].hash == h && slots_[i].key_length == w.size() && std::memcmp(keys_.data() + slots_[i].key_at, w.data(), w.size()) == 0)
+            if (slots_[i].hash == h && slots_[i].key_length == w.size() &&
+                std::memcmp(keys_.data() + slots_[i].key_at, w.data(), w.size()) == 0)
                 return &slots_[i].word;
         return nullptr;
     }
@@ -334,7 +337,8 @@ private:
                     seen->met(candidate);
                     if (target.start >= 0) seen->compared(candidate, target.score);
                 }
-                if (target.start < 0 || candidate > target.score) target = {static_cast<float>(candidate), static_cast<std::int32_t>(start), id};
+                if (target.start < 0 || candidate > target.score)
+                    target = {static_cast<float>(candidate), static_cast<std::int32_t>(start), id};
                 if (length == char_length) whole_char = true;
             });
             if (!whole_char) {

@@ -60,8 +60,9 @@ public:
         if (auto problem = detail::encode_in_pieces(text, options_, exact_pieces_, cancel,
                                                     [&](std::string_view piece) -> std::string {
                                                         if (piece.size() > max_piece_bytes)
-                                                            return "a text of " + std::to_string(piece.size()) + " bytes is longer than the " +
-                                                                   std::to_string(max_piece_bytes) + " the encoder takes at once";
+                                                            return "a text of " + std::to_string(piece.size()) +
+                                                                   " bytes is longer than the " + std::to_string(max_piece_bytes) +
+                                                                   " the encoder takes at once";
                                                         encoder_->encode(piece, out);
                                                         return {};
                                                     });
