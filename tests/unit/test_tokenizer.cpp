@@ -234,7 +234,9 @@ TEST_CASE("Tokenizer.Unigram.IdsEqualSentencepiecesForEveryTrainingOption") {
         {"short_pieces", "--max_sentencepiece_length=3 --normalization_rule_name=identity --byte_fallback=true"},
         {"no_dummy_prefix", "--add_dummy_prefix=false --split_digits=true"},
     };
-    for (const auto& [name, options] : variants) {
+    for (const auto& variant : variants) {
+        const std::string& name = variant.first;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
+        const std::string& options = variant.second;
         CAPTURE(name);
         const std::string model = t.model(name, "--model_type=unigram " + options);
         sentencepiece::SentencePieceProcessor spm;
@@ -307,8 +309,8 @@ TEST_CASE("Tokenizer.Unigram.ThroughMakeTokenizerAndAPipelineTheIdsAreTheLibrary
         REQUIRE(own->encode_batch(docs, many_b).empty());
         CHECK(many_a == many_b);
     }
-    auto* own = dynamic_cast<unigram_tokenizer*>(make_tokenizer({.model = model, .kind = "feedline"}).get());
-    REQUIRE(own != nullptr);
+    const auto made = make_tokenizer({.model = model, .kind = "feedline"});
+    REQUIRE(dynamic_cast<unigram_tokenizer*>(made.get()) != nullptr);
 
     // A text corpus read by a pipeline: the same batches and state with either encoder.
     std::string lines;
