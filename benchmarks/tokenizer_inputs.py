@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Inputs for bench_tokenizer from what a Debian machine has: English prose (Python's own documentation
 topics, pydoc_data), code (the standard library's .py files) and mixed-script text (sentences of words
-in a dozen scripts with emoji, full-width forms and digits), as JSONL, and a Unigram sentencepiece model
-trained on all three with the library's trainer.
+in a dozen scripts with emoji, full-width forms and digits), as JSONL, and a Unigram and a BPE
+sentencepiece model trained on all three with the library's trainer.
 
     /usr/bin/python3 benchmarks/tokenizer_inputs.py OUT_DIR [--vocab 16000]
-writes OUT_DIR/{english,code,mixed}.jsonl and OUT_DIR/unigram.model."""
+writes OUT_DIR/{english,code,mixed}.jsonl and OUT_DIR/unigram.model and OUT_DIR/bpe.model."""
 import argparse
 import json
 import pathlib
@@ -57,9 +57,10 @@ def main():
         for docs in sets.values():
             for d in docs:  # lines, not documents: the trainer skips sentences over 4 kB
                 f.write("\n".join(line[:4000] for line in d.splitlines() if line.strip()) + "\n")
-    sentencepiece.SentencePieceTrainer.train(input=str(out / "train.txt"), model_prefix=str(out / "unigram"), model_type="unigram",
-                                             vocab_size=a.vocab, character_coverage=0.9995, input_sentence_size=200000,
-                                             shuffle_input_sentence=True, minloglevel=2, num_threads=2, hard_vocab_limit=False)
+    for model_type in ("unigram", "bpe"):
+        sentencepiece.SentencePieceTrainer.train(input=str(out / "train.txt"), model_prefix=str(out / model_type), model_type=model_type,
+                                                 vocab_size=a.vocab, character_coverage=0.9995, input_sentence_size=200000,
+                                                 shuffle_input_sentence=True, minloglevel=2, num_threads=2, hard_vocab_limit=False)
     for name, docs in sets.items():
         print(f"{name}: {len(docs)} documents, {sum(len(d.encode()) for d in docs) / 1e6:.2f} MB")
 

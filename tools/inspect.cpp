@@ -2,6 +2,8 @@
 // --json prints the summary as one JSON object; --dump-tokens writes every token of every document,
 // in dataset order, as little-endian uint32 to stdout, so any two readers can be compared byte for byte.
 // A blend in Megatron's --data-path form is inspected dataset by dataset (JSONL/text: every line parsed).
+// A tokenizer model (a sentencepiece .model) is summarised too: its type and options, and which encoder
+// feedline tokenizes it with (its own where it reproduces the model, else the library's, and why).
 // Exit code 1 with the error (file and byte offset) on bad input.
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 
 #include <feedline/pipeline.hpp>
@@ -78,7 +81,65 @@ nlohmann::json inspect_text(const std::string& spec) {
             {"valid", true}};
 }
 
+// A sentencepiece model: what it is and which encoder kind "auto" gives it, with why.
+nlohmann::json inspect_model(const std::string& path) {
+    const auto tok = feedline::make_tokenizer({.model = path, .add_eos = false}, "model");
+    const auto tables = feedline::feedline_tokenizer::load(path, "model");
+    const auto m = feedline::detail::read_sentencepiece_model(feedline::detail::read_model_file(path, "model"));
+    std::size_t user_defined = 0, unused = 0;
+    for (const auto& p : m.pieces)
+        user_defined += p.type == feedline::detail::piece_type::user_defined, unused += p.type == feedline::detail::piece_type::unused;
+    nlohmann::json summary = {{"format", "sentencepiece model"},
+                              {"model_type", m.model_type_name()},
+                              {"pieces", tok->vocab_size()},
+                              {"normalizer", m.normalizer_name.empty() ? "(precompiled map only)" : m.normalizer_name},
+                              {"byte_fallback", m.byte_fallback},
+                              {"user_defined_pieces", user_defined},
+                              {"unused_pieces", unused},
+                              {"bos_id", tok->bos_id()},
+                              {"eos_id", tok->eos_id()},
+                              {"encoder", tok->describe()},
+                              {"kind", std::string(tok->kind())},
+                              {"why", tok->chosen_because()},
+                              {"long_documents_split_at_spaces", tables->splits_at_spaces && tables->cuts_at_spaces},
+                              {"valid", true}};
+    if (tables->problem.empty()) {
+        summary["word_cache"] = tables->cuts_at_spaces;
+        summary["table_bytes"] = tables->memory_bytes();
+    }
+    return summary;
+}
+
+bool is_model_file(const std::string& path) {
+    return path.ends_with(".model") && std::filesystem::is_regular_file(path) && feedline::detail::looks_like_sentencepiece(path);
+}
+
 void print(const nlohmann::json& summary, bool deep) {
+    if (summary["format"] == "sentencepiece model") {
+        fmt::print(
+            "format     sentencepiece model ({}, {} pieces, normalizer {}{})
+            ", summary[" model_type "].get<std::string>(),
+            summary["pieces"]
+                .get<int>(),
+            summary["normalizer"].get<std::string>(), summary["byte_fallback"].get<bool>() ? ", byte fallback" : "");
+        fmt::print(
+            "encoder    {}{}
+            ", summary[" encoder "].get<std::string>(),
+                summary["why"]
+                    .get<std::string>()
+                    .empty()
+                ? ""
+                : " (" + summary["why"].get<std::string>() + ")");
+        if (summary.contains("word_cache"))
+            fmt::print(
+                "words      {}
+                ", summary[" word_cache "].get<bool>() ? " cut at spaces and
+                    cached per thread "
+                : "not cut at spaces (each text encoded whole)");
+        fmt::print("valid      yes
+");
+        return;
+    }
     if (summary["format"] == "text") {
         fmt::print("format     text (tokenized on the fly)\nfiles      {}\ndocuments  {}\nbytes      {}\nvalid      yes\n",
                    summary["files"].get<std::size_t>(), summary["documents"].get<std::uint64_t>(),
@@ -96,7 +157,9 @@ void print(const nlohmann::json& summary, bool deep) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Validate and summarise a feedline token dataset (Megatron .bin/.idx or llm.c shards), or each dataset of a blend"};
+    CLI::App app{
+        "Validate and summarise a feedline token dataset (Megatron .bin/.idx or llm.c shards), each dataset of a blend, or a sentencepiece "
+        "tokenizer model"};
     std::vector<std::string> paths;
     inspect_options o;
     app.add_option("paths", paths,
@@ -120,7 +183,9 @@ int main(int argc, char** argv) {
             if (text && o.dump)
                 throw feedline::config_error("--dump-tokens",
                                              paths[0] + " is JSONL/text: tokens exist only once it is tokenized (feedline-pack)");
-            const nlohmann::json summary = text ? inspect_text(paths[0]) : inspect_shards(paths, o);
+            const bool model = paths.size() == 1 && is_model_file(paths[0]);
+            if (model && o.dump) throw feedline::config_error("--dump-tokens", paths[0] + " is a tokenizer model, not a token dataset");
+            const nlohmann::json summary = model ? inspect_model(paths[0]) : text ? inspect_text(paths[0]) : inspect_shards(paths, o);
             if (o.dump) return std::fflush(stdout) == 0 ? 0 : 1;
             if (o.json)
                 fmt::print("{}\n", tools::json_text(summary));

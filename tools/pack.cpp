@@ -197,7 +197,8 @@ int run(const options& o) {
         fmt::print(stderr, "removed {} temporary file(s) a killed pack into {} left\n", lock.removed_temporaries().size(), o.output);
     std::string model_path = o.model.empty() ? train_model(o, files, topt, lock) : o.model;
 
-    const auto probe = feedline::make_tokenizer({.model = model_path, .add_eos = false}, "model");
+    const std::string kind = o.text.text.tokenizer_kind;
+    const auto probe = feedline::make_tokenizer({.model = model_path, .kind = kind, .add_eos = false}, "model");
     const auto vocab = static_cast<std::uint64_t>(probe->vocab_size());
     const int eos = probe->eos_id();
     if (o.append_eos && eos < 0) throw feedline::config_error("append-eos", "the model has no end-of-sentence piece");
@@ -218,7 +219,7 @@ int run(const options& o) {
     auto last_progress = clock::now();
     const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO);
     feedline::tokenize_in_order(
-        {.model = model_path, .add_eos = o.append_eos}, o.threads,
+        {.model = model_path, .kind = kind, .add_eos = o.append_eos}, o.threads,
         [&](std::vector<std::string>& batch) {
             if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
             return src.next_batch(batch, 2048, 8 << 20);
@@ -243,8 +244,9 @@ int run(const options& o) {
     double secs = std::chrono::duration<double>(clock::now() - start).count();
     if (show_progress) fmt::print(stderr, "\n");
     if (!o.quiet)
-        fmt::print("packed {} documents, {} tokens ({}, {}) into {} shard(s) at {} in {:.2f} s ({:.1f} MB/s of text){}\n", docs, tokens,
+        fmt::print("packed {} documents, {} tokens ({}, {}) into {} shard(s) at {} in {:.2f} s ({:.1f} MB/s of text, {}){}\n", docs, tokens,
                    o.format, feedline::to_string(dt), written.size(), o.output, secs, static_cast<double>(text_bytes) / 1e6 / secs,
+                   probe->describe() + (probe->chosen_because().empty() ? "" : ": " + probe->chosen_because()),
                    src.skipped() ? fmt::format("; skipped {} invalid lines", src.skipped()) : "");
     return 0;
 }
@@ -267,7 +269,7 @@ int main(int argc, char** argv) {
     app.add_flag("--append-eos", o.append_eos, "append the model's end-of-sentence id to every document");
     app.add_option("--shard-size", o.shard_size, "start a new shard after this many bytes (0: Megatron one shard, llm.c 10^8 tokens)");
     app.add_option("--threads", o.threads, "tokenizer threads")->capture_default_str();
-    tools::add_pipeline_options(app, o.text, {.only = {"field", "skip_invalid", "text_split", "max_line_bytes"}});
+    tools::add_pipeline_options(app, o.text, {.only = {"field", "skip_invalid", "text_split", "max_line_bytes", "tokenizer_kind"}});
     app.add_flag("--quiet", o.quiet, "no progress or summary");
     if (const int code = tools::parse_command_line("feedline-pack", 1, app, argc, argv); code >= 0) return code;
     if (o.threads == 0) o.threads = 1;

@@ -146,7 +146,7 @@ class PipelineOptions(TypedDict, total=False):
     tokenizer: Optional[str]
     """the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized) (default "")"""
     tokenizer_kind: Optional[str]
-    """which encoder reads the model: sentencepiece (the library), feedline (feedline's own, Unigram models, the same ids) or auto (default "auto")"""
+    """which encoder reads the model: feedline (feedline's own, Unigram and BPE models, the library's ids), sentencepiece (the library) or auto (feedline's where it reproduces the model, else the library's) (default "auto")"""
     add_bos: Optional[bool]
     """the model's BOS before every document (default False)"""
     add_eos: Optional[bool]

@@ -286,6 +286,8 @@ public:
     }
 
     std::string kind() const { return std::string(first_->kind()); }
+    std::string describe() const { return first_->describe(); }
+    std::string chosen_because() const { return first_->chosen_because(); }
     std::string identity() const { return first_->identity(); }
     int vocab_size() const { return first_->vocab_size(); }
     int bos_id() const { return first_->bos_id(); }
@@ -383,13 +385,16 @@ NB_MODULE(_feedline, m) {
 
     nb::class_<py_tokenizer>(m, "Tokenizer",
                              "Text to token ids with the encoders feedline's pipelines use: Tokenizer(model, kind='auto', add_bos=False, "
-                             "add_eos=False). kind: 'sentencepiece' (the library), 'feedline' (feedline's own encoder for Unigram models, the "
-                             "same ids) or 'auto'. encode(text) -> ids; encode_batch(texts, threads=0) -> ids per text, on `threads` threads "
+                             "add_eos=False). kind: 'feedline' (feedline's own encoder for Unigram and BPE models, the library's ids), "
+                             "'sentencepiece' (the library) or 'auto' (feedline's where it reproduces the model; `chosen_because` says why "
+                             "not). encode(text) -> ids; encode_batch(texts, threads=0) -> ids per text, on `threads` threads "
                              "(0: one per CPU) with the GIL released.")
         .def(nb::init<std::string, std::string, bool, bool>(), "model"_a, "kind"_a = "auto", "add_bos"_a = false, "add_eos"_a = false)
         .def("encode", &py_tokenizer::encode, "text"_a)
         .def("encode_batch", &py_tokenizer::encode_batch, "texts"_a, "threads"_a = 0)
         .def_prop_ro("kind", &py_tokenizer::kind)
+        .def_prop_ro("description", &py_tokenizer::describe)
+        .def_prop_ro("chosen_because", &py_tokenizer::chosen_because)
         .def_prop_ro("identity", &py_tokenizer::identity)
         .def_prop_ro("vocab_size", &py_tokenizer::vocab_size)
         .def_prop_ro("bos_id", &py_tokenizer::bos_id)

@@ -67,9 +67,9 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     seeds.push_back({0x80});
     seeds.back().insert(seeds.back().end(), text_json.begin(), text_json.end());
 #endif
-#elif defined(FEEDLINE_FUZZ_UNIGRAM_ENCODER)
+#elif defined(FEEDLINE_FUZZ_SENTENCEPIECE_ENCODER)
     // Byte 0 picks the model; text of several scripts, spaces, controls, invalid bytes.
-    for (std::uint8_t model : {0, 1, 2})
+    for (std::uint8_t model : {0, 1, 2, 3, 4, 5})
         for (const std::string& text : {std::string("the river  naïve café 東京都市 🙂 Ｆｕｌｌ ﬁle ① x=1; 12345"), std::string("\t\x01\x7f \xff\xc0\xaf e\xcc\x81  "),
                                        std::string("<sep>ab▁x abab supercalifragilistic\0tail", sizeof "<sep>ab▁x abab supercalifragilistic\0tail" - 1)}) {
             seeds.push_back({model});

@@ -82,6 +82,20 @@ TEST_CASE("Tools.Pack.IdsEqualSpmEncode") {
     CHECK(summary["documents"] == docs);
     CHECK(summary["tokens"] == expected.size());
     CHECK(summary["dtype"] == "uint16");
+    // The pack above used feedline's own encoder (kind auto); the library's writes the same bytes.
+    REQUIRE(c.pack("--output " + (c.dir / "lib") + " --tokenizer-kind sentencepiece").code == 0);
+    CHECK(ft::read_bytes(c.dir / "lib.bin") == ft::read_bytes(c.dir / "m.bin"));
+    CHECK(ft::read_bytes(c.dir / "lib.idx") == ft::read_bytes(c.dir / "m.idx"));
+    // feedline-inspect on the model says what it is and what encodes it.
+    auto model = c.inspect("--json " + c.model);
+    REQUIRE_MESSAGE(model.code == 0, model.err);
+    const auto about = nlohmann::json::parse(model.out);
+    CHECK(about["format"] == "sentencepiece model");
+    CHECK(about["model_type"] == "Unigram");
+    CHECK(about["kind"] == "feedline");
+    CHECK(about["encoder"] == "feedline's Unigram encoder");
+    CHECK(about["word_cache"] == true);
+    CHECK(c.inspect(c.model).out.find("encoder    feedline's Unigram encoder") != std::string::npos);
 }
 
 TEST_CASE("Tools.Pack.ThreadCountDoesNotChangeTheOutput") {

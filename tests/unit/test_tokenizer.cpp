@@ -217,73 +217,112 @@ struct trained {
 
 }  // namespace
 
+namespace {
+
+// feedline's encoder of `model` against libsentencepiece on every probe text, twice (the second pass
+// finds the words in the caches), through the tokenizer and the encoder with its word cache, with none
+// and with one so small it starts over all the time; then one long text.
+template <class Encoder>
+void compare_with_library(const std::string& name, const std::string& model, const std::vector<std::string>& texts) {
+    CAPTURE(name);
+    sentencepiece::SentencePieceProcessor spm;
+    REQUIRE(spm.Load(model).ok());
+    feedline_tokenizer ours({.model = model, .add_eos = false});
+    const auto tables = std::make_shared<const detail::sentencepiece_pieces>(detail::read_sentencepiece_model(ft::read_text(model)));
+    REQUIRE(tables->problem.empty());
+    Encoder cached(tables), uncached(tables, 0), tiny(tables, 2000);
+    std::size_t compared = 0, differing = 0, tokens = 0;
+    std::vector<std::int32_t> got, a, b, c;
+    for (int pass = 0; pass < 2; ++pass)
+        for (const std::string& text : texts) {
+            std::vector<int> want;
+            REQUIRE(spm.Encode(text, &want).ok());
+            REQUIRE(ours.encode(text, got).empty());
+            a.clear(), b.clear(), c.clear();
+            cached.encode(text, a);
+            uncached.encode(text, b);
+            tiny.encode(text, c);
+            ++compared;
+            tokens += want.size();
+            const std::vector<std::int32_t> ids(want.begin(), want.end());
+            if ((ids != got || ids != a || ids != b || ids != c) && differing++ < 3)
+                FAIL_CHECK("ids differ for \"" << escaped(text) << "\" (tokenizer " << (ids == got) << ", cached " << (ids == a)
+                                               << ", uncached " << (ids == b) << ", tiny cache " << (ids == c) << ")");
+        }
+    // One long text: for Unigram the running score grows, and cached words whose margin it overtakes
+    // are walked again.
+    std::string long_text;
+    std::mt19937 rng(23);
+    while (long_text.size() < 100000) long_text += sentence(rng, true);
+    std::vector<int> want;
+    REQUIRE(spm.Encode(long_text, &want).ok());
+    a.clear();
+    cached.encode(long_text, a);
+    CHECK(std::vector<std::int32_t>(want.begin(), want.end()) == a);
+    if constexpr (std::is_same_v<Encoder, detail::unigram_encoder>) {
+        if (tables->cuts_at_spaces) CHECK(cached.cache_rewalks() > 0);
+    }
+    CHECK(differing == 0);
+    MESSAGE(name << ": cuts at spaces " << tables->cuts_at_spaces << ", cache hits " << cached.cache_hits() << ", misses "
+                 << cached.cache_misses());
+    if (tables->cuts_at_spaces) CHECK(cached.cache_hits() > texts.size());
+    CHECK(compared == 2 * texts.size());
+    CHECK(tokens > texts.size());
+    CHECK(ours.vocab_size() == spm.GetPieceSize());
+    CHECK(ours.bos_id() == spm.bos_id());
+    CHECK(ours.eos_id() == spm.eos_id());
+}
+
+// spm_train's options, for either model type.
+const std::vector<std::pair<std::string, std::string>> training_variants = {
+    {"nmt_nfkc", "--character_coverage=1.0"},
+    {"coverage", "--character_coverage=0.98"},  // rare characters are unknown: runs of them merge into one <unk>
+    {"identity", "--normalization_rule_name=identity --character_coverage=0.995"},
+    {"nfkc", "--normalization_rule_name=nfkc"},
+    {"nmt_nfkc_cf", "--normalization_rule_name=nmt_nfkc_cf"},
+    {"byte_fallback", "--byte_fallback=true --character_coverage=0.98 --split_digits=true"},
+    {"user_symbols", "--user_defined_symbols=<sep>,<cls>,ab,@@,▁x --control_symbols=<ctl>"},
+    {"kept_spaces", "--remove_extra_whitespaces=false --add_dummy_prefix=false"},
+    {"suffix", "--treat_whitespace_as_suffix=true"},
+    {"no_whitespace_split", "--split_by_whitespace=false --split_by_unicode_script=false --split_by_number=false"},
+    {"short_pieces", "--max_sentencepiece_length=3 --normalization_rule_name=identity --byte_fallback=true"},
+    {"no_dummy_prefix", "--add_dummy_prefix=false --split_digits=true"},
+};
+
+// `model` with a vocabulary restricted to a third of its longer pieces (SentencePieceProcessor::SetVocabulary):
+// the others turn unused, and are split again (BPE) or never matched (Unigram).
+std::string restricted(const std::string& model) {
+    sentencepiece::SentencePieceProcessor spm;
+    REQUIRE(spm.Load(model).ok());
+    std::vector<std::string> keep;
+    for (int id = 0; id < spm.GetPieceSize(); ++id)
+        if (id % 3 == 0) keep.push_back(spm.IdToPiece(id));
+    REQUIRE(spm.SetVocabulary(std::vector<absl::string_view>(keep.begin(), keep.end())).ok());
+    const std::string path = model + ".restricted";
+    ft::write_text(path, spm.serialized_model_proto());
+    return path;
+}
+
+}  // namespace
+
 TEST_CASE("Tokenizer.Unigram.IdsEqualSentencepiecesForEveryTrainingOption") {
     trained t;
     const std::vector<std::string> texts = probe_texts();
-    const std::vector<std::pair<std::string, std::string>> variants = {
-        {"nmt_nfkc", "--character_coverage=1.0"},
-        {"coverage", "--character_coverage=0.98"},  // rare characters are unknown: runs of them merge into one <unk>
-        {"identity", "--normalization_rule_name=identity --character_coverage=0.995"},
-        {"nfkc", "--normalization_rule_name=nfkc"},
-        {"nmt_nfkc_cf", "--normalization_rule_name=nmt_nfkc_cf"},
-        {"byte_fallback", "--byte_fallback=true --character_coverage=0.98 --split_digits=true"},
-        {"user_symbols", "--user_defined_symbols=<sep>,<cls>,ab,@@,▁x --control_symbols=<ctl>"},
-        {"kept_spaces", "--remove_extra_whitespaces=false --add_dummy_prefix=false"},
-        {"suffix", "--treat_whitespace_as_suffix=true"},
-        {"no_whitespace_split", "--split_by_whitespace=false --split_by_unicode_script=false --split_by_number=false"},
-        {"short_pieces", "--max_sentencepiece_length=3 --normalization_rule_name=identity --byte_fallback=true"},
-        {"no_dummy_prefix", "--add_dummy_prefix=false --split_digits=true"},
-    };
-    for (const auto& variant : variants) {
-        const std::string& name = variant.first;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
-        const std::string& options = variant.second;
-        CAPTURE(name);
-        const std::string model = t.model(name, "--model_type=unigram " + options);
-        sentencepiece::SentencePieceProcessor spm;
-        REQUIRE(spm.Load(model).ok());
-        unigram_tokenizer ours({.model = model, .add_eos = false});
-        // The encoder itself: with its word cache, with none, and with one so small it starts over all the time.
-        const auto tables = std::make_shared<const detail::unigram_model>(detail::read_sentencepiece_model(ft::read_text(model)));
-        REQUIRE(tables->problem.empty());
-        detail::unigram_encoder cached(tables), uncached(tables, 0), tiny(tables, 2000);
-        std::size_t compared = 0, differing = 0, tokens = 0;
-        std::vector<std::int32_t> got, a, b, c;
-        for (int pass = 0; pass < 2; ++pass)  // the second pass finds the words in the caches
-            for (const std::string& text : texts) {
-                std::vector<int> want;
-                REQUIRE(spm.Encode(text, &want).ok());
-                REQUIRE(ours.encode(text, got).empty());
-                a.clear(), b.clear(), c.clear();
-                cached.encode(text, a);
-                uncached.encode(text, b);
-                tiny.encode(text, c);
-                ++compared;
-                tokens += want.size();
-                const std::vector<std::int32_t> ids(want.begin(), want.end());
-                if ((ids != got || ids != a || ids != b || ids != c) && differing++ < 3)
-                    FAIL_CHECK("ids differ for \"" << escaped(text) << "\" (tokenizer " << (ids == got) << ", cached " << (ids == a)
-                                                   << ", uncached " << (ids == b) << ", tiny cache " << (ids == c) << ")");
-            }
-        // One long text: the running score grows, and cached words whose margin it overtakes are walked again.
-        std::string long_text;
-        std::mt19937 rng(23);
-        while (long_text.size() < 100000) long_text += sentence(rng, true);
-        std::vector<int> want;
-        REQUIRE(spm.Encode(long_text, &want).ok());
-        a.clear();
-        cached.encode(long_text, a);
-        CHECK(std::vector<std::int32_t>(want.begin(), want.end()) == a);
-        if (tables->cuts_at_spaces) CHECK(cached.cache_rewalks() > 0);
-        CHECK(differing == 0);
-        MESSAGE(name << ": cuts at spaces " << tables->cuts_at_spaces << ", cache hits " << cached.cache_hits() << ", walked again "
-                     << cached.cache_rewalks());
-        if (tables->cuts_at_spaces) CHECK(cached.cache_hits() > texts.size());
-        CHECK(compared == 2 * texts.size());
-        CHECK(tokens > texts.size());
-        CHECK(ours.vocab_size() == spm.GetPieceSize());
-        CHECK(ours.bos_id() == spm.bos_id());
-        CHECK(ours.eos_id() == spm.eos_id());
-    }
+    for (const auto& [name, options] : training_variants)
+        compare_with_library<detail::unigram_encoder>(name, t.model(name, "--model_type=unigram " + options), texts);
+    compare_with_library<detail::unigram_encoder>("restricted vocabulary", restricted(t.model("r", "--model_type=unigram")), texts);
+}
+
+TEST_CASE("Tokenizer.Bpe.IdsEqualSentencepiecesForEveryTrainingOption") {
+    trained t;
+    const std::vector<std::string> texts = probe_texts();
+    for (const auto& [name, options] : training_variants)
+        compare_with_library<detail::bpe_encoder>(name, t.model(name, "--model_type=bpe " + options), texts);
+    // Unused pieces: split again into the two pieces the library last saw making them.
+    const std::string unused = restricted(t.model("r", "--model_type=bpe"));
+    const auto tables = std::make_shared<const detail::sentencepiece_pieces>(detail::read_sentencepiece_model(ft::read_text(unused)));
+    CHECK(tables->has_unused);
+    compare_with_library<detail::bpe_encoder>("restricted vocabulary", unused, texts);
 }
 
 TEST_CASE("Tokenizer.Unigram.ThroughMakeTokenizerAndAPipelineTheIdsAreTheLibrarys") {
@@ -310,7 +349,7 @@ TEST_CASE("Tokenizer.Unigram.ThroughMakeTokenizerAndAPipelineTheIdsAreTheLibrary
         CHECK(many_a == many_b);
     }
     const auto made = make_tokenizer({.model = model, .kind = "feedline"});
-    REQUIRE(dynamic_cast<unigram_tokenizer*>(made.get()) != nullptr);
+    REQUIRE(dynamic_cast<feedline_tokenizer*>(made.get()) != nullptr);
 
     // A text corpus read by a pipeline: the same batches and state with either encoder.
     std::string lines;
@@ -342,27 +381,40 @@ TEST_CASE("Tokenizer.Unigram.ThroughMakeTokenizerAndAPipelineTheIdsAreTheLibrary
     CHECK(own_run.second == lib.second);
 }
 
-TEST_CASE("Tokenizer.Unigram.ModelsItDoesNotReproduceAreRefusedSayingWhy") {
+TEST_CASE("Tokenizer.Feedline.ModelsItDoesNotReproduceGoToTheLibraryOrAreRefusedSayingWhy") {
     trained t;
-    const std::string bpe = t.model("bpe", "--model_type=bpe");
-    try {
-        unigram_tokenizer refused({.model = bpe});
-        FAIL("a BPE model was taken");
-    } catch (const config_error& e) {
-        CHECK(std::string(e.what()).find("BPE") != std::string::npos);
-        CHECK(std::string(e.what()).find(bpe) != std::string::npos);
+    // Kind auto takes feedline's encoder for Unigram and BPE models.
+    for (const std::string type : {"unigram", "bpe"}) {
+        const auto made = make_tokenizer({.model = t.model(type, "--model_type=" + type)});
+        CHECK(made->kind() == "feedline");
+        CHECK(made->describe() == std::string("feedline's ") + (type == "bpe" ? "BPE" : "Unigram") + " encoder");
+        CHECK(made->chosen_because().empty());
     }
-    // Not a model, truncated, missing, a directory: config errors naming the file.
+    // A word model: auto hands it to libsentencepiece and says why; kind feedline refuses it, saying why.
+    const std::string word = t.model("word", "--model_type=word");
+    const auto lib = make_tokenizer({.model = word});
+    CHECK(lib->kind() == "sentencepiece");
+    CHECK(lib->chosen_because().find("a word model") != std::string::npos);
+    try {
+        feedline_tokenizer refused({.model = word});
+        FAIL("a word model was taken");
+    } catch (const config_error& e) {
+        CHECK(std::string(e.what()).find("word model") != std::string::npos);
+        CHECK(std::string(e.what()).find(word) != std::string::npos);
+    }
+    // Not a model, truncated, missing, a directory: config errors naming the file, whichever kind.
     ft::write_text(t.dir / "not-a-model", "\x0a\x05hello world, not protobuf");
     const std::string good = ft::read_text(t.model("u", "--model_type=unigram"));
     ft::write_text(t.dir / "cut.model", good.substr(0, good.size() / 2));
-    for (const std::string& path : {t.dir / "not-a-model", t.dir / "cut.model", t.dir / "missing.model", t.dir.path().string()}) {
-        CAPTURE(path);
-        try {
-            unigram_tokenizer refused({.model = path});
-            FAIL("taken");
-        } catch (const config_error& e) {
-            CHECK(std::string(e.what()).find(path) != std::string::npos);
+    for (const std::string& path : {t.dir / "not-a-model", t.dir / "cut.model", t.dir / "missing.model", t.dir.path().string()})
+        for (const std::string kind : {"feedline", "auto"}) {
+            CAPTURE(path);
+            CAPTURE(kind);
+            try {
+                make_tokenizer({.model = path, .kind = kind});
+                FAIL("taken");
+            } catch (const config_error& e) {
+                CHECK(std::string(e.what()).find(path) != std::string::npos);
+            }
         }
-    }
 }

@@ -40,6 +40,8 @@ public:
         if (!corpus_) throw config_error("dataset", "no text corpus given");
         const auto probe = make_tokenizer(tokenizer_config());
         vocab_ = probe->vocab_size();
+        tokenizer_description_ = probe->describe();
+        if (!probe->chosen_because().empty()) tokenizer_description_ += "; " + probe->chosen_because();
         for (std::uint64_t d = 0; d < corpus_->document_count(); ++d)
             if (d == 0 || corpus_->document(d).file != corpus_->document(d - 1).file) block_starts_.push_back(d);
         auto counts = detail::load_or_count_tokens(*corpus_, tokenizer_config(), *probe, config_.cache_dir, threads);
@@ -81,7 +83,11 @@ public:
     std::uint64_t worker_bytes(const source_context& c) const override {
         return defaults::text_worker_bytes + (c.seq_len + 1) * sizeof(std::int32_t);
     }
-    std::string prepare(const source_context&) override { return "pread (text documents, tokenized by the workers)"; }
+    std::string prepare(const source_context&) override {
+        return "pread (text documents, tokenized by the workers with " + tokenizer_description_ + ")";
+    }
+    // What tokenizes ("feedline's Unigram encoder"), and why where kind "auto" did not take the first kind.
+    const std::string& tokenizer_description() const noexcept { return tokenizer_description_; }
     std::unique_ptr<source_worker> make_worker(const source_context& c, source_counters& counters) override {
         return std::make_unique<worker>(*this, c, counters);
     }
@@ -197,6 +203,7 @@ private:
     std::vector<std::uint32_t> lengths_;
     std::uint64_t tokens_ = 0;
     std::string lengths_origin_;
+    std::string tokenizer_description_;
     std::unique_ptr<detail::document_cache> cache_;
 };
 

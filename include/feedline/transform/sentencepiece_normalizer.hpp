@@ -153,6 +153,8 @@ public:
     std::size_t memory_bytes() const noexcept {
         return units_.capacity() * sizeof(std::uint32_t) + replacements_.capacity() + user_symbols_.memory_bytes();
     }
+    // The model's user-defined symbols (value 1 each): BPE's encoder keeps them whole too.
+    const byte_trie& user_symbols() const noexcept { return user_symbols_; }
 
 private:
     // What the start of `in` normalizes to, and how many bytes of `in` that consumes (Normalizer::NormalizePrefix).

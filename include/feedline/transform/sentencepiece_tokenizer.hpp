@@ -40,6 +40,7 @@ public:
     sentencepiece_tokenizer& operator=(const sentencepiece_tokenizer&) = delete;
 
     std::string_view kind() const noexcept override { return "sentencepiece"; }
+    std::string describe() const override { return "libsentencepiece"; }
     std::string identity() const override { return identity_; }
     int vocab_size() const override { return spm_.GetPieceSize(); }
     int bos_id() const override { return spm_.bos_id(); }

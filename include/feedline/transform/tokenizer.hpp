@@ -43,6 +43,12 @@ public:
 
     // The kind that made it ("sentencepiece").
     virtual std::string_view kind() const noexcept = 0;
+    // What encodes, in words, for stats and tools ("feedline's Unigram encoder").
+    virtual std::string describe() const { return std::string(kind()); }
+    // Why kind "auto" chose this tokenizer where another kind came first ("feedline's encoder does not
+    // reproduce this model: ..."); empty otherwise.
+    const std::string& chosen_because() const noexcept { return chosen_because_; }
+    void set_chosen_because(std::string why) { chosen_because_ = std::move(why); }
     // What its ids depend on, for caches and stats: the kind, its version and the model's contents
     // (a checksum), and the options that change ids. Two tokenizers with one identity give the same ids.
     virtual std::string identity() const = 0;
@@ -65,6 +71,9 @@ public:
                 return "document " + std::to_string(i) + ": " + problem;
         return {};
     }
+
+private:
+    std::string chosen_because_;
 };
 
 namespace detail {

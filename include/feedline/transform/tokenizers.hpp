@@ -6,5 +6,5 @@
 
 #include <feedline/transform/tokenizer.hpp>
 
+#include <feedline/transform/feedline_tokenizer.hpp>  // first: kind "auto" prefers it where it reproduces the model
 #include <feedline/transform/sentencepiece_tokenizer.hpp>
-#include <feedline/transform/unigram_tokenizer.hpp>

@@ -1,8 +1,8 @@
-// Fuzz target: feedline's Unigram encoder against libsentencepiece on arbitrary bytes. Models are
-// trained once, at the first input, with the library's trainer (in a temporary directory): nmt_nfkc
-// with partial coverage (unknown runs), identity with byte fallback and split digits, and user-defined
-// symbols without whitespace splits (no cutting at spaces). Byte 0 picks the model; the rest is the
-// text. Any difference in ids aborts, printing the input's bytes.
+// Fuzz target: feedline's Unigram and BPE encoders against libsentencepiece on arbitrary bytes. Models
+// are trained once, at the first input, with the library's trainer (in a temporary directory), each
+// type with: nmt_nfkc with partial coverage (unknown runs), identity with byte fallback and split
+// digits, and user-defined symbols without whitespace splits (no cutting at spaces). Byte 0 picks the
+// model; the rest is the text. Any difference in ids aborts, printing the input's bytes.
 #include <unistd.h>
 
 #include <cstdint>
@@ -18,13 +18,13 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include <feedline/transform/unigram_tokenizer.hpp>
+#include <feedline/transform/feedline_tokenizer.hpp>
 
 namespace {
 
 struct model_pair {
     sentencepiece::SentencePieceProcessor library;
-    std::unique_ptr<feedline::unigram_tokenizer> ours;
+    std::unique_ptr<feedline::feedline_tokenizer> ours;
 };
 
 std::vector<std::unique_ptr<model_pair>> train_models() {
@@ -43,22 +43,26 @@ std::vector<std::unique_ptr<model_pair>> train_models() {
         }
     }
     std::vector<std::unique_ptr<model_pair>> models;
-    for (const char* options : {"--character_coverage=0.98", "--normalization_rule_name=identity --byte_fallback=true --split_digits=true",
-                                "--user_defined_symbols=<sep>,ab,▁x --split_by_whitespace=false --remove_extra_whitespaces=false"}) {
-        const std::string prefix = (dir / ("m" + std::to_string(models.size()))).string();
-        const auto st = sentencepiece::SentencePieceTrainer::Train("--input=" + (dir / "train.txt").string() + " --model_prefix=" + prefix +
-                                                                   " --model_type=unigram --vocab_size=800 --hard_vocab_limit=false"
-                                                                   " --minloglevel=2 --num_threads=1 " +
-                                                                   options);
-        if (!st.ok()) {
-            std::fprintf(stderr, "training failed: %s\n", st.ToString().c_str());
-            std::abort();
+    for (const std::string type : {"unigram", "bpe"})
+        for (const std::string options :
+             {"--character_coverage=0.98", "--normalization_rule_name=identity --byte_fallback=true --split_digits=true",
+              "--user_defined_symbols=<sep>,ab,▁x --split_by_whitespace=false --remove_extra_whitespaces=false"}) {
+            const std::string prefix = (dir / ("m" + std::to_string(models.size()))).string();
+            const auto st = sentencepiece::SentencePieceTrainer::Train("--input=" + (dir / "train.txt").string() +
+                                                                       " --model_prefix=" + prefix + " --model_type=" + type +
+                                                                       " --vocab_size=800 --hard_vocab_limit=false"
+                                                                       " --minloglevel=2 --num_threads=1 " +
+                                                                       options);
+            if (!st.ok()) {
+                std::fprintf(stderr, "training failed: %s\n", st.ToString().c_str());
+                std::abort();
+            }
+            auto m = std::make_unique<model_pair>();
+            if (!m->library.Load(prefix + ".model").ok()) std::abort();
+            m->ours =
+                std::make_unique<feedline::feedline_tokenizer>(feedline::tokenizer_options{.model = prefix + ".model", .add_eos = false});
+            models.push_back(std::move(m));
         }
-        auto m = std::make_unique<model_pair>();
-        if (!m->library.Load(prefix + ".model").ok()) std::abort();
-        m->ours = std::make_unique<feedline::unigram_tokenizer>(feedline::tokenizer_options{.model = prefix + ".model", .add_eos = false});
-        models.push_back(std::move(m));
-    }
     std::filesystem::remove_all(dir);
     return models;
 }
