@@ -162,7 +162,8 @@ std::optional<jsonl_rates> measure_jsonl(const std::string& path) {
 // sentencepiece alone on 2 threads (half the documents each, a processor each): how far Encode
 // itself scales on this machine, the ceiling for the pipeline's 2-workers-vs-1 ratio.
 struct tokenize_rates {
-    double spm = 0, spm2 = 0, w1 = 0, w2 = 0, text_mb_per_s_spm = 0;
+    double spm = 0, spm2 = 0, w1 = 0, w2 = 0, w1_library = 0, text_mb_per_s_spm = 0;
+    std::string encoder;
 };
 tokenize_rates measure_tokenization(const std::string& text, const std::string& model) {
     text_corpus corpus({text});
@@ -206,26 +207,32 @@ tokenize_rates measure_tokenization(const std::string& text, const std::string& 
     });
     // The text source opened once, as a trainer's training and evaluation pipelines share it: its
     // token-length pass (or cache read) is start-up, not tokenization throughput.
+    // The default encoder (kind auto: feedline's own where it reproduces the model), and the library's
+    // as the "before".
     auto source = std::make_shared<text_source>(std::vector<std::string>{text}, text_config{.tokenizer = model, .cache_dir = "none"});
-    std::printf("tokenization: token lengths %s\n", source->lengths_origin().c_str());
-    auto pipeline_rate = [&](unsigned workers) {
+    auto library_source = std::make_shared<text_source>(
+        std::vector<std::string>{text}, text_config{.tokenizer = model, .tokenizer_kind = "sentencepiece", .cache_dir = "none"});
+    std::printf("tokenization: token lengths %s; encoder %s\n", source->lengths_origin().c_str(), source->tokenizer_description().c_str());
+    auto pipeline_rate = [&](unsigned workers, const std::shared_ptr<text_source>& from) {
         // About one pass over the corpus per measurement.
         const std::uint64_t steps = std::max<std::uint64_t>(10, corpus_tokens / (8 * 256));
-        pipeline p(source,
-                   {.batch_size = 8, .seq_len = 256, .seed = 1, .workers = workers, .device = device_kind::cpu, .max_steps = steps});
+        pipeline p(from, {.batch_size = 8, .seq_len = 256, .seed = 1, .workers = workers, .device = device_kind::cpu, .max_steps = steps});
         auto t0 = clock_type::now();
         std::uint64_t n = 0;
         for (auto& b : p) n += b.size() * b.seq_len();
         return static_cast<double>(n) / seconds_since(t0);
     };
-    cases.add("text source 1 worker (tokens/s)", [&] { return pipeline_rate(1); });
-    cases.add("text source 2 workers (tokens/s)", [&] { return pipeline_rate(2); });
+    cases.add("text source 1 worker (tokens/s)", [&] { return pipeline_rate(1, source); });
+    cases.add("text source 2 workers (tokens/s)", [&] { return pipeline_rate(2, source); });
+    cases.add("text source 1 worker, libsentencepiece (tokens/s)", [&] { return pipeline_rate(1, library_source); });
     auto r = cases.run(5, "tokens/s");
     tokenize_rates out;
     out.spm = r["sentencepiece alone, 1 thread (tokens/s)"].median;
     out.spm2 = r["sentencepiece alone, 2 threads (tokens/s)"].median;
     out.w1 = r["text source 1 worker (tokens/s)"].median;
     out.w2 = r["text source 2 workers (tokens/s)"].median;
+    out.w1_library = r["text source 1 worker, libsentencepiece (tokens/s)"].median;
+    out.encoder = source->tokenizer_description();
     out.text_mb_per_s_spm = out.spm * (static_cast<double>(corpus_bytes) / static_cast<double>(corpus_tokens)) / 1e6;
     return out;
 }
@@ -340,8 +347,8 @@ int main(int argc, char** argv) {
         const tokenize_rates t = measure_tokenization(text, tokenizer);
         std::printf(
             "tokenization: sentencepiece alone %.0f tokens/s (%.2f MB/s of text), on 2 threads %.0f; pipeline 1 worker %.0f, 2 workers "
-            "%.0f tokens/s\n",
-            t.spm, t.text_mb_per_s_spm, t.spm2, t.w1, t.w2);
+            "%.0f tokens/s (%s); 1 worker with libsentencepiece %.0f tokens/s\n",
+            t.spm, t.text_mb_per_s_spm, t.spm2, t.w1, t.w2, t.encoder.c_str(), t.w1_library);
         out["tokenize_spm_tokens_per_s"] = t.spm;
         out["tokenize_spm_2t_tokens_per_s"] = t.spm2;
         out["tokenize_1w_tokens_per_s"] = t.w1;
@@ -349,6 +356,9 @@ int main(int argc, char** argv) {
         out["tokenize_1w_vs_spm"] = t.w1 / t.spm;
         out["tokenize_2w_vs_1w"] = t.w2 / t.w1;
         out["tokenize_spm_2t_vs_1t"] = t.spm2 / t.spm;  // the machine's own scaling of Encode: the ceiling of the line above
+        out["tokenize_1w_library_tokens_per_s"] = t.w1_library;
+        out["tokenize_1w_vs_library_1w"] = t.w1 / t.w1_library;  // the default encoder against the library's, in the pipeline
+        out["tokenize_encoder"] = t.encoder;
 #else
         std::printf("tokenization: skipped (built without sentencepiece)\n");
 #endif

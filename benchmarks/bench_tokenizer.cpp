@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
                           {"buffer_bytes", own[0].tok->buffer_bytes()},
                           {"model_type", ours.model().type_name()},
                           {"word_cache_hits", own[0].tok->cache_hits()},
-                          {"word_cache_misses", own[0].tok->cache_misses()}};
+                          {"word_cache_misses", own[0].tok->cache_misses()},
+                          {"word_cache_rewalks", own[0].tok->cache_rewalks()}};
     std::printf("%s\n", out.dump().c_str());
     return differing == 0 ? 0 : 2;
 }

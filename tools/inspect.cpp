@@ -116,28 +116,15 @@ bool is_model_file(const std::string& path) {
 
 void print(const nlohmann::json& summary, bool deep) {
     if (summary["format"] == "sentencepiece model") {
-        fmt::print(
-            "format     sentencepiece model ({}, {} pieces, normalizer {}{})
-            ", summary[" model_type "].get<std::string>(),
-            summary["pieces"]
-                .get<int>(),
-            summary["normalizer"].get<std::string>(), summary["byte_fallback"].get<bool>() ? ", byte fallback" : "");
-        fmt::print(
-            "encoder    {}{}
-            ", summary[" encoder "].get<std::string>(),
-                summary["why"]
-                    .get<std::string>()
-                    .empty()
-                ? ""
-                : " (" + summary["why"].get<std::string>() + ")");
+        fmt::print("format     sentencepiece model ({}, {} pieces, normalizer {}{})\n", summary["model_type"].get<std::string>(),
+                   summary["pieces"].get<int>(), summary["normalizer"].get<std::string>(),
+                   summary["byte_fallback"].get<bool>() ? ", byte fallback" : "");
+        const std::string why = summary["why"].get<std::string>();
+        fmt::print("encoder    {}{}\n", summary["encoder"].get<std::string>(), why.empty() ? "" : " (" + why + ")");
         if (summary.contains("word_cache"))
-            fmt::print(
-                "words      {}
-                ", summary[" word_cache "].get<bool>() ? " cut at spaces and
-                    cached per thread "
-                : "not cut at spaces (each text encoded whole)");
-        fmt::print("valid      yes
-");
+            fmt::print("words      {}\n", summary["word_cache"].get<bool>() ? "cut at spaces and cached per thread"
+                                                                            : "not cut at spaces (each text encoded whole)");
+        fmt::print("valid      yes\n");
         return;
     }
     if (summary["format"] == "text") {

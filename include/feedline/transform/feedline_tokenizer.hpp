@@ -72,6 +72,11 @@ public:
     std::uint64_t cache_misses() const noexcept {
         return std::visit([](const auto& e) { return e.cache_misses(); }, encoder_);
     }
+    // Unigram: cached words walked again, the running score too large to trust the cached walk.
+    std::uint64_t cache_rewalks() const noexcept {
+        const auto* unigram = std::get_if<detail::unigram_encoder>(&encoder_);
+        return unigram ? unigram->cache_rewalks() : 0;
+    }
 
     std::string encode(std::string_view text, std::vector<std::int32_t>& out, const std::atomic<bool>* cancel = nullptr) override {
         out.clear();

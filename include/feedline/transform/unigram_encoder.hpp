@@ -81,10 +81,16 @@ private:
         std::int32_t start = -1;  // where the best path's last piece starts; -1: no path yet
         std::int32_t id = -1;
     };
-    struct walk_margins {              // kept with a cached word
-        double margin = 0;             // the smallest gap between compared candidates, walked from 0
-        double largest = 0;            // the largest magnitude of a value the walk from 0 met
+    struct walk_margins {              // kept with a cached word, as floats: the margin rounded down, the largest value up
+        float margin = 0;              // the smallest gap between compared candidates, walked from 0
+        float largest = 0;             // the largest magnitude of a value the walk from 0 met
         std::uint32_t characters = 0;  // bounds how many roundings a value's path holds
+        static walk_margins of(double margin, double largest, std::uint32_t characters) {
+            float m = static_cast<float>(margin), l = static_cast<float>(largest);
+            if (m > margin) m = std::nextafter(m, 0.0f);
+            if (l < largest) l = std::nextafter(l, HUGE_VALF);
+            return {m, l, characters};
+        }
     };
     struct margins {
         double margin = HUGE_VAL, largest = 0;
@@ -108,7 +114,7 @@ private:
             walked_.clear();
             for (std::size_t i = from; i < path_.size(); ++i) walked_.push_back({path_[i].id, path_[i].end - path_[i].start});
             path_.resize(from);
-            found = &cache_.insert(w, h, walked_, {seen.margin, seen.largest, seen.characters});
+            found = &cache_.insert(w, h, walked_, walk_margins::of(seen.margin, seen.largest, seen.characters));
         }
         const walk_margins& c = found->extra;
         // A value k pieces into the word is k roundings (unit 2^-24 of at most |score| + largest) from

@@ -27,10 +27,15 @@ class word_cache {
 public:
     static constexpr std::size_t default_bytes = std::size_t(8) << 20;
 
+    // One word: a slot of the table. Small, so a budget holds many words: 20 bytes and the encoder's extra.
     struct entry {
-        std::uint32_t first = 0, count = 0;  // into the pieces arena
+        std::uint64_t hash = 0;               // 0: an empty slot
+        std::uint32_t key_at = 0, first = 0;  // into the words' and the pieces' arenas
+        std::uint8_t key_length = 0, count = 0;
         Extra extra{};
     };
+    // Words longer than this are not cached (their length and pieces fit in a byte).
+    static constexpr std::size_t max_word_bytes = 255;
 
     explicit word_cache(std::size_t bytes = default_bytes) : bytes_(bytes) {}
 
@@ -57,7 +62,7 @@ public:
         for (std::size_t i = h & (slots_.size() - 1); slots_[i].hash; i = (i + 1) & (slots_.size() - 1))
             if (slots_[i].hash == h && slots_[i].key_length == w.size() &&
                 std::memcmp(keys_.data() + slots_[i].key_at, w.data(), w.size()) == 0)
-                return &slots_[i].word;
+                return &slots_[i];
         return nullptr;
     }
     std::span<const cached_piece> pieces(const entry& e) const noexcept { return {pieces_.data() + e.first, e.count}; }
@@ -76,16 +81,20 @@ public:
         return true;
     }
 
-    // Adds `w` (not in the cache; admitted) with its pieces. Returns its entry.
+    // Adds `w` (not in the cache; admitted; at most max_word_bytes) with its pieces. Returns its entry.
     const entry& insert(std::string_view w, std::uint64_t h, std::span<const cached_piece> pieces, const Extra& extra) {
-        entry e{static_cast<std::uint32_t>(pieces_.size()), static_cast<std::uint32_t>(pieces.size()), extra};
-        pieces_.insert(pieces_.end(), pieces.begin(), pieces.end());
         std::size_t i = h & (slots_.size() - 1);
         while (slots_[i].hash) i = (i + 1) & (slots_.size() - 1);
-        slots_[i] = {h, static_cast<std::uint32_t>(keys_.size()), static_cast<std::uint32_t>(w.size()), e};
+        slots_[i] = {h,
+                     static_cast<std::uint32_t>(keys_.size()),
+                     static_cast<std::uint32_t>(pieces_.size()),
+                     static_cast<std::uint8_t>(w.size()),
+                     static_cast<std::uint8_t>(pieces.size()),
+                     extra};
+        pieces_.insert(pieces_.end(), pieces.begin(), pieces.end());
         keys_.append(w);
         ++entries_;
-        return slots_[i].word;
+        return slots_[i];
     }
 
     std::size_t memory_bytes() const noexcept {
@@ -93,11 +102,7 @@ public:
     }
 
 private:
-    struct slot {
-        std::uint64_t hash = 0;  // 0: empty
-        std::uint32_t key_at = 0, key_length = 0;
-        entry word;
-    };
+    using slot = entry;
     void start_over() {
         // Slots for half of the budget, at most three quarters of them used.
         std::size_t n = 1024;
