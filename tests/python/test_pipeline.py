@@ -312,5 +312,15 @@ def test_tokenizer_gives_sentencepieces_own_ids_with_either_encoder(data):
         assert tok.encode_batch([]) == []
     with_eos = feedline.Tokenizer(data["model"], kind="feedline", add_eos=True)
     assert with_eos.encode("one two") == sp.encode("one two") + [sp.eos_id()]
+    # kind auto takes feedline's encoder for a Unigram model, and a BPE one, with the library's ids
+    chosen = feedline.Tokenizer(data["model"])
+    assert (chosen.kind, chosen.description, chosen.chosen_because) == ("feedline", "feedline's Unigram encoder", "")
+    bpe_prefix = str(data["dir"] / "bpe")
+    sentencepiece.SentencePieceTrainer.train(input=data["jsonl"], model_prefix=bpe_prefix,
+                                             model_type="bpe", vocab_size=300, hard_vocab_limit=False, minloglevel=2)
+    bpe = feedline.Tokenizer(bpe_prefix + ".model")
+    assert bpe.description == "feedline's BPE encoder"
+    sp_bpe = sentencepiece.SentencePieceProcessor(model_file=bpe_prefix + ".model")
+    assert bpe.encode_batch(texts, threads=2) == [sp_bpe.encode(t) for t in texts]
     with pytest.raises(feedline.ConfigError, match="missing.model"):
         feedline.Tokenizer(str(data["dir"] / "missing.model"))

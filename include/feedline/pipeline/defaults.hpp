@@ -23,9 +23,11 @@ struct defaults {
     static constexpr std::size_t min_depth_headroom = 4;
     // Scratch per shard worker beyond one batch of raw tokens (read requests, mapped pieces).
     static constexpr std::uint64_t shard_scratch_extra_bytes = 64u << 10;
-    // Per text worker: its tokenizer (sentencepiece: a few MB for an 8k model), one document's text and
-    // ids, the JSONL parser's buffers.
-    static constexpr std::uint64_t text_worker_bytes = 8u << 20;
+    // Per text worker: its tokenizer (feedline's encoders: a word cache of at most 8 MiB, in practice
+    // 2 MiB of slots and 1-2 MiB of words, and buffers of ~12-25 bytes per byte of the longest piece of
+    // text given at once, a few MB for ordinary documents; sentencepiece: a few MB for an 8k model), one
+    // document's text and ids, the JSONL parser's buffers.
+    static constexpr std::uint64_t text_worker_bytes = 12u << 20;
     // Tokens of documents several text workers need (longer than a sample, or at a batch's edge): a
     // document spanning many batches is tokenized once, not once per batch (pipeline/detail/document_cache.hpp).
     static constexpr std::uint64_t document_cache_bytes = 64u << 20;

@@ -40,11 +40,8 @@ public:
         if (!m.cuts_at_spaces || !cache_.enabled() || !valid) {
             merge(s, 0);
         } else {
-            for (std::size_t start = 0; start < s.size();) {
-                const std::size_t end = std::min(s.find(space_symbol, start + 1), s.size());
-                word(s.substr(start, end - start), start);
-                start = end;
-            }
+            cache_.words(s, space_symbol, max_cached_word_bytes,
+                         [&](std::string_view w, std::size_t start, std::uint64_t h) { word(w, start, h); });
         }
         m.emit(path_, s, out);
     }
@@ -77,9 +74,8 @@ private:
         return a.score < b.score || (a.score == b.score && a.left > b.left);
     }
 
-    void word(std::string_view w, std::size_t base) {
-        if (w.size() > max_cached_word_bytes) return ++misses_, merge(w, base);
-        const std::uint64_t h = word_cache<char>::hash(w);
+    void word(std::string_view w, std::size_t base, std::uint64_t h) {
+        if (h == 0) return ++misses_, merge(w, base);  // too long to cache
         const auto* found = cache_.find(w, h);
         if (!found) {
             ++misses_;

@@ -1,7 +1,8 @@
 // feedline/transform/byte_trie.hpp: a trie over bytes for an encoder's vocabulary: which keys start a
 // text, shortest first, one step per byte. The edges live in one open-addressed table (a key per
-// (node, byte)), the root's 256 in a direct array: the first byte of every lookup costs one load, and the
-// table stays a single allocation whatever the vocabulary's size.
+// (node, byte)); the root's 256 in a direct array, and each of its children's 256 in one more: the
+// first two bytes of every lookup cost one load each (most pieces are short), and the table stays a
+// single allocation whatever the vocabulary's size.
 #pragma once
 
 #include <array>
@@ -19,12 +20,19 @@ public:
     // Adds `key` (non-empty) with `value` (>= 0); a key added again keeps the last value.
     void insert(std::string_view key, std::int32_t value) {
         std::uint32_t node = 0;
-        for (unsigned char c : key) {
+        for (std::size_t i = 0; i < key.size(); ++i) {
+            const auto c = static_cast<unsigned char>(key[i]);
             std::uint32_t child = step(node, c);
             if (child == 0) {
                 child = static_cast<std::uint32_t>(values_.size());
                 values_.push_back(none);
                 link(node, c, child);
+                if (i == 0) {  // a child of the root: its own block of 256 grandchildren
+                    block_of_[c] = static_cast<std::uint32_t>(second_.size() / 256);
+                    second_.resize(second_.size() + 256, 0);
+                } else if (i == 1) {
+                    second_[block_of_[static_cast<unsigned char>(key[0])] * 256 + c] = child;
+                }
             }
             node = child;
         }
@@ -34,8 +42,16 @@ public:
     // Calls visit(length, value) for each key that is a prefix of `text`, shortest first.
     template <class Visit>
     void prefixes(std::string_view text, Visit&& visit) const {
-        std::uint32_t node = 0;
-        for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text.empty()) return;
+        const auto first = static_cast<unsigned char>(text[0]);
+        std::uint32_t node = root_[first];
+        if (node == 0) return;
+        if (values_[node] != none) visit(1, values_[node]);
+        if (text.size() < 2) return;
+        node = second_[block_of_[first] * 256 + static_cast<unsigned char>(text[1])];
+        if (node == 0) return;
+        if (values_[node] != none) visit(2, values_[node]);
+        for (std::size_t i = 2; i < text.size(); ++i) {
             node = step(node, static_cast<unsigned char>(text[i]));
             if (node == 0) return;
             if (values_[node] != none) visit(i + 1, values_[node]);
@@ -50,16 +66,21 @@ public:
     }
 
     std::int32_t find(std::string_view key) const {
-        std::uint32_t node = 0;
-        for (unsigned char c : key)
-            if ((node = step(node, c)) == 0) return none;
-        return key.empty() ? none : values_[node];
+        if (key.empty()) return none;
+        const auto first = static_cast<unsigned char>(key[0]);
+        std::uint32_t node = root_[first];
+        if (node == 0) return none;
+        if (key.size() == 1) return values_[node];
+        node = second_[block_of_[first] * 256 + static_cast<unsigned char>(key[1])];
+        for (std::size_t i = 2; i < key.size() && node != 0; ++i) node = step(node, static_cast<unsigned char>(key[i]));
+        return node == 0 ? none : values_[node];
     }
 
     bool empty() const noexcept { return values_.size() == 1; }
     bool has_key_starting_with(unsigned char c) const noexcept { return root_[c] != 0; }
     std::size_t memory_bytes() const noexcept {
-        return values_.capacity() * sizeof(std::int32_t) + table_.capacity() * sizeof(edge) + sizeof root_;
+        return values_.capacity() * sizeof(std::int32_t) + table_.capacity() * sizeof(edge) + second_.capacity() * sizeof(std::uint32_t) +
+               sizeof root_ + sizeof block_of_;
     }
 
 private:
@@ -110,6 +131,8 @@ private:
 
     std::vector<std::int32_t> values_ = {none};  // per node; node 0 is the root
     std::array<std::uint32_t, 256> root_{};
+    std::array<std::uint32_t, 256> block_of_{};  // a child of the root: where its grandchildren's block starts in second_, / 256
+    std::vector<std::uint32_t> second_;          // the root's grandchildren, 256 per child
     std::vector<edge> table_;
     std::size_t edges_ = 0;
     unsigned shift_ = 64;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <bitset>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -107,7 +108,14 @@ public:
             std::size_t n = 0;
             while (n < in.size()) {
                 const auto c = static_cast<unsigned char>(in[n]);
-                if (!plain_lead_[c]) break;
+                if (!plain_lead_[c]) {
+                    // An ASCII character that starts rules only together with what follows it (a letter
+                    // composed with a combining mark) is plain when the next byte continues none of them.
+                    if (c >= 0x80 || !ascii_plain_alone_[c]) break;
+                    if (n + 1 < in.size() && ascii_continues_[c][static_cast<unsigned char>(in[n + 1])]) break;
+                    ++n;
+                    continue;
+                }
                 if (c < 0x80) {
                     ++n;
                     continue;
@@ -159,6 +167,13 @@ public:
 private:
     // What the start of `in` normalizes to, and how many bytes of `in` that consumes (Normalizer::NormalizePrefix).
     std::pair<std::string_view, std::size_t> prefix(std::string_view in) const {
+        if (const auto c = static_cast<unsigned char>(in[0]);
+            c < 0x80 && ascii_known_[c] && (in.size() == 1 || !ascii_continues_[c][static_cast<unsigned char>(in[1])]))
+            // The longest rule is the character alone, or there is none.
+            return {ascii_plain_alone_[c]
+                        ? in.substr(0, 1)
+                        : std::string_view(replacements_).substr(ascii_replacement_[c].first, ascii_replacement_[c].second),
+                    1};
         if (!user_symbols_.empty()) {
             if (const std::size_t n = user_symbols_.longest_prefix(in)) return {in.substr(0, n), n};
         }
@@ -186,6 +201,31 @@ private:
             plain_lead_[c] = c != ' ' && !starts_a_rule(static_cast<unsigned char>(c));
         }
         plain_space_ = !starts_a_rule(' ');
+        // ASCII characters no user-defined symbol starts with, that start rules of the map: whether the
+        // character alone is one (and what it becomes), and which bytes continue a longer one.
+        for (unsigned c = 1; c < 0x80; ++c) {
+            if (plain_lead_[c] || user_symbols_.has_key_starting_with(static_cast<unsigned char>(c)) || units_.empty()) continue;
+            const auto offset = [](std::uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
+            const auto label = [](std::uint32_t u) { return u & ((1u << 31) | 0xFFu); };
+            std::size_t node = offset(units_[0]) ^ c;
+            if (node >= units_.size() || label(units_[node]) != c) continue;
+            const bool alone_is_a_rule = (units_[node] >> 8) & 1;
+            node ^= offset(units_[node]);
+            if (alone_is_a_rule) {
+                if (node >= units_.size()) continue;
+                const std::uint32_t value = units_[node] & ((1u << 31) - 1);
+                if (value >= replacements_.size()) continue;  // a broken map: left to the general path
+                const std::string_view rest = std::string_view(replacements_).substr(value);
+                ascii_replacement_[c] = {value, static_cast<std::uint32_t>(std::min(rest.find('\0'), rest.size()))};
+            } else {
+                ascii_plain_alone_[c] = true;
+            }
+            ascii_known_[c] = true;
+            for (unsigned b = 0; b < 256; ++b) {
+                const std::size_t child = node ^ b;
+                ascii_continues_[c][b] = child < units_.size() && label(units_[child]) == b;
+            }
+        }
     }
     bool starts_a_rule(unsigned char c) const {  // a user-defined symbol, or the map's root has a child labelled c
         if (user_symbols_.has_key_starting_with(c)) return true;
@@ -224,6 +264,11 @@ private:
     std::string problem_;
     std::array<bool, 256> plain_lead_{};  // see mark_plain_leads
     bool plain_space_ = false;            // no rule or user-defined symbol starts with a space
+    // ASCII characters that start rules of the map and no user-defined symbol: what the character
+    // alone becomes (itself where it is no rule alone), and which bytes continue a longer rule.
+    std::array<bool, 128> ascii_known_{}, ascii_plain_alone_{};
+    std::array<std::pair<std::uint32_t, std::uint32_t>, 128> ascii_replacement_{};  // in replacements_: where, how long
+    std::array<std::bitset<256>, 128> ascii_continues_{};
 };
 
 }  // namespace feedline::detail

@@ -56,11 +56,8 @@ public:
             walk(s, 0, 0.0f, nullptr);
         } else {
             float score = 0;
-            for (std::size_t start = 0; start < s.size();) {
-                const std::size_t end = std::min(s.find(space_symbol, start + 1), s.size());
-                score = word(s.substr(start, end - start), start, score);
-                start = end;
-            }
+            cache_.words(s, space_symbol, max_cached_word_bytes,
+                         [&](std::string_view w, std::size_t start, std::uint64_t h) { score = word(w, start, score, h); });
         }
         m.emit(path_, s, out);
     }
@@ -99,11 +96,10 @@ private:
         void met(double v) { largest = std::max(largest, std::abs(v)); }
     };
 
-    // One word at `base` in the normalized text, its path starting from `score`: from the cache when
+    // One word at `base` in the normalized text (its hash `h`), its path starting from `score`: from the cache when
     // its margin allows, else walked. Returns the score at its end.
-    float word(std::string_view w, std::size_t base, float score) {
-        if (w.size() > max_cached_word_bytes) return ++misses_, walk(w, base, score, nullptr);
-        const std::uint64_t h = word_cache<walk_margins>::hash(w);
+    float word(std::string_view w, std::size_t base, float score, std::uint64_t h) {
+        if (h == 0) return ++misses_, walk(w, base, score, nullptr);  // too long to cache
         const auto* found = cache_.find(w, h);
         if (!found) {
             ++misses_;

@@ -5,6 +5,7 @@
 // Used by the Unigram and BPE encoders (transform/unigram_encoder.hpp, transform/bpe_encoder.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -54,6 +55,29 @@ public:
         std::memcpy(&v, p, n);
         h = (h ^ v) * 0x94D049BB133111EBull;
         return (h ^ (h >> 29)) | 1;  // 0 marks an empty slot
+    }
+
+    // Calls each(word, start, hash) for the words of `s`, each cut before a `separator` (the space
+    // symbol), hash 0 for a word longer than `max_bytes`. The next word is found and hashed, and its slot
+    // fetched into the CPU's cache, before this one is handed over: the table is megabytes, and its
+    // cache miss then overlaps the current word's work instead of following it.
+    template <class Each>
+    void words(std::string_view s, std::string_view separator, std::size_t max_bytes, Each&& each) const {
+        const auto cut = [&](std::size_t start) { return std::min(s.find(separator, start + 1), s.size()); };
+        const auto hash_of = [&](std::size_t start, std::size_t end) {
+            if (end - start > max_bytes) return std::uint64_t(0);
+            const std::uint64_t h = hash(s.substr(start, end - start));
+            if (!slots_.empty()) __builtin_prefetch(&slots_[h & (slots_.size() - 1)]);
+            return h;
+        };
+        std::size_t start = 0, end = cut(0);
+        std::uint64_t h = hash_of(0, end);
+        while (start < s.size()) {
+            const std::size_t next_end = end < s.size() ? cut(end) : end;
+            const std::uint64_t next_h = end < s.size() ? hash_of(end, next_end) : 0;
+            each(s.substr(start, end - start), start, h);
+            start = end, end = next_end, h = next_h;
+        }
     }
 
     // The entry of `w` (its hash `h`), or null.
