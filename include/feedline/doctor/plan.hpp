@@ -146,7 +146,7 @@ inline void check_input(const plan_input& in) {
 // Tokens per second one feedline worker delivers, measured (docs/benchmarks.md, bench_end_to_end on
 // a 16-CPU host with an H100, 2026-11-24): windows from llm.c shards with 1 worker, and JSONL
 // tokenized on the fly by libsentencepiece (vocabulary 8000) with 1 worker. feedline's own encoder,
-// the default since, was 4.8x the library in the same measurement on the 2-vCPU VM (2026-11-25); this
+// the default since, was 6.3x the library in the same measurement on the 2-vCPU VM (2026-11-25); this
 // stays the library's host figure, an overestimate of the workers text needs, until measured there.
 inline constexpr double measured_shard_worker_tokens_per_s = 645e6;
 inline constexpr double measured_text_worker_tokens_per_s = 2.27e6;
