@@ -1,7 +1,8 @@
-// feedline's own encoder for sentencepiece Unigram models against libsentencepiece, id for id: models
-// trained here with spm_train's options (normalizers, byte fallback, split digits, user-defined
-// symbols, whitespace handling, short pieces), text of many scripts with emoji, combining marks,
-// control characters, NUL, invalid UTF-8 and whitespace runs; through make_tokenizer and a pipeline too.
+// feedline's own encoders for sentencepiece Unigram and BPE models against libsentencepiece, id for id:
+// models trained here with spm_train's options (normalizers, byte fallback, split digits, user-defined
+// symbols, whitespace handling, short pieces) and with a restricted vocabulary (unused pieces), text of
+// many scripts with emoji, combining marks, control characters, NUL, invalid UTF-8 and whitespace runs;
+// through make_tokenizer and a pipeline too, and kind auto's choice between the encoders.
 #include <doctest/doctest.h>
 
 #include <feedline/pipeline.hpp>
