@@ -32,18 +32,9 @@ public:
 
     // Appends the ids of `text` to `out`.
     void encode(std::string_view text, std::vector<std::int32_t>& out) {
-        const sentencepiece_pieces& m = *model_;
-        const bool valid = m.normalizer.normalize(text, normalized_);
-        const std::string_view s = normalized_;
-        path_.clear();
-        if (s.empty()) return;
-        if (!m.cuts_at_spaces || !cache_.enabled() || !valid) {
-            merge(s, 0);
-        } else {
-            cache_.words(s, space_symbol, max_cached_word_bytes,
-                         [&](std::string_view w, std::size_t start, std::uint64_t h) { word(w, start, h); });
-        }
-        m.emit(path_, s, out);
+        encode_by_words(
+            *model_, text, normalized_, path_, cache_, max_cached_word_bytes, out, [&](std::string_view s) { merge(s, 0); },
+            [&](std::string_view w, std::size_t start, std::uint64_t h) { word(w, start, h); });
     }
 
     const sentencepiece_pieces& model() const noexcept { return *model_; }

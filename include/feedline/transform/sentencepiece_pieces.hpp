@@ -188,4 +188,22 @@ struct sentencepiece_pieces {
     std::string problem;
 };
 
+// The frame both encoders share: normalizes `text` into `normalized`, clears `path`, then encodes the
+// whole text with whole(s) or, where the model cuts at spaces, the word cache is on and the text is
+// well-formed, word by word with word(w, start, hash) (transform/word_cache.hpp's words()); then
+// appends the ids of the pieces `path` holds to `out`.
+template <class Cache, class Whole, class Word>
+void encode_by_words(const sentencepiece_pieces& m, std::string_view text, std::string& normalized, std::vector<piece_span>& path,
+                     const Cache& cache, std::size_t max_word_bytes, std::vector<std::int32_t>& out, Whole&& whole, Word&& word) {
+    const bool valid = m.normalizer.normalize(text, normalized);
+    const std::string_view s = normalized;
+    path.clear();
+    if (s.empty()) return;
+    if (!m.cuts_at_spaces || !cache.enabled() || !valid)
+        whole(s);
+    else
+        cache.words(s, space_symbol, max_word_bytes, word);
+    m.emit(path, s, out);
+}
+
 }  // namespace feedline::detail

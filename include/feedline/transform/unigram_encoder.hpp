@@ -47,19 +47,10 @@ public:
 
     // Appends the ids of `text` to `out`.
     void encode(std::string_view text, std::vector<std::int32_t>& out) {
-        const sentencepiece_pieces& m = *model_;
-        const bool valid = m.normalizer.normalize(text, normalized_);
-        const std::string_view s = normalized_;
-        path_.clear();
-        if (s.empty()) return;
-        if (!m.cuts_at_spaces || !cache_.enabled() || !valid) {
-            walk(s, 0, 0.0f, nullptr);
-        } else {
-            float score = 0;
-            cache_.words(s, space_symbol, max_cached_word_bytes,
-                         [&](std::string_view w, std::size_t start, std::uint64_t h) { score = word(w, start, score, h); });
-        }
-        m.emit(path_, s, out);
+        float score = 0;  // the running score, word to word
+        encode_by_words(
+            *model_, text, normalized_, path_, cache_, max_cached_word_bytes, out, [&](std::string_view s) { walk(s, 0, 0.0f, nullptr); },
+            [&](std::string_view w, std::size_t start, std::uint64_t h) { score = word(w, start, score, h); });
     }
 
     const sentencepiece_pieces& model() const noexcept { return *model_; }
