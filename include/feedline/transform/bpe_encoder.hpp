@@ -41,7 +41,7 @@ public:
     // This encoder's own memory (its buffers and word cache), beside the shared model's.
     std::size_t buffer_bytes() const noexcept {
         return normalized_.capacity() + path_.capacity() * sizeof(piece_span) + symbols_.capacity() * sizeof(symbol) +
-               agenda_.capacity() * sizeof(candidate) + walked_.capacity() * sizeof(cached_piece) + cache_.memory_bytes();
+               agenda_.capacity() * sizeof(candidate) + cache_.memory_bytes();
     }
     std::uint64_t cache_hits() const noexcept { return hits_; }
     std::uint64_t cache_misses() const noexcept { return misses_; }  // words merged the first time, or too long to cache
@@ -73,10 +73,8 @@ private:
             if (!cache_.admit(w.size())) return merge(w, base);
             const std::size_t from = path_.size();
             merge(w, 0);
-            walked_.clear();
-            for (std::size_t i = from; i < path_.size(); ++i) walked_.push_back({path_[i].id, path_[i].end - path_[i].start});
+            found = &cache_.insert(w, h, std::span<const piece_span>(path_).subspan(from), 0);
             path_.resize(from);
-            found = &cache_.insert(w, h, walked_, 0);
         } else {
             ++hits_;
         }
@@ -173,7 +171,6 @@ private:
     std::vector<symbol> symbols_;
     std::vector<candidate> agenda_;
     std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>> rev_merge_;
-    std::vector<cached_piece> walked_;
     std::uint64_t hits_ = 0, misses_ = 0;
 };
 

@@ -56,8 +56,7 @@ public:
     const sentencepiece_pieces& model() const noexcept { return *model_; }
     // This encoder's own memory (its buffers and word cache), beside the shared model's.
     std::size_t buffer_bytes() const noexcept {
-        return normalized_.capacity() + best_.capacity() * sizeof(path_end) + path_.capacity() * sizeof(piece_span) +
-               walked_.capacity() * sizeof(cached_piece) + cache_.memory_bytes();
+        return normalized_.capacity() + best_.capacity() * sizeof(path_end) + path_.capacity() * sizeof(piece_span) + cache_.memory_bytes();
     }
     std::uint64_t cache_hits() const noexcept { return hits_; }
     std::uint64_t cache_rewalks() const noexcept { return rewalks_; }  // cached words walked again: too close to call from the cache
@@ -98,10 +97,9 @@ private:
             margins seen;
             const std::size_t from = path_.size();
             walk(w, 0, 0.0f, &seen);
-            walked_.clear();
-            for (std::size_t i = from; i < path_.size(); ++i) walked_.push_back({path_[i].id, path_[i].end - path_[i].start});
+            found = &cache_.insert(w, h, std::span<const piece_span>(path_).subspan(from),
+                                   walk_margins::of(seen.margin, seen.largest, seen.characters));
             path_.resize(from);
-            found = &cache_.insert(w, h, walked_, walk_margins::of(seen.margin, seen.largest, seen.characters));
         }
         const walk_margins& c = found->extra;
         // A value k pieces into the word is k roundings (unit 2^-24 of at most |score| + largest) from
@@ -181,7 +179,6 @@ private:
     std::string normalized_;
     std::vector<path_end> best_;
     std::vector<piece_span> path_;
-    std::vector<cached_piece> walked_;
     std::uint64_t hits_ = 0, rewalks_ = 0, misses_ = 0;
 };
 

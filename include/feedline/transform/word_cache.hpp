@@ -105,8 +105,10 @@ public:
         return true;
     }
 
-    // Adds `w` (not in the cache; admitted; at most max_word_bytes) with its pieces. Returns its entry.
-    const entry& insert(std::string_view w, std::uint64_t h, std::span<const cached_piece> pieces, const Extra& extra) {
+    // Adds `w` (not in the cache; admitted; at most max_word_bytes) with its pieces, given as the
+    // encoder found them: spans of the word with an id, a start and an end. Returns its entry.
+    template <class Span>
+    const entry& insert(std::string_view w, std::uint64_t h, std::span<const Span> pieces, const Extra& extra) {
         std::size_t i = h & (slots_.size() - 1);
         while (slots_[i].hash) i = (i + 1) & (slots_.size() - 1);
         slots_[i] = {h,
@@ -115,7 +117,7 @@ public:
                      static_cast<std::uint8_t>(w.size()),
                      static_cast<std::uint8_t>(pieces.size()),
                      extra};
-        pieces_.insert(pieces_.end(), pieces.begin(), pieces.end());
+        for (const Span& p : pieces) pieces_.push_back({p.id, static_cast<std::uint32_t>(p.end - p.start)});
         keys_.append(w);
         ++entries_;
         return slots_[i];
