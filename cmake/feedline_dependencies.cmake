@@ -4,6 +4,7 @@
 #   feedline::sentencepiece  sentencepiece  -> on-the-fly tokenization  (else: pre-tokenized shards only)
 #   feedline::numa           libnuma        -> NUMA-local memory        (else: first-touch placement)
 #   feedline::json           nlohmann_json  -> JSONL input             (else: plain text only)
+#   feedline::pcre2          PCRE2          -> tokenizer.json models (byte-level BPE; with nlohmann_json) (else: refused with the reason)
 #                            + simdjson     -> JSONL parsed ~20x faster (else: nlohmann_json alone)
 #   feedline::remote         libcurl + pugixml -> s3:// datasets (SigV4-signed ranged reads; else: refused with the reason)
 #   feedline::doctor         fmt + nlohmann_json -> feedline/doctor/ (plan, check, diagnose rules; else: absent)
@@ -89,6 +90,14 @@ if(nlohmann_json_FOUND)
     FALLBACK "JSONL lines are parsed by nlohmann_json alone (slower)")
 endif()
 
+# PCRE2: the pre-tokenizer patterns of tokenizer.json models (transform/tokenizer_regex.hpp).
+if(PkgConfig_FOUND)
+  pkg_check_modules(FEEDLINE_PCRE2 QUIET IMPORTED_TARGET GLOBAL libpcre2-8)
+endif()
+_feedline_part(pcre2 LABEL "PCRE2 (tokenizer.json)" FOUND "${FEEDLINE_PCRE2_FOUND}" DEFINE PCRE2 LIBS PkgConfig::FEEDLINE_PCRE2
+  DETAIL "libpcre2-8 ${FEEDLINE_PCRE2_VERSION}"
+  REASON "pkg-config finds no libpcre2-8; install libpcre2-dev" FALLBACK "tokenizer.json models are refused with this reason")
+
 # Object storage (s3://): libcurl signs requests with SigV4 (7.75 or newer) and keeps connections alive;
 # pugixml reads S3's XML (listings, errors).
 find_package(CURL 7.75 QUIET)
@@ -117,4 +126,4 @@ if(NOT TARGET feedline::all)
   add_library(feedline::all INTERFACE IMPORTED GLOBAL)
 endif()
 target_link_libraries(feedline::all INTERFACE feedline::feedline feedline::uring feedline::cuda
-  feedline::sentencepiece feedline::numa feedline::json feedline::remote)
+  feedline::sentencepiece feedline::numa feedline::json feedline::pcre2 feedline::remote)

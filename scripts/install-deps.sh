@@ -8,6 +8,7 @@ packages=(
   cmake ninja-build pkg-config g++ clang libclang-rt-14-dev   # build; clang for the sanitizer build and its libFuzzer targets
   libboost-dev doctest-dev                                    # core + tests
   liburing-dev libsentencepiece-dev sentencepiece libnuma-dev   # optional parts
+  libpcre2-dev                                                # tokenizer.json models (pre-tokenizer patterns)
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev  # JSONL input, tools
   libcurl4-openssl-dev libpugixml-dev curl                    # s3:// datasets (feedline::remote); curl uploads in tests
   libopenblas-dev libopenmpi-dev openmpi-bin                  # sample trainer, MPI tests

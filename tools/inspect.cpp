@@ -2,7 +2,7 @@
 // --json prints the summary as one JSON object; --dump-tokens writes every token of every document,
 // in dataset order, as little-endian uint32 to stdout, so any two readers can be compared byte for byte.
 // A blend in Megatron's --data-path form is inspected dataset by dataset (JSONL/text: every line parsed).
-// A tokenizer model (a sentencepiece .model) is summarised too: its type and options, and which encoder
+// A tokenizer model (a sentencepiece .model or a tokenizer.json) is summarised too: its type and options, and which encoder
 // feedline tokenizes it with (its own where it reproduces the model, else the library's, and why).
 // Exit code 1 with the error (file and byte offset) on bad input.
 #include <fmt/core.h>
@@ -110,11 +110,46 @@ nlohmann::json inspect_model(const std::string& path) {
     return summary;
 }
 
+// A tokenizer.json: its model, pre-tokenizer and special tokens, and the encoder.
+nlohmann::json inspect_tokenizer_json(const std::string& path) {
+    const auto tok = feedline::make_tokenizer({.model = path, .add_eos = false}, "model");
+    nlohmann::json summary = {{"format", "tokenizer.json"},      {"encoder", tok->describe()}, {"kind", std::string(tok->kind())},
+                              {"vocab_size", tok->vocab_size()}, {"bos_id", tok->bos_id()},    {"eos_id", tok->eos_id()}};
+#if FEEDLINE_HAS_PCRE2 && FEEDLINE_HAS_JSON
+    if (const auto* bpe = dynamic_cast<const feedline::byte_level_bpe_tokenizer*>(tok.get())) {
+        const auto& m = bpe->model();
+        summary["model_type"] = "byte-level BPE";
+        summary["merges"] = m.merge_count;
+        summary["ignore_merges"] = m.ignore_merges;
+        summary["pre_tokenizer"] = m.pre_tokenizer;
+        summary["added_tokens"] = m.added_raw.size() + m.added_normalized.size();
+        summary["bos_token"] = m.bos_token;
+        summary["eos_token"] = m.eos_token;
+        summary["table_bytes"] = bpe->model_bytes();
+    }
+#endif
+    summary["valid"] = true;
+    return summary;
+}
+
 bool is_model_file(const std::string& path) {
-    return path.ends_with(".model") && std::filesystem::is_regular_file(path) && feedline::detail::looks_like_sentencepiece(path);
+    if (!std::filesystem::is_regular_file(path)) return false;
+    return (path.ends_with(".model") && feedline::detail::looks_like_sentencepiece(path)) ||
+           (path.ends_with(".json") && feedline::detail::looks_like_tokenizer_json(path));
 }
 
 void print(const nlohmann::json& summary, bool deep) {
+    if (summary["format"] == "tokenizer.json") {
+        fmt::print("format     tokenizer.json ({}, {} tokens, {} merges{})\n", summary.value("model_type", std::string("?")),
+                   summary["vocab_size"].get<int>(), summary.value("merges", std::size_t(0)),
+                   summary.value("ignore_merges", false) ? ", whole words first (ignore_merges)" : "");
+        if (summary.contains("pre_tokenizer")) fmt::print("pre-tokens {}\n", summary["pre_tokenizer"].get<std::string>());
+        fmt::print("special    {} added tokens; BOS {}, EOS {}\n", summary.value("added_tokens", std::size_t(0)),
+                   summary.value("bos_token", std::string()).empty() ? "none" : summary["bos_token"].get<std::string>(),
+                   summary.value("eos_token", std::string()).empty() ? "none" : summary["eos_token"].get<std::string>());
+        fmt::print("encoder    {}\nvalid      yes\n", summary["encoder"].get<std::string>());
+        return;
+    }
     if (summary["format"] == "sentencepiece model") {
         fmt::print("format     sentencepiece model ({}, {} pieces, normalizer {}{})\n", summary["model_type"].get<std::string>(),
                    summary["pieces"].get<int>(), summary["normalizer"].get<std::string>(),
@@ -145,8 +180,8 @@ void print(const nlohmann::json& summary, bool deep) {
 
 int main(int argc, char** argv) {
     CLI::App app{
-        "Validate and summarise a feedline token dataset (Megatron .bin/.idx or llm.c shards), each dataset of a blend, or a sentencepiece "
-        "tokenizer model"};
+        "Validate and summarise a feedline token dataset (Megatron .bin/.idx or llm.c shards), each dataset of a blend, or a tokenizer "
+        "model (a sentencepiece .model or a tokenizer.json)"};
     std::vector<std::string> paths;
     inspect_options o;
     app.add_option("paths", paths,
@@ -172,7 +207,11 @@ int main(int argc, char** argv) {
                                              paths[0] + " is JSONL/text: tokens exist only once it is tokenized (feedline-pack)");
             const bool model = paths.size() == 1 && is_model_file(paths[0]);
             if (model && o.dump) throw feedline::config_error("--dump-tokens", paths[0] + " is a tokenizer model, not a token dataset");
-            const nlohmann::json summary = model ? inspect_model(paths[0]) : text ? inspect_text(paths[0]) : inspect_shards(paths, o);
+            const bool json_model = model && paths[0].ends_with(".json");
+            const nlohmann::json summary = json_model ? inspect_tokenizer_json(paths[0])
+                                           : model    ? inspect_model(paths[0])
+                                           : text     ? inspect_text(paths[0])
+                                                      : inspect_shards(paths, o);
             if (o.dump) return std::fflush(stdout) == 0 ? 0 : 1;
             if (o.json)
                 fmt::print("{}\n", tools::json_text(summary));

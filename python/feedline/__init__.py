@@ -144,9 +144,9 @@ class PipelineOptions(TypedDict, total=False):
     io_backend: Optional[Literal["auto", "io_uring", "mmap", "pread"]]
     """how shards are read: auto, io_uring, mmap or pread (default "auto")"""
     tokenizer: Optional[str]
-    """the tokenizer model for JSONL/text (a sentencepiece .model; its kind is recognized) (default "")"""
+    """the tokenizer model for JSONL/text (a sentencepiece .model or a byte-level BPE tokenizer.json; its kind is recognized) (default "")"""
     tokenizer_kind: Optional[str]
-    """which encoder reads the model: feedline (feedline's own, Unigram and BPE models, the library's ids), sentencepiece (the library) or auto (feedline's where it reproduces the model, else the library's) (default "auto")"""
+    """which encoder reads the model: feedline (feedline's own, Unigram and BPE models, the library's ids), sentencepiece (the library), byte-level-bpe (a tokenizer.json, the tokenizers package's ids) or auto (the kind that recognizes the model; for a .model feedline's where it reproduces it, else the library's) (default "auto")"""
     add_bos: Optional[bool]
     """the model's BOS before every document (default False)"""
     add_eos: Optional[bool]

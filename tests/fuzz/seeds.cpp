@@ -70,8 +70,22 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
 #elif defined(FEEDLINE_FUZZ_SENTENCEPIECE_ENCODER)
     // Byte 0 picks the model; text of several scripts, spaces, controls, invalid bytes.
     for (std::uint8_t model : {0, 1, 2, 3, 4, 5})
-        for (const std::string& text : {std::string("the river  naïve café 東京都市 🙂 Ｆｕｌｌ ﬁle ① x=1; 12345"), std::string("\t\x01\x7f \xff\xc0\xaf e\xcc\x81  "),
-                                       std::string("<sep>ab▁x abab supercalifragilistic\0tail", sizeof "<sep>ab▁x abab supercalifragilistic\0tail" - 1)}) {
+        for (const std::string& text :
+             {std::string("the river  naïve café 東京都市 🙂 Ｆｕｌｌ ﬁle ① x=1; 12345"),
+              std::string("\t\x01\x7f \xff\xc0\xaf e\xcc\x81  "),
+              std::string("<sep>ab▁x abab supercalifragilistic\0tail", sizeof "<sep>ab▁x abab supercalifragilistic\0tail" - 1)}) {
+            seeds.push_back({model});
+            seeds.back().insert(seeds.back().end(), text.begin(), text.end());
+        }
+#elif defined(FEEDLINE_FUZZ_BYTE_LEVEL_BPE)
+    // Byte 0 picks the model; words the merges know, contractions, digits, whitespace runs, added
+    // tokens, scripts, emoji, controls and invalid bytes.
+    for (std::uint8_t model : {0, 1, 2})
+        for (const std::string& text :
+             {std::string("the river  naïve café 東京都市 🙂 don't It'S 12345 3.14 x=1;\n\n  {return 0;}"),
+              std::string("\t\x01\x7f \xff\xc0\xaf e\xcc\x81  \r\n\xe2\x82 \xf0\x9f\x98"),
+              std::string("<|endoftext|>the<s><|end|><|end supercalifragilistic\0tail",
+                          sizeof "<|endoftext|>the<s><|end|><|end supercalifragilistic\0tail" - 1)}) {
             seeds.push_back({model});
             seeds.back().insert(seeds.back().end(), text.begin(), text.end());
         }

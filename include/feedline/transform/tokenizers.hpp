@@ -8,3 +8,4 @@
 
 #include <feedline/transform/feedline_tokenizer.hpp>  // first: kind "auto" prefers it where it reproduces the model
 #include <feedline/transform/sentencepiece_tokenizer.hpp>
+#include <feedline/transform/byte_level_bpe_tokenizer.hpp>  // tokenizer.json
