@@ -385,9 +385,10 @@ NB_MODULE(_feedline, m) {
 
     nb::class_<py_tokenizer>(m, "Tokenizer",
                              "Text to token ids with the encoders feedline's pipelines use: Tokenizer(model, kind='auto', add_bos=False, "
-                             "add_eos=False). kind: 'feedline' (feedline's own encoder for Unigram and BPE models, the library's ids), "
-                             "'sentencepiece' (the library) or 'auto' (feedline's where it reproduces the model; `chosen_because` says why "
-                             "not). encode(text) -> ids; encode_batch(texts, threads=0) -> ids per text, on `threads` threads "
+                             "add_eos=False). model: a sentencepiece .model or a byte-level BPE tokenizer.json. kind: 'feedline' (feedline's own "
+                             "encoder for Unigram and BPE .model files, the library's ids), 'sentencepiece' (the library), 'byte-level-bpe' "
+                             "(a tokenizer.json, the tokenizers package's ids) or 'auto' (the kind that recognizes the model; for a .model "
+                             "feedline's where it reproduces it, `chosen_because` says why not). encode(text) -> ids; encode_batch(texts, threads=0) -> ids per text, on `threads` threads "
                              "(0: one per CPU) with the GIL released.")
         .def(nb::init<std::string, std::string, bool, bool>(), "model"_a, "kind"_a = "auto", "add_bos"_a = false, "add_eos"_a = false)
         .def("encode", &py_tokenizer::encode, "text"_a)

@@ -176,9 +176,9 @@ TEST_CASE("TokenizerJson.TextThatIsNotUtf8IsReadAsPythonsReplaceReadsIt") {
         {"\xe2\x82\xac", "\xe2\x82\xac"},
         {std::string("a\0b", 3), std::string("a\0b", 3)},
     };
-    for (const auto& [bad, replaced] : cases) {
-        INFO("bytes: " << bad);
-        CHECK(encode(model, bad) == encode(model, replaced));
+    for (const auto& c : cases) {
+        INFO("bytes: " << c.first);  // (clang 14 cannot capture a structured binding in INFO's lambda)
+        CHECK(encode(model, c.first) == encode(model, c.second));
     }
     CHECK(encode(model, "\x80") == encode(model, "\xef\xbf\xbd"));
     CHECK(encode(model, "\x80").size() == 1);  // the merged U+FFFD
@@ -356,4 +356,19 @@ TEST_CASE("TokenizerJson.BadFilesAreRefusedNamingTheFileAndWhatIsWrong") {
         CHECK(std::string(e.what()).find("dir.json") != std::string::npos);
     }
     CHECK_THROWS_AS(make_tokenizer({.model = dir / "missing.json", .kind = "byte-level-bpe"}), config_error);
+}
+
+TEST_CASE("TokenizerJson.AWordLongerThanMaxUnsplitBytesIsRefusedAndTheTokenizerGoesOn") {
+    ft::scratch_dir dir;
+    bpe_spec spec;
+    spec.merges = {{"a", "a"}};
+    const std::string model = spec.write(dir, "tokenizer.json");
+    auto t = make_tokenizer({.model = model, .add_eos = false, .max_unsplit_bytes = 1000});
+    std::vector<std::int32_t> ids;
+    const std::string problem = t->encode(std::string(1001, 'a'), ids);
+    CHECK(problem.find("a word of 1001 bytes") != std::string::npos);
+    std::string words;
+    for (int i = 0; i < 300; ++i) words += "aaaa ";
+    REQUIRE(t->encode(words, ids).empty());  // many words, each short: fine, and the refusal left nothing behind
+    CHECK(ids == encode(model, words));
 }

@@ -90,12 +90,12 @@ inline std::string_view valid_utf8(std::string_view text, std::string& buffer) {
 
 class byte_level_bpe_encoder {
 public:
-    // The longest word (pre-token) merged: merging takes memory in proportion to it (16 bytes a byte).
-    static constexpr std::size_t max_word_bytes = std::size_t(64) << 20;
-
-    explicit byte_level_bpe_encoder(std::shared_ptr<const byte_level_bpe_model> model,
+    // `max_word_bytes`: the longest word (pre-token) merged; merging takes memory in proportion to it
+    // (about 32 bytes a byte), so a longer one (a megabytes-long run of letters or of spaces) is refused.
+    explicit byte_level_bpe_encoder(std::shared_ptr<const byte_level_bpe_model> model, std::size_t max_word_bytes = std::size_t(8) << 20,
                                     std::size_t cache_bytes = word_cache<none>::default_bytes)
-            : model_(std::move(model)),
+            : max_word_bytes_(max_word_bytes),
+              model_(std::move(model)),
               added_raw_(index_of(model_->added_raw)),
               added_normalized_(index_of(model_->added_normalized)),
               cache_(cache_bytes),
@@ -115,7 +115,10 @@ public:
                     [&](std::string_view plain) { pre_tokenize(0, plain, out); }, out);
             },
             out);
+        // A huge document's copies are given back, not kept per thread.
         if (utf8_buffer_.capacity() > (std::size_t(16) << 20)) std::string().swap(utf8_buffer_);
+        for (auto& b : depth_buffers_)
+            if (b.capacity() > (std::size_t(16) << 20)) std::string().swap(b);
         return problem_;
     }
 
@@ -204,9 +207,9 @@ private:
             }
         }
         ++misses_;
-        if (word.size() > max_word_bytes) {
+        if (word.size() > max_word_bytes_) {
             problem_ = "a word of " + std::to_string(word.size()) + " bytes (one pre-token) is longer than the " +
-                       std::to_string(max_word_bytes) + " the encoder merges at once";
+                       std::to_string(max_word_bytes_) + " the encoder merges at once (max_unsplit_bytes)";
             return;
         }
         spans_.clear();
@@ -283,6 +286,7 @@ private:
         }
     }
 
+    std::size_t max_word_bytes_;
     std::shared_ptr<const byte_level_bpe_model> model_;
     added_index added_raw_, added_normalized_;
     word_cache<none> cache_;

@@ -68,7 +68,7 @@ public:
     }
 
     explicit byte_level_bpe_tokenizer(const tokenizer_options& o, const std::string& field = "text.tokenizer")
-            : options_(o), model_(load(o.model, field)), encoder_(model_) {
+            : options_(o), model_(load(o.model, field)), encoder_(model_, o.max_unsplit_bytes) {
         identity_ =
             "byte-level-bpe 1 model " + model_->checksum + " bos " + std::to_string(o.add_bos) + " eos " + std::to_string(o.add_eos);
         if (o.add_bos && model_->bos_id < 0)
