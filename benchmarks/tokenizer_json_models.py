@@ -4,8 +4,8 @@
 
     tokenizer_json_models.py DIR [--vocab 32000] [--gpt2-ranks gpt2.tiktoken]
 
-trains DIR/gpt2-form.json (ByteLevel with GPT-2's pattern) and DIR/llama3-form.json (Llama-3's Split
-pattern, ByteLevel, ignore_merges, its special tokens) on DIR/{english,code,mixed}.jsonl (made by
+trains DIR/gpt2-form.json (ByteLevel with GPT-2's pattern), DIR/llama3-form.json (Llama-3's Split
+pattern, ByteLevel, ignore_merges, its special tokens) and DIR/qwen2-form.json (NFC, Qwen2's pattern) on DIR/{english,code,mixed}.jsonl (made by
 tokenizer_inputs.py). With --gpt2-ranks (GPT-2's 50,256 byte-level BPE ranks in tiktoken's format, e.g.
 whisper/assets/gpt2.tiktoken of the openai-whisper source package on PyPI) it also writes
 DIR/gpt2.json: that vocabulary with merges derived from the ranks as `transformers` derives them
@@ -16,9 +16,10 @@ import base64
 import json
 import pathlib
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 
 def byte_level_alphabet():
@@ -75,9 +76,11 @@ def main():
         with open(d / f"{name}.jsonl", encoding="utf-8") as f:
             texts += [json.loads(line)["text"] for line in f]
 
-    def train(pre, specials, ignore_merges):
+    def train(pre, specials, ignore_merges, nfc=False):
         tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
         tok.pre_tokenizer = pre
+        if nfc:
+            tok.normalizer = normalizers.NFC()
         tok.decoder = decoders.ByteLevel()
         tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=a.vocab, special_tokens=specials, show_progress=False,
                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
@@ -87,7 +90,10 @@ def main():
     train(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated"),
                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
           ["<|begin_of_text|>", "<|end_of_text|>"], True).save(str(d / "llama3-form.json"))
-    written = ["gpt2-form.json", "llama3-form.json"]
+    train(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), behavior="isolated"),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+          ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False, nfc=True).save(str(d / "qwen2-form.json"))
+    written = ["gpt2-form.json", "llama3-form.json", "qwen2-form.json"]
     if a.gpt2_ranks:
         (d / "gpt2.json").write_text(json.dumps(gpt2_from_ranks(a.gpt2_ranks), ensure_ascii=False), encoding="utf-8")
         Tokenizer.from_file(str(d / "gpt2.json"))  # `tokenizers` reads it

@@ -122,6 +122,7 @@ nlohmann::json inspect_tokenizer_json(const std::string& path) {
         summary["merges"] = m.merge_count;
         summary["ignore_merges"] = m.ignore_merges;
         summary["pre_tokenizer"] = m.pre_tokenizer;
+        summary["normalizer"] = m.nfc ? "NFC" : "none";
         summary["added_tokens"] = m.added_raw.size() + m.added_normalized.size();
         summary["bos_token"] = m.bos_token;
         summary["eos_token"] = m.eos_token;
@@ -140,8 +141,8 @@ bool is_model_file(const std::string& path) {
 
 void print(const nlohmann::json& summary, bool deep) {
     if (summary["format"] == "tokenizer.json") {
-        fmt::print("format     tokenizer.json ({}, {} tokens, {} merges{})\n", summary.value("model_type", std::string("?")),
-                   summary["vocab_size"].get<int>(), summary.value("merges", std::size_t(0)),
+        fmt::print("format     tokenizer.json ({}, {} tokens, {} merges, normalizer {}{})\n", summary.value("model_type", std::string("?")),
+                   summary["vocab_size"].get<int>(), summary.value("merges", std::size_t(0)), summary.value("normalizer", std::string("?")),
                    summary.value("ignore_merges", false) ? ", whole words first (ignore_merges)" : "");
         if (summary.contains("pre_tokenizer")) fmt::print("pre-tokens {}\n", summary["pre_tokenizer"].get<std::string>());
         fmt::print("special    {} added tokens; BOS {}, EOS {}\n", summary.value("added_tokens", std::size_t(0)),

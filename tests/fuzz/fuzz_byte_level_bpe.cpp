@@ -5,7 +5,8 @@
 // picks the model; the rest is the text. Each input must encode without error, the tokens' bytes must
 // spell the text back (invalid UTF-8 read as U+FFFD), and the ids must equal BPE by its definition
 // (merge the leftmost lowest-rank pair until none applies) over the same pre-tokens. Ids against the
-// `tokenizers` package itself: tests/python/test_tokenizer_json.py.
+// `tokenizers` package itself: tests/python/test_tokenizer_json.py. Then NFC of the text must be valid
+// UTF-8 and normalizing it again must leave it as it is.
 #include <unistd.h>
 
 #include <cstdint>
@@ -211,6 +212,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool spelled_back = which == 2 || spelled == expected_text;
     if (!problem.empty() || !spelled_back || got != reference(m, valid, which == 1, 0) || got != reference(m, valid, which == 1, 1)) {
         std::fprintf(stderr, "model %d: %s; ids differ from BPE's definition or do not spell the text for:", which, problem.c_str());
+        for (char c : text) std::fprintf(stderr, " %02x", static_cast<unsigned char>(c));
+        std::fprintf(stderr, "\n");
+        std::abort();
+    }
+    // NFC (tokenizer.json's normalizer): valid UTF-8 out, and normalizing again changes nothing.
+    static feedline::detail::unicode_nfc nfc;
+    std::string once_buffer, twice_buffer;
+    const std::string once(nfc.normalize(valid, once_buffer));
+    std::string again_valid;
+    if (feedline::detail::valid_utf8(once, again_valid).data() != once.data() || nfc.normalize(once, twice_buffer).data() != once.data()) {
+        std::fprintf(stderr, "NFC is not valid UTF-8 or not stable for:");
         for (char c : text) std::fprintf(stderr, " %02x", static_cast<unsigned char>(c));
         std::fprintf(stderr, "\n");
         std::abort();

@@ -13,7 +13,7 @@ import pytest
 import feedline
 
 tokenizers = pytest.importorskip("tokenizers", reason="the `tokenizers` package (scripts/install-python.sh installs it)")
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
 from conftest import bin_dir, tool  # noqa: E402
 
@@ -22,11 +22,12 @@ O200K = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}
          r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
          r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an they you "
          "don't it's we'll I'M you've Héllo naïve café 日本語 東京 Привет текст مرحبا नमस्ते 🙂🙃 e\u0301 := -> {} 3.14 12345").split()
 POOLS = [(0x20, 0x7E), (0x0, 0x20), (0xA0, 0x2FF), (0x300, 0x36F), (0x400, 0x4FF), (0x600, 0x6FF), (0x900, 0x97F),
          (0x3040, 0x30FF), (0x4E00, 0x4FFF), (0x1F300, 0x1F64F), (0x2000, 0x206F), (0x10000, 0x10FFFF), (0x85, 0x85),
-         (0x180E, 0x180E)]
+         (0x180E, 0x180E), (0x1100, 0x11FF), (0xAC00, 0xAC60), (0xF900, 0xFAFF), (0x1E00, 0x1EFF), (0x1DC0, 0x1DFF)]
 EXTRAS = [" ", "  ", "\n", "'s", "'S", " '", "\r\n", "<|endoftext|>", "<|end_of_text|>", "<|begin_of_text|>", "123456",
           "don't", "\u017f", "'\u017f", "\u212a", "\t\t", " \n "]
 
@@ -57,20 +58,23 @@ def random_text(rng):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """{'gpt2': path, 'gpt2-prefix': path, 'llama3': path, 'o200k': path, 'corpus': [lines], 'dir': Path}"""
+    """{'gpt2': path, 'gpt2-prefix': path, 'llama3': path, 'o200k': path, 'qwen2': path, 'corpus': [lines], 'dir': Path}"""
     d = tmp_path_factory.mktemp("tokenizer-json")
     rng = random.Random(1)
     corpus = [corpus_line(rng) for _ in range(600)]
 
-    def train(name, pre, specials, ignore_merges=False, post=None):
+    def train(name, pre, specials, ignore_merges=False, post=None, normalizer=None, added=()):
         tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
         tok.pre_tokenizer = pre
+        if normalizer:
+            tok.normalizer = normalizer
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=specials, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         tok.train_from_iterator(corpus, trainer)
         if post:
             tok.post_processor = post
+        tok.add_tokens(list(added))
         path = d / f"{name}.json"
         tok.save(str(path))
         return str(path)
@@ -87,12 +91,17 @@ def trained(tmp_path_factory):
         "o200k": train("o200k", pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(O200K), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), ["<|endoftext|>"]),
+        # Qwen2's form: NFC, then its pattern; an added token matched on normalized text, written decomposed.
+        "qwen2": train("qwen2", pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            normalizer=normalizers.NFC(), added=[AddedToken("cafe\u0301!", normalized=True)]),
         "corpus": corpus,
         "dir": d,
     }
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt2-prefix", "llama3", "o200k"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-prefix", "llama3", "o200k", "qwen2"])
 def test_ids_equal_the_tokenizers_package_on_random_text_of_many_scripts(trained, name):
     rng = random.Random(5)
     texts = [random_text(rng) for _ in range(20000)] + trained["corpus"] + [
@@ -107,7 +116,7 @@ def test_ids_equal_the_tokenizers_package_on_random_text_of_many_scripts(trained
     assert [ours.encode(t) for t in texts[:500]] == want[:500]
 
 
-@pytest.mark.parametrize("name", ["llama3", "o200k"])  # their classes include GPT-2's
+@pytest.mark.parametrize("name", ["llama3", "o200k", "qwen2"])  # their classes include GPT-2's
 def test_every_code_point_is_classed_as_the_tokenizers_package_classes_it(trained, name):
     """Letters, numbers and white space as Oniguruma (inside `tokenizers`) sees them: every code point before
     and after a letter, a digit, a space, an apostrophe and a newline, in groups of 16."""
@@ -132,13 +141,37 @@ def test_bos_and_eos_are_the_models_special_tokens(trained):
         feedline.Tokenizer(trained["gpt2"], add_bos=True)
 
 
+def test_nfc_is_the_tokenizers_packages_on_marks_hangul_and_compatibility_ideographs(trained):
+    """Qwen2's NFC: decomposed and composed Latin, marks of every combining class in every order, Hangul
+    jamo and syllables, compatibility ideographs, and every code point after a base letter and before a
+    mark; the added token written decomposed matches its composed form."""
+    import unicodedata
+    marks = [c for c in range(0x300, 0x2000) if unicodedata.combining(chr(c))] + [0x1D165, 0x1D16D, 0x10A38, 0x302A]
+    pools = [list(range(0x41, 0x7B)), marks, list(range(0x1100, 0x1200)), list(range(0xAC00, 0xAC60)),
+             list(range(0xC0, 0x250)), list(range(0xF900, 0xFB50)), list(range(0x1E00, 0x1F00)), [0x20, 0x27, 0x0A]]
+    rng = random.Random(11)
+    texts = ["".join(chr(rng.choice(rng.choice(pools))) for _ in range(rng.randint(0, 40))) for _ in range(30000)]
+    points = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    texts += ["".join(f"a{chr(c)}\u0301 e{chr(c)}{chr(c)}\u0316\u0345" for c in points[i:i + 32]) for i in range(0, len(points), 32)]
+    texts += ["x cafe\u0301! y caf\u00e9! <|im_start|>e\u0301<|im_end|>", "\u1100\u1161\u11a8 \uac00\u11a8", "\u0301start"]
+    theirs = Tokenizer.from_file(trained["qwen2"])
+    want = [e.ids for e in theirs.encode_batch(texts, add_special_tokens=False)]
+    got = feedline.Tokenizer(trained["qwen2"]).encode_batch(texts, threads=2)
+    differ = [i for i in range(len(texts)) if got[i] != want[i]]
+    assert not differ, f"{len(differ)} texts differ, the first {ascii(texts[differ[0]][:80])}"
+    added = theirs.token_to_id("cafe\u0301!")  # stored as written, matched normalized
+    assert added is not None and want[-3].count(added) == 2
+
+
 def test_a_normalizer_it_does_not_reproduce_is_refused_saying_which(trained, tmp_path):
     j = json.loads(open(trained["gpt2"], encoding="utf-8").read())
-    j["normalizer"] = {"type": "NFC"}
-    path = tmp_path / "nfc.json"
-    path.write_text(json.dumps(j), encoding="utf-8")
-    with pytest.raises(feedline.ConfigError, match=r"nfc\.json: its normalizer \(NFC\) is not supported"):
-        feedline.Tokenizer(str(path))
+    for normalizer, named in [({"type": "NFKC"}, "NFKC"), ({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]},
+                                                          "Lowercase")]:
+        j["normalizer"] = normalizer
+        path = tmp_path / "other.json"
+        path.write_text(json.dumps(j), encoding="utf-8")
+        with pytest.raises(feedline.ConfigError, match=rf"other\.json: its normalizer \({named}\) is not supported"):
+            feedline.Tokenizer(str(path))
 
 
 def test_feedline_pack_and_a_pipeline_take_a_tokenizer_json_where_they_take_a_model(trained):

@@ -2,7 +2,7 @@
 // written here: merges against a plain reference (the lowest rank first, the leftmost of equals, done
 // again and again until none applies), added tokens (leftmost, then longest; raw before normalized),
 // ignore_merges, the leading-space step, text that is not valid UTF-8 (read as Python's "replace"
-// does), kind auto's choice, a pipeline reading text with such a model, and every kind of bad file
+// does), NFC (Unicode's own examples), kind auto's choice, a pipeline reading text with such a model, and every kind of bad file
 // refused with a config_error naming the file and what is wrong. Ids against the `tokenizers` package
 // itself: tests/python/test_tokenizer_json.py.
 #include <doctest/doctest.h>
@@ -314,7 +314,11 @@ TEST_CASE("TokenizerJson.BadFilesAreRefusedNamingTheFileAndWhatIsWrong") {
     };
     refused("truncated.json", base.dump().substr(0, 200), "not valid JSON (at byte");
     refused("nomodel.json", "{\"version\": \"1.0\"}", "no \"model\"");
-    refused("nfc.json", with([](json& j) { j["normalizer"] = {{"type", "NFC"}}; }), "normalizer (NFC) is not supported");
+    refused("nfkc.json", with([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }), "normalizer (NFKC) is not supported");
+    refused("lower.json", with([](json& j) {
+                j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
+            }),
+            "normalizer (Lowercase) is not supported");
     refused("whitespace.json", with([](json& j) {
                 j["pre_tokenizer"] = {{"type", "Whitespace"}};
             }),
@@ -371,4 +375,47 @@ TEST_CASE("TokenizerJson.AWordLongerThanMaxUnsplitBytesIsRefusedAndTheTokenizerG
     for (int i = 0; i < 300; ++i) words += "aaaa ";
     REQUIRE(t->encode(words, ids).empty());  // many words, each short: fine, and the refusal left nothing behind
     CHECK(ids == encode(model, words));
+}
+
+TEST_CASE("TokenizerJson.NfcComposesReordersAndLeavesNfcTextAlone") {
+    detail::unicode_nfc nfc;
+    std::string buffer;
+    const auto normalized = [&](std::string_view text) { return std::string(nfc.normalize(text, buffer)); };
+    // Text already in NFC comes back as itself, not copied.
+    for (const std::string_view text : {"plain ASCII text, long enough for eight-byte steps", "caf\u00e9 \u6771\u4eac \uac01", ""}) {
+        std::string kept(text);
+        CHECK(nfc.normalize(kept, buffer).data() == kept.data());
+    }
+    // UAX #15's examples and the cases it names: composition, singletons, canonical order of marks,
+    // a blocked mark, Hangul by the algorithm, a composition exclusion, a mark with no starter.
+    CHECK(normalized("e\u0301") == "\u00e9");
+    CHECK(normalized("D\u0307\u0323") == "\u1e0c\u0307");  // dot below (220) goes first and composes
+    CHECK(normalized("\u1e0b\u0323") == "\u1e0d\u0307");   // precomposed, then reordered
+    CHECK(normalized("\u212b") == "\u00c5");               // Angstrom sign: a singleton
+    CHECK(normalized("\u2126") == "\u03a9");               // Ohm sign
+    CHECK(normalized("\uf900") == "\u8c48");               // a compatibility ideograph
+    CHECK(normalized("a\u0316\u0301") == "\u00e1\u0316");  // 230 after 220 still composes
+    CHECK(normalized("a\u0301\u0301") == "\u00e1\u0301");  // the second acute is blocked
+    CHECK(normalized("\u1100\u1161\u11a8") == "\uac01");   // L V T
+    CHECK(normalized("\uac00\u11a8") == "\uac01");         // LV T
+    CHECK(normalized("\u0958") == "\u0915\u093c");         // excluded from composition
+    CHECK(normalized("\u0301x") == "\u0301x");             // no starter before the mark
+    CHECK(normalized("long ASCII prefix.. e\u0301 and after") == "long ASCII prefix.. \u00e9 and after");
+
+    // A model that asks for NFC gives composed and decomposed text the same ids, and a normalized added
+    // token written decomposed matches the composed text.
+    ft::scratch_dir dir;
+    bpe_spec spec;
+    spec.merges = {{"\xc3", "\xa9"}, {"caf", "\xc3\xa9"}};
+    spec.merges.insert(spec.merges.begin(), {{"c", "a"}, {"ca", "f"}});
+    spec.normalizer = {{"type", "NFC"}};
+    spec.added = {{"ne\u0301!", true}};
+    const std::string model = spec.write(dir, "nfc.json");
+    CHECK(encode(model, "cafe\u0301") == encode(model, "caf\u00e9"));
+    CHECK(encode(model, "cafe\u0301").size() == 1);
+    const auto added = encode(model, "n\u00e9!");
+    REQUIRE(added.size() == 1);
+    CHECK(added[0] == spec.to_json()["added_tokens"][0]["id"].get<std::int32_t>());
+    spec.normalizer = nullptr;  // without the normalizer the decomposed form stays apart
+    CHECK(encode(spec.write(dir, "plain.json"), "cafe\u0301").size() > 1);
 }

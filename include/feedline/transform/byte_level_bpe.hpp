@@ -2,7 +2,8 @@
 // tokenizer.json (transform/tokenizer_json.hpp), with the ids of the `tokenizers` package's
 // Tokenizer.encode(text, add_special_tokens=False). It follows that library step by step:
 //   1. added tokens are cut out of the text, leftmost first and longest there, those matched on the raw
-//      text before those matched on normalized text;
+//      text before those matched on normalized text (NFC, transform/unicode_nfc.hpp, where the model
+//      asks for it, as Qwen2's does);
 //   2. each stretch between them is pre-tokenized: Split patterns, then ByteLevel (a leading space
 //      where asked, GPT-2's pattern where asked), every piece in the byte-level alphabet;
 //   3. each piece (a word) is merged as `tokenizers`' Word::merge_all does: a heap of pairs, the lowest
@@ -110,13 +111,15 @@ public:
         split_added(
             valid, added_raw_, !model_->added_raw.empty(),
             [&](std::string_view stretch) {
+                if (model_->nfc) stretch = nfc_.normalize(stretch, nfc_buffer_);
                 split_added(
                     stretch, added_normalized_, !model_->added_normalized.empty(),
                     [&](std::string_view plain) { pre_tokenize(0, plain, out); }, out);
             },
             out);
         // A huge document's copies are given back, not kept per thread.
-        if (utf8_buffer_.capacity() > (std::size_t(16) << 20)) std::string().swap(utf8_buffer_);
+        for (auto* b : {&utf8_buffer_, &nfc_buffer_})
+            if (b->capacity() > (std::size_t(16) << 20)) std::string().swap(*b);
         for (auto& b : depth_buffers_)
             if (b.capacity() > (std::size_t(16) << 20)) std::string().swap(b);
         return problem_;
@@ -126,7 +129,7 @@ public:
     std::uint64_t cache_misses() const noexcept { return misses_; }
     std::size_t buffer_bytes() const noexcept {
         return cache_.memory_bytes() + symbols_.capacity() * sizeof(symbol) + agenda_.capacity() * sizeof(pending) +
-               utf8_buffer_.capacity();
+               utf8_buffer_.capacity() + nfc_buffer_.capacity() + nfc_.buffer_bytes();
     }
 
 private:
@@ -295,7 +298,8 @@ private:
     std::vector<symbol> symbols_;
     std::vector<pending> agenda_;
     std::vector<span> spans_;
-    std::string utf8_buffer_;
+    std::string utf8_buffer_, nfc_buffer_;
+    unicode_nfc nfc_;
     std::string problem_;
     const std::atomic<bool>* cancel_ = nullptr;
     std::uint64_t hits_ = 0, misses_ = 0, words_ = 0;

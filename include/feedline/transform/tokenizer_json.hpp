@@ -25,6 +25,7 @@
 
 #include <feedline/error.hpp>
 #include <feedline/transform/tokenizer_regex.hpp>
+#include <feedline/transform/unicode_nfc.hpp>
 
 namespace feedline::detail {
 
@@ -131,8 +132,11 @@ struct byte_level_bpe_model {
     std::vector<step> steps;
     std::string pre_tokenizer;  // what they are, in words, for tools
 
+    // The normalizer: NFC (transform/unicode_nfc.hpp) or none.
+    bool nfc = false;
+
     // Added tokens, found in the text before anything else: those matched on the raw text first, then
-    // those matched on the normalized text (the same text here: no normalizer is supported).
+    // those matched on the normalized text (their contents normalized too, as `tokenizers` does).
     struct added_token {
         std::string content;
         std::int32_t id;
@@ -165,7 +169,7 @@ struct reader {
     [[noreturn]] void refuse(const std::string& why) const { throw config_error(field, path + ": " + why); }
     [[noreturn]] void unsupported(const std::string& what) const {
         refuse(what +
-               "; feedline encodes byte-level BPE tokenizer.json files (model BPE, no normalizer, pre-tokenizer ByteLevel "
+               "; feedline encodes byte-level BPE tokenizer.json files (model BPE, normalizer NFC or none, pre-tokenizer ByteLevel "
                "optionally after Split patterns) with the `tokenizers` package's ids. Use a model of that form, or pack the "
                "corpus with the `tokenizers` package into token shards");
     }
@@ -212,14 +216,19 @@ inline byte_level_bpe_model read_tokenizer_json(std::string_view bytes, const st
     if (!j.is_object() || !j.contains("model")) r.refuse("is not a tokenizer.json: no \"model\" object");
     byte_level_bpe_model m;
 
-    // The normalizer: none.
+    // The normalizer: none, or NFC (alone or in a Sequence).
     if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-        const json& n = j["normalizer"];
-        const bool empty_sequence = n.is_object() && n.value("type", "") == "Sequence" && n.contains("normalizers") &&
-                                    n["normalizers"].is_array() && n["normalizers"].empty();
-        if (!empty_sequence)
+        const auto unsupported = [&](const json& n) {
             r.unsupported("its normalizer (" + (n.is_object() ? n.value("type", std::string("?")) : std::string("?")) +
                           ") is not supported");
+        };
+        const json& n = j["normalizer"];
+        const bool sequence = n.is_object() && n.value("type", "") == "Sequence";
+        if (sequence && !(n.contains("normalizers") && n["normalizers"].is_array())) r.refuse("its Sequence normalizer has no list");
+        for (const json& each : sequence ? n["normalizers"] : json::array({n})) {
+            if (!each.is_object() || each.value("type", "") != "NFC") unsupported(each);
+            m.nfc = true;
+        }
     }
 
     // The model.
@@ -352,6 +361,11 @@ inline byte_level_bpe_model read_tokenizer_json(std::string_view bytes, const st
             (r.flag(t, "normalized", !special) ? m.added_normalized : m.added_raw).push_back({content, id, special});
             m.vocab_size = std::max(m.vocab_size, id + 1);
         }
+    }
+    if (m.nfc) {
+        unicode_nfc normalizer;  // the contents are valid UTF-8: the JSON parser checked them
+        std::string buffer;
+        for (auto& t : m.added_normalized) t.content = std::string(normalizer.normalize(t.content, buffer));
     }
 
     // BOS and EOS: the post-processor's first special token, else by the usual names.
