@@ -52,7 +52,7 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b(x, self.mask[:T, :T])
         logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long(), ignore_index=-1)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long())  # padding targets are -100, its default ignore_index
 
 
 def main():

@@ -89,7 +89,8 @@ class Batch:
 
     inputs = _tensor_property("inputs", "[batch_size, seq_len] int32 token ids (torch.Tensor).")
     targets = _tensor_property(
-        "targets", "[batch_size, seq_len] int32 next-token ids; -1 where nothing is to be predicted (padding).")
+        "targets", "[batch_size, seq_len] int32 next-token ids; ignore_index (-100 unless given) where nothing is to be "
+        "predicted (packed mode: a piece's last token, padding), as torch's cross_entropy ignores it.")
     positions = _tensor_property(
         "positions", "Packed mode: [batch_size, seq_len] int32 position of each token in its document; else None.")
     cu_seqlens = _tensor_property(
@@ -116,7 +117,7 @@ class PipelineOptions(TypedDict, total=False):
     mode: Optional[Literal["windows", "packed"]]
     """windows: GPT windows across documents; packed: whole documents packed into rows (default "windows")"""
     shuffle: Optional[Literal["none", "global", "shard_blocks"]]
-    """global: one permutation of all documents; shard_blocks: shards in a shuffled order; none: in order (default "global")"""
+    """global: one permutation of all documents; shard_blocks: shards in a shuffled order; none: documents and windows in order (default "global")"""
     tail: Optional[Literal["drop", "pad"]]
     """an epoch's last incomplete global batch (one dataset): dropped, or padded from the epoch's start (default "drop")"""
     workers: Optional[int]
@@ -133,6 +134,8 @@ class PipelineOptions(TypedDict, total=False):
     """this process's rank; -1: from torchrun's or Open MPI's environment (default -1)"""
     world_size: Optional[int]
     """ranks in the job; -1: from the environment (default -1)"""
+    ignore_index: Optional[int]
+    """the target where there is no next token (packed mode: a piece's end and the padding); feedline.Pipeline from Python uses -100, what PyTorch's cross_entropy ignores (default -1)"""
     max_steps: Optional[int]
     """end the iteration after this many steps; 0: run on through epochs (default 0)"""
     stats_jsonl: Optional[str]
@@ -178,11 +181,25 @@ class Pipeline:
     """
 
     def __init__(self, data: DataSpec, **options: Unpack[PipelineOptions]) -> None:
-        settings: Dict[str, Any] = {k: v for k, v in options.items() if v is not None}
+        # Paths (tokenizer, cache_dir, ...) may be pathlib.Path, as `data` may.
+        settings: Dict[str, Any] = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items() if v is not None}
         settings["device"] = _torch_device(str(settings.get("device", _OPTION_DEFAULTS["device"])))
+        settings.setdefault("ignore_index", -100)  # torch.nn.functional.cross_entropy's default
         self._engine = _feedline.Engine(_blend(data), settings)
         self.batch_size = int(settings.get("batch_size", _OPTION_DEFAULTS["batch_size"]))
         self.seq_len = int(settings.get("seq_len", _OPTION_DEFAULTS["seq_len"]))
+        self._max_steps = int(settings.get("max_steps", 0) or 0)
+        self._repr = f"Pipeline({os.fspath(data) if isinstance(data, (str, os.PathLike)) else list(data)!r}, " + ", ".join(
+            f"{k}={v!r}" for k, v in settings.items()) + ")"
+
+    def __len__(self) -> int:
+        """The number of batches: max_steps. Without it the run goes on through epochs and has no length."""
+        if not self._max_steps:
+            raise TypeError("this Pipeline runs on through epochs (no max_steps), so it has no len(); give max_steps=N")
+        return self._max_steps
+
+    def __repr__(self) -> str:
+        return self._repr
 
     def __iter__(self) -> Iterator[Batch]:
         return self

@@ -6,6 +6,7 @@
 // next() releases the GIL while it waits; the engine's threads never take it.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -228,8 +230,8 @@ private:
 // threads, a tokenizer each (encoders are not thread-safe), with the GIL released.
 class py_tokenizer {
 public:
-    py_tokenizer(std::string model, std::string kind, bool add_bos, bool add_eos)
-            : options_{.model = std::move(model), .kind = std::move(kind), .add_bos = add_bos, .add_eos = add_eos},
+    py_tokenizer(const std::filesystem::path& model, std::string kind, bool add_bos, bool add_eos)  // str or os.PathLike
+            : options_{.model = model.string(), .kind = std::move(kind), .add_bos = add_bos, .add_eos = add_eos},
               first_(feedline::make_tokenizer(options_, "model")) {}
 
     std::vector<std::int32_t> encode(const std::string& text) {
@@ -383,14 +385,17 @@ NB_MODULE(_feedline, m) {
         .def_prop_ro("held", &py_pipeline::held)
         .def("close", &py_pipeline::close);
 
-    nb::class_<py_tokenizer>(m, "Tokenizer",
-                             "Text to token ids with the encoders feedline's pipelines use: Tokenizer(model, kind='auto', add_bos=False, "
-                             "add_eos=False). model: a sentencepiece .model or a byte-level BPE tokenizer.json. kind: 'feedline' (feedline's own "
-                             "encoder for Unigram and BPE .model files, the library's ids), 'sentencepiece' (the library), 'byte-level-bpe' "
-                             "(a tokenizer.json, the tokenizers package's ids) or 'auto' (the kind that recognizes the model; for a .model "
-                             "feedline's where it reproduces it, `chosen_because` says why not). encode(text) -> ids; encode_batch(texts, threads=0) -> ids per text, on `threads` threads "
-                             "(0: one per CPU) with the GIL released.")
-        .def(nb::init<std::string, std::string, bool, bool>(), "model"_a, "kind"_a = "auto", "add_bos"_a = false, "add_eos"_a = false)
+    nb::class_<py_tokenizer>(
+        m, "Tokenizer",
+        "Text to token ids with the encoders feedline's pipelines use: Tokenizer(model, kind='auto', add_bos=False, "
+        "add_eos=False). model: a sentencepiece .model or a byte-level BPE tokenizer.json. kind: 'feedline' (feedline's own "
+        "encoder for Unigram and BPE .model files, the library's ids), 'sentencepiece' (the library), 'byte-level-bpe' "
+        "(a tokenizer.json, the tokenizers package's ids) or 'auto' (the kind that recognizes the model; for a .model "
+        "feedline's where it reproduces it, `chosen_because` says why not). encode(text) -> ids; encode_batch(texts, threads=0) -> ids per "
+        "text, on `threads` threads "
+        "(0: one per CPU) with the GIL released.")
+        .def(nb::init<const std::filesystem::path&, std::string, bool, bool>(), "model"_a, "kind"_a = "auto", "add_bos"_a = false,
+             "add_eos"_a = false)
         .def("encode", &py_tokenizer::encode, "text"_a)
         .def("encode_batch", &py_tokenizer::encode_batch, "texts"_a, "threads"_a = 0)
         .def_prop_ro("kind", &py_tokenizer::kind)

@@ -73,6 +73,48 @@ def test_a_blend_string_and_a_path_object_are_read_as_the_tools_read_them(data):
     assert len(list(feedline.Pipeline(Path(data["megatron"]), max_steps=2, **CONFIG))) == 2
 
 
+def test_path_objects_are_taken_for_option_paths_and_tokenizer_models(data):
+    from pathlib import Path
+    by_path = feedline.Pipeline(Path(data["jsonl"]), tokenizer=Path(data["model"]), cache_dir=Path(data["dir"]) / "counts",
+                                max_steps=3, **CONFIG)
+    by_str = feedline.Pipeline(data["jsonl"], tokenizer=data["model"], max_steps=3, **CONFIG)
+    assert [b.inputs.tolist() for b in by_path] == [b.inputs.tolist() for b in by_str]
+    assert feedline.Tokenizer(Path(data["model"])).encode("hello world") == feedline.Tokenizer(data["model"]).encode("hello world")
+
+
+@pytest.mark.parametrize("kind", ["megatron", "llmc"])
+def test_shuffle_none_reads_windows_in_order(data, kind):
+    """shuffle="none": the documents and the windows in file order, so row k of a single rank is the data's
+    tokens [k T, (k + 1) T) (windows mode, tokens in the order feedline-inspect --dump-tokens writes them)."""
+    import struct
+    from conftest import bin_dir
+    dumped = subprocess.run([str(bin_dir() / "feedline-inspect"), "--dump-tokens", data[kind]], capture_output=True, check=True).stdout
+    tokens = list(struct.unpack(f"<{len(dumped) // 4}I", dumped))
+    pipe = feedline.Pipeline(data[kind], shuffle="none", max_steps=5, **CONFIG)
+    T = CONFIG["seq_len"]
+    rows = [row for b in pipe for row in b.inputs.tolist()]
+    assert rows == [tokens[k * T:(k + 1) * T] for k in range(len(rows))]
+
+
+def test_targets_with_nothing_to_predict_are_what_cross_entropy_ignores(data):
+    """Packed rows: each piece's last target and the padding are -100 from Python (torch's default
+    ignore_index), or the ignore_index asked for; the tokens elsewhere are the same either way."""
+    by_default = [(b.inputs.clone(), b.targets.clone()) for b in feedline.Pipeline(data["megatron"], mode="packed", max_steps=4, **CONFIG)]
+    asked = [(b.inputs.clone(), b.targets.clone()) for b in
+             feedline.Pipeline(data["megatron"], mode="packed", max_steps=4, ignore_index=-1, **CONFIG)]
+    for (inputs, targets), (inputs1, targets1) in zip(by_default, asked):
+        assert torch.equal(inputs, inputs1)
+        ignored = targets == -100
+        assert ignored.any() and torch.equal(ignored, targets1 == -1)
+        assert torch.equal(targets[~ignored], targets1[~ignored]) and int(targets[~ignored].min()) >= 0
+        logits = torch.randn(*targets.shape, 512)
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, 512), targets.reshape(-1).long())
+        kept = torch.nn.functional.cross_entropy(logits[~ignored], targets[~ignored].long())
+        assert torch.allclose(loss, kept)
+    with pytest.raises(feedline.ConfigError, match="ignore_index"):
+        feedline.Pipeline(data["megatron"], ignore_index="x", **CONFIG)
+
+
 @pytest.mark.parametrize("mode", ["windows", "packed"])
 def test_resume_from_state_dict_continues_with_the_same_batches(data, mode):
     full = [(b.inputs.clone(), b.targets.clone()) for b in feedline.Pipeline(data["megatron"], mode=mode, max_steps=30, **CONFIG)]
@@ -137,8 +179,13 @@ def test_deleting_the_pipeline_while_tensors_are_held_is_safe(data):
     gc.collect()
 
 
-def test_max_steps_ends_the_iteration(data):
-    assert [b.step for b in feedline.Pipeline(data["megatron"], max_steps=7, **CONFIG)] == list(range(7))
+def test_max_steps_ends_the_iteration_and_is_the_length(data):
+    pipe = feedline.Pipeline(data["megatron"], max_steps=7, **CONFIG)
+    assert len(pipe) == 7 and [b.step for b in pipe] == list(range(7))
+    with pytest.raises(TypeError, match="no max_steps"):
+        len(feedline.Pipeline(data["megatron"], **CONFIG))
+    shown = repr(feedline.Pipeline(data["megatron"], max_steps=3, **CONFIG))
+    assert shown.startswith(f"Pipeline({data['megatron']!r}, ") and "max_steps=3" in shown and "seq_len=32" in shown
 
 
 def test_bad_input_raises_feedlines_error_types_with_file_and_offset(data, tmp_path):

@@ -50,6 +50,7 @@ struct pipeline_config {
     std::uint64_t memory_budget = 0;       // bytes for slots, scratch and indexes; 0: a quarter of what is available
     device_choice device;                  // auto | cpu | cuda:N (parse_device for strings)
     int rank = -1, world_size = -1;        // -1: from torchrun / Open MPI's environment
+    int ignore_index = -1;                 // the target where there is no next token (packed: a piece's end, padding)
     std::uint64_t max_steps = 0;           // 0: run until the trainer stops; else the iteration ends after this step
     std::string stats_jsonl;               // append a stats() snapshot as a JSON line here every stats_every batches and at the end
     std::uint64_t stats_every = 100;

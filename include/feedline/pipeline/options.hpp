@@ -49,6 +49,7 @@ struct option {
     data_scope scope;
     T& (*field)(pipeline_config&);
     std::uint64_t max = 0;  // integers: the largest accepted (0: the type's own)
+    std::int64_t min = -1;  // signed integers: the smallest accepted (-1: "from the environment")
 
     const T& value(const pipeline_config& c) const { return field(const_cast<pipeline_config&>(c)); }
     std::string flag() const {
@@ -65,7 +66,7 @@ inline constexpr auto pipeline_options = std::make_tuple(
     option<std::uint64_t>{"seq_len", "seq_len", "tokens per sample: inputs and targets are [batch_size, seq_len]", data_scope::any, [](pipeline_config& c) -> auto& { return c.seq_len; }},
     option<std::uint64_t>{"seed", "seed", "seed of the document and sample order", data_scope::any, [](pipeline_config& c) -> auto& { return c.seed; }},
     option<sample_mode>{"mode", "mode", "windows: GPT windows across documents; packed: whole documents packed into rows", data_scope::any, [](pipeline_config& c) -> auto& { return c.mode; }},
-    option<shuffle_mode>{"shuffle", "shuffle", "global: one permutation of all documents; shard_blocks: shards in a shuffled order; none: in order", data_scope::any, [](pipeline_config& c) -> auto& { return c.shuffle; }},
+    option<shuffle_mode>{"shuffle", "shuffle", "global: one permutation of all documents; shard_blocks: shards in a shuffled order; none: documents and windows in order", data_scope::any, [](pipeline_config& c) -> auto& { return c.shuffle; }},
     option<tail_policy>{"tail", "tail", "an epoch's last incomplete global batch (one dataset): dropped, or padded from the epoch's start", data_scope::any, [](pipeline_config& c) -> auto& { return c.tail; }},
     option<unsigned>{"workers", "workers", "worker threads filling batches; 0: from the machine, autotuned while running", data_scope::any, [](pipeline_config& c) -> auto& { return c.workers; }, 1024},
     option<unsigned>{"max_workers", "max_workers", "with workers 0: the most the autotuner may run (0: from the machine)", data_scope::any, [](pipeline_config& c) -> auto& { return c.max_workers; }, 1024},
@@ -74,6 +75,7 @@ inline constexpr auto pipeline_options = std::make_tuple(
     option<device_choice>{"device", "device", "where batches go: auto (the GPU when there is one), cpu, cuda or cuda:N", data_scope::any, [](pipeline_config& c) -> auto& { return c.device; }},
     option<int>{"rank", "rank", "this process's rank; -1: from torchrun's or Open MPI's environment", data_scope::any, [](pipeline_config& c) -> auto& { return c.rank; }, 1 << 24},
     option<int>{"world_size", "world_size", "ranks in the job; -1: from the environment", data_scope::any, [](pipeline_config& c) -> auto& { return c.world_size; }, 1 << 24},
+    option<int>{"ignore_index", "ignore_index", "the target where there is no next token (packed mode: a piece's end and the padding); feedline.Pipeline from Python uses -100, what PyTorch's cross_entropy ignores", data_scope::any, [](pipeline_config& c) -> auto& { return c.ignore_index; }, 1 << 30, -(1 << 30)},
     option<std::uint64_t>{"max_steps", "max_steps", "end the iteration after this many steps; 0: run on through epochs", data_scope::any, [](pipeline_config& c) -> auto& { return c.max_steps; }},
     option<std::string>{"stats_jsonl", "stats_jsonl", "append a stats snapshot to this file as a JSON line every stats_every batches and at the end", data_scope::any, [](pipeline_config& c) -> auto& { return c.stats_jsonl; }},
     option<std::uint64_t>{"stats_every", "stats_every", "batches between stats lines", data_scope::any, [](pipeline_config& c) -> auto& { return c.stats_every; }},
@@ -149,12 +151,12 @@ T parse_option(const option<T>& o, std::string_view text) {
         const std::uint64_t limit = o.max ? o.max : static_cast<std::uint64_t>(std::numeric_limits<T>::max());
         bool bad = r.ec != std::errc() || r.ptr != end;
         if constexpr (std::is_signed_v<T>)
-            bad = bad || v < -1 || (v > 0 && static_cast<std::uint64_t>(v) > limit);  // -1: "from the environment"
+            bad = bad || v < o.min || (v > 0 && static_cast<std::uint64_t>(v) > limit);
         else
             bad = bad || static_cast<std::uint64_t>(v) > limit;
         if (bad)
-            throw config_error(field, "'" + std::string(text) + "' (expected a whole number from " + (std::is_signed_v<T> ? "-1" : "0") +
-                                          " to " + std::to_string(limit) + ")");
+            throw config_error(field, "'" + std::string(text) + "' (expected a whole number from " +
+                                          (std::is_signed_v<T> ? std::to_string(o.min) : "0") + " to " + std::to_string(limit) + ")");
         return v;
     }
 }
@@ -282,7 +284,7 @@ inline std::string options_markdown() {
         else if constexpr (named_enum<T>)
             type = choices_of<T>();
         else
-            type = std::is_signed_v<T> ? "whole number (-1 ...)" : "whole number";
+            type = !std::is_signed_v<T> ? "whole number" : o.min == -1 ? "whole number (-1 ...)" : "whole number (negative too)";
         std::string def = option_text(o.value(defaults));
         if (def.empty()) def = "\"\"";
         out += "| `" + std::string(o.name) + "` | `" + o.flag() + "` | " + type + " | `" + def + "` | " + std::string(name_of(o.scope)) +

@@ -451,7 +451,7 @@ private:
                 }
                 if (layout_.packed) {
                     const auto t1 = std::chrono::steady_clock::now();
-                    padding_.fetch_add(detail::finish_packed_rows(plan, view, bounds), std::memory_order_relaxed);
+                    padding_.fetch_add(detail::finish_packed_rows(plan, view, bounds, config_.ignore_index), std::memory_order_relaxed);
                     collate_ns_.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
                 }
                 ring.publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});

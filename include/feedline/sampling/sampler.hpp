@@ -133,7 +133,8 @@ public:
             : config_(config),
               id_(id),
               seed_(config.seed ^ (std::uint64_t(id) << 48)),
-              shuffle_samples_(config.shuffle_samples && !data.in_stream_order),
+              // shuffle_mode::none reads the samples (windows, rows) in order too, not only the documents.
+              shuffle_samples_(config.shuffle_samples && config.shuffle != shuffle_mode::none && !data.in_stream_order),
               block_starts_(std::move(data.block_starts)),
               lengths_(std::move(data.length)),
               documents_(data.documents) {

@@ -1,6 +1,6 @@
 // feedline/transform/collate.hpp: tokens into a batch's slot, the same for every source. A slot holds
-// [B, T] int32 inputs and targets (targets[i] = the token after inputs[i]; -1 where there is none:
-// padding, or the end of a piece of a split document in packed mode). Packed mode adds, per row,
+// [B, T] int32 inputs and targets (targets[i] = the token after inputs[i]; ignore_index, -1 by default,
+// where there is none: padding, or the end of a piece of a split document in packed mode). Packed mode adds, per row,
 // position ids that restart at every document piece, cu_seqlens (FlashAttention varlen style, T + 1
 // entries, the last used one repeated) and the number of pieces. Regions start on 256-byte boundaries
 // so device kernels read them aligned.
@@ -106,16 +106,16 @@ struct slot_view {
 namespace detail {
 
 // A packed row's bookkeeping, once its first T - padding inputs are written from `bounds`' pieces:
-// zero inputs on the padding, targets (the next token of the same piece; -1 at a piece's end and on
-// padding), position ids, cu_seqlens (T + 1 entries, the last used one repeated). Returns the number
-// of pieces.
+// zero inputs on the padding, targets (the next token of the same piece; `ignore` at a piece's end and
+// on padding), position ids, cu_seqlens (T + 1 entries, the last used one repeated). Returns the
+// number of pieces.
 inline std::int32_t finish_packed_row(const row_boundaries& bounds, std::uint64_t T, std::int32_t* in, std::int32_t* tg,
-                                      std::int32_t* positions, std::int32_t* cu) {
+                                      std::int32_t* positions, std::int32_t* cu, std::int32_t ignore = -1) {
     const std::uint64_t used = T - bounds.padding;
     std::fill(in + used, in + T, 0);
     for (std::uint64_t j = 0; j + 1 < used; ++j) tg[j] = in[j + 1];
-    std::fill(tg + (used ? used - 1 : 0), tg + T, -1);
-    for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = -1;
+    std::fill(tg + (used ? used - 1 : 0), tg + T, ignore);
+    for (std::size_t k = 1; k + 1 < bounds.cu_seqlens.size(); ++k) tg[bounds.cu_seqlens[k] - 1] = ignore;
     std::copy(bounds.position_ids.begin(), bounds.position_ids.end(), positions);
     std::copy(bounds.cu_seqlens.begin(), bounds.cu_seqlens.end(), cu);
     std::fill(cu + bounds.cu_seqlens.size(), cu + T + 1, bounds.cu_seqlens.back());
@@ -123,14 +123,15 @@ inline std::int32_t finish_packed_row(const row_boundaries& bounds, std::uint64_
 }
 
 // Every packed row of the plan, once the sources wrote its segments' tokens. Returns the padding
-// tokens of the batch. `bounds` is scratch (reused: no allocation once warm).
-inline std::uint64_t finish_packed_rows(const batch_plan& plan, const slot_view& slot, row_boundaries& bounds) {
+// tokens of the batch. `bounds` is scratch (reused: no allocation once warm). `ignore`: the target
+// where there is no next token (pipeline_config::ignore_index).
+inline std::uint64_t finish_packed_rows(const batch_plan& plan, const slot_view& slot, row_boundaries& bounds, std::int32_t ignore = -1) {
     const std::uint64_t T = slot.seq_len;
     std::uint64_t padding = 0;
     for (std::size_t r = 0; r < plan.samples.size(); ++r) {
         boundaries_of(plan.samples[r].segments, T, bounds);
-        slot.pieces[r] =
-            finish_packed_row(bounds, T, slot.input_row(r), slot.target_row(r), slot.positions + r * T, slot.cu_seqlens + r * (T + 1));
+        slot.pieces[r] = finish_packed_row(bounds, T, slot.input_row(r), slot.target_row(r), slot.positions + r * T,
+                                           slot.cu_seqlens + r * (T + 1), ignore);
         padding += bounds.padding;
     }
     return padding;
