@@ -16,22 +16,47 @@ from . import Pipeline
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
-    """Takes Pipeline's arguments. Use with DataLoader(batch_size=None, num_workers=0): feedline's own
-    workers do the loading; DataLoader workers would each run a whole pipeline."""
+    """Takes Pipeline's arguments, and steps_per_epoch. Use with DataLoader(batch_size=None, num_workers=0):
+    feedline's own workers do the loading; DataLoader workers would each run a whole pipeline, and the
+    run's state would live in a worker where state_dict() cannot see it, so num_workers > 0 is refused.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    Each pass over it (an epoch of the training loop) continues the stream where the last one stopped,
+    so every epoch sees new data: steps_per_epoch batches a pass where given (len() is that), else until
+    max_steps (the whole run's steps, as in Pipeline and in a resume), else without end."""
+
+    def __init__(self, *args: Any, steps_per_epoch: Optional[int] = None, **kwargs: Any) -> None:
         super().__init__()
+        if steps_per_epoch is not None and (not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0):
+            raise ValueError(f"steps_per_epoch must be a positive whole number, not {steps_per_epoch!r}")
         self._args, self._kwargs = args, kwargs
+        self._steps_per_epoch = steps_per_epoch
         self._pipeline: Optional[Pipeline] = None
         self._pending_state: Optional[Dict[str, Any]] = None
 
+    def __len__(self) -> int:
+        if self._steps_per_epoch:
+            return self._steps_per_epoch
+        if self._kwargs.get("max_steps"):
+            return int(self._kwargs["max_steps"])
+        raise TypeError("this dataset streams without end (no steps_per_epoch or max_steps), so it has no len()")
+
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
-        if info is not None and info.num_workers > 1:
-            raise RuntimeError("feedline.torch.IterableDataset runs its own workers: use DataLoader(num_workers=0)")
-        self._pipeline = Pipeline(*self._args, **self._kwargs)
-        if self._pending_state is not None:
-            self._pipeline.load_state_dict(self._pending_state)
+        if info is not None:
+            raise RuntimeError("feedline.torch.IterableDataset runs its own workers and keeps the run's state in this process: "
+                               "use DataLoader(num_workers=0)")
+        state = self._pending_state
+        if state is None and self._pipeline is not None:
+            state = self._pipeline.state_dict()  # the last pass's end: this pass goes on from there
+        if self._pipeline is not None:
+            self._pipeline.close()
+        kwargs = dict(self._kwargs)
+        if self._steps_per_epoch:
+            end = (int(state["step"]) if state else 0) + self._steps_per_epoch
+            kwargs["max_steps"] = min(end, int(kwargs["max_steps"])) if kwargs.get("max_steps") else end
+        self._pipeline = Pipeline(*self._args, **kwargs)
+        if state is not None:
+            self._pipeline.load_state_dict(state)
             self._pending_state = None
         for b in self._pipeline:
             item = {"inputs": b.inputs, "targets": b.targets}

@@ -321,6 +321,23 @@ def test_dataloader_adapter_and_stateful_protocol(data):
     assert len(rest) == 2
 
 
+def test_dataloader_adapter_gives_new_data_every_epoch_and_refuses_worker_processes(data):
+    from torch.utils.data import DataLoader
+    import feedline.torch as ft
+    ds = ft.IterableDataset(data["megatron"], steps_per_epoch=3, **CONFIG)
+    loader = DataLoader(ds, batch_size=None, num_workers=0)
+    assert len(ds) == 3 and len(loader) == 3
+    epochs = [[i["inputs"].clone() for i in loader] for _ in range(3)]
+    direct = [b.inputs.clone() for b in feedline.Pipeline(data["megatron"], max_steps=9, **CONFIG)]
+    assert [len(e) for e in epochs] == [3, 3, 3]
+    assert all(torch.equal(a, b) for a, b in zip([x for e in epochs for x in e], direct))  # the stream goes on
+    assert ds.state_dict()["step"] == 9
+    with pytest.raises(TypeError, match="no len"):
+        len(ft.IterableDataset(data["megatron"], **CONFIG))
+    with pytest.raises(RuntimeError, match="num_workers=0"):
+        list(DataLoader(ft.IterableDataset(data["megatron"], max_steps=2, **CONFIG), batch_size=None, num_workers=1))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU (torch.cuda.is_available() is False)")
 def test_gpu_tensors_are_on_the_device_and_correct(data):
     host = [b.inputs.clone() for b in feedline.Pipeline(data["megatron"], max_steps=5, **CONFIG)]
