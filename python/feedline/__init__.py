@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, Unpack
+import weakref
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, Unpack
 
 from . import _feedline
 from ._feedline import ConfigError, CudaError, Error, FormatError, IoError, Tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Pipeline", "Batch", "Tokenizer", "Error", "FormatError", "IoError", "ConfigError", "CudaError", "__version__"]
 __version__ = _feedline.version()
@@ -60,11 +64,6 @@ def _current_stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-def _tensor_property(which: str, doc: str) -> property:
-    """A read-only Batch attribute: the batch's tensor `which`, made once (None where it has none)."""
-    return property(lambda self: self._tensor(which), doc=doc)
-
-
 class Batch:
     """One step's batch. Its tensors share the batch's slot (no copy): the slot is returned when this
     object and every tensor taken from it are gone, or at release()."""
@@ -87,16 +86,31 @@ class Batch:
         """The batch's position in the run (0, 1, ...; continues after a resume)."""
         return self._b.step
 
-    inputs = _tensor_property("inputs", "[batch_size, seq_len] int32 token ids (torch.Tensor).")
-    targets = _tensor_property(
-        "targets", "[batch_size, seq_len] int32 next-token ids; ignore_index (-100 unless given) where nothing is to be "
-        "predicted (packed mode: a piece's last token, padding), as torch's cross_entropy ignores it.")
-    positions = _tensor_property(
-        "positions", "Packed mode: [batch_size, seq_len] int32 position of each token in its document; else None.")
-    cu_seqlens = _tensor_property(
-        "cu_seqlens", "Packed mode: [batch_size, seq_len + 1] int32 cumulative document lengths per row; else None.")
-    datasets = _tensor_property(
-        "datasets", "[batch_size] int32: each row's dataset, as its position in the blend (host memory).")
+    @property
+    def inputs(self) -> "torch.Tensor":
+        """[batch_size, seq_len] int32 token ids."""
+        return self._tensor("inputs")
+
+    @property
+    def targets(self) -> "torch.Tensor":
+        """[batch_size, seq_len] int32 next-token ids; ignore_index (-100 unless given) where nothing is to be
+        predicted (packed mode: a piece's last token, padding), as torch's cross_entropy ignores it."""
+        return self._tensor("targets")
+
+    @property
+    def positions(self) -> Optional["torch.Tensor"]:
+        """Packed mode: [batch_size, seq_len] int32 position of each token in its document; else None."""
+        return self._tensor("positions")
+
+    @property
+    def cu_seqlens(self) -> Optional["torch.Tensor"]:
+        """Packed mode: [batch_size, seq_len + 1] int32 cumulative document lengths per row; else None."""
+        return self._tensor("cu_seqlens")
+
+    @property
+    def datasets(self) -> "torch.Tensor":
+        """[batch_size] int32: each row's dataset, as its position in the blend (host memory)."""
+        return self._tensor("datasets")
 
     def release(self) -> None:
         """Returns the slot now. Tensors taken from this batch then see later batches' data."""
@@ -167,6 +181,19 @@ class PipelineOptions(TypedDict, total=False):
 # END PipelineOptions
 
 
+# A forked child has none of the parent's threads: a pipeline made before fork() would wait forever for
+# workers that do not exist there. Each one is marked in the child, and refuses to go on, saying why.
+_LIVE_PIPELINES: "weakref.WeakSet[Pipeline]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for p in list(_LIVE_PIPELINES):
+        p._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Pipeline:
     """Batches from token shards (Megatron .bin/.idx, llm.c) or JSONL/text tokenized on the fly, or a
     weighted blend of them.
@@ -189,6 +216,8 @@ class Pipeline:
         self.batch_size = int(settings.get("batch_size", _OPTION_DEFAULTS["batch_size"]))
         self.seq_len = int(settings.get("seq_len", _OPTION_DEFAULTS["seq_len"]))
         self._max_steps = int(settings.get("max_steps", 0) or 0)
+        self._forked = False
+        _LIVE_PIPELINES.add(self)
         self._repr = f"Pipeline({os.fspath(data) if isinstance(data, (str, os.PathLike)) else list(data)!r}, " + ", ".join(
             f"{k}={v!r}" for k, v in settings.items()) + ")"
 
@@ -205,6 +234,9 @@ class Pipeline:
         return self
 
     def __next__(self) -> Batch:
+        if self._forked:
+            raise Error("this Pipeline was made before fork(): its worker threads are in the parent process, not in this "
+                        "child; make the Pipeline in the process that iterates it (torch DataLoader workers: num_workers=0)")
         b = self._engine.next(_current_stream)
         if b is None:
             raise StopIteration

@@ -299,6 +299,28 @@ def test_ctrl_c_ends_a_wait_for_late_data(data):
     assert float(after) < 1.5  # one delayed read alone takes 2 s; the binding checks for signals every 100 ms
 
 
+def test_a_pipeline_used_after_fork_in_the_child_says_so_instead_of_hanging(data):
+    script = textwrap.dedent(f"""
+        import os, sys, feedline
+        pipe = feedline.Pipeline({data['megatron']!r}, batch_size=4, seq_len=32, workers=2, device="cpu")
+        next(pipe)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for _ in range(100):
+                    next(pipe)
+                os._exit(3)
+            except feedline.Error as e:
+                os._exit(7 if "made before fork()" in str(e) else 4)
+        _, status = os.waitpid(pid, 0)
+        next(pipe)  # the parent goes on
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "child 7"
+
+
 def test_stats_is_the_cpp_stats(data):
     pipe = feedline.Pipeline(data["megatron"], max_steps=5, **CONFIG)
     for _ in pipe:
