@@ -159,7 +159,9 @@ TEST_CASE("Golden.Shards.BatchesAndSavedStatesMatchTheRecordedOnes") {
         if (write_to) {
             pipeline rest(specs.at(c.format), golden_config(c, steps));
             rest.restore(pipeline_state_from_json(saved));
-            written << c.key() << ' ' << hex(all) << ' ' << hex(checksum(rest)) << ' ' << saved << '\n';
+            auto recorded = nlohmann::json::parse(saved);  // as the file holds states: without the checksum (read below)
+            recorded.erase("check");
+            written << c.key() << ' ' << hex(all) << ' ' << hex(checksum(rest)) << ' ' << recorded.dump() << '\n';
             continue;
         }
         const golden_line& g = golden.at(c.key());

@@ -30,22 +30,11 @@
 #include <vector>
 
 #include <feedline/transform/regex_unicode_classes.hpp>
+#include <feedline/transform/utf8.hpp>
 
 namespace feedline::detail {
 
 namespace regex_detail {
-
-inline void append_utf8(std::string& out, char32_t c) {
-    if (c < 0x80) {
-        out += char(c);
-    } else if (c < 0x800) {
-        out += {char(0xC0 | (c >> 6)), char(0x80 | (c & 0x3F))};
-    } else if (c < 0x10000) {
-        out += {char(0xE0 | (c >> 12)), char(0x80 | ((c >> 6) & 0x3F)), char(0x80 | (c & 0x3F))};
-    } else {
-        out += {char(0xF0 | (c >> 18)), char(0x80 | ((c >> 12) & 0x3F)), char(0x80 | ((c >> 6) & 0x3F)), char(0x80 | (c & 0x3F))};
-    }
-}
 
 inline std::string range_text(char32_t first, char32_t last) {
     char buffer[32];

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <feedline/transform/unicode_nfc_tables.hpp>
+#include <feedline/transform/utf8.hpp>
 
 namespace feedline::detail {
 
@@ -109,24 +110,6 @@ private:
         return length = 4, (c & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
     }
 
-    static void encode(std::uint32_t c, std::string& out) {
-        if (c < 0x80) {
-            out += static_cast<char>(c);
-        } else if (c < 0x800) {
-            out += static_cast<char>(0xC0 | c >> 6);
-            out += static_cast<char>(0x80 | (c & 0x3F));
-        } else if (c < 0x10000) {
-            out += static_cast<char>(0xE0 | c >> 12);
-            out += static_cast<char>(0x80 | (c >> 6 & 0x3F));
-            out += static_cast<char>(0x80 | (c & 0x3F));
-        } else {
-            out += static_cast<char>(0xF0 | c >> 18);
-            out += static_cast<char>(0x80 | (c >> 12 & 0x3F));
-            out += static_cast<char>(0x80 | (c >> 6 & 0x3F));
-            out += static_cast<char>(0x80 | (c & 0x3F));
-        }
-    }
-
     static std::uint8_t combining_class(std::uint32_t c) noexcept {
         const auto& all = unicode_nfc_tables::combining_classes;
         const auto* found =
@@ -195,7 +178,7 @@ private:
             last = k;
             points_[kept++] = c;
         }
-        for (std::size_t i = 0; i < kept; ++i) encode(points_[i], out);
+        for (std::size_t i = 0; i < kept; ++i) append_utf8(out, points_[i]);
     }
 
     std::vector<std::uint32_t> points_;
