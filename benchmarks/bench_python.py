@@ -3,7 +3,7 @@
 the same llm.c shards (B x T windows of uint16 tokens, page cache warm):
 
   - throughput with a consumer that only touches the tensors (reads one element of inputs and
-    targets): feedline (Python), feedline-iterate (C++, same config, run in the same session; it sums
+    targets): feedline (Python; also with copy=True, every batch kept in memory torch owns), feedline-iterate (C++, same config, run in the same session; it sums
     every token, so feedline from Python is also timed summing), DataLoader over np.memmap with 0, 2
     and 4 workers (pin_memory on), nanoGPT's get_batch and numpy fancy indexing;
   - a paced consumer (a fixed CPU busy-loop per step): p50/p99 of the wait for the next batch;
@@ -264,8 +264,8 @@ def main():
     def summed(x, y):
         return int(x.sum())
 
-    def feedline_batches(n):
-        pipe = feedline.Pipeline(a.data, batch_size=B, seq_len=T, seed=1, device="cpu", max_steps=n + 1)
+    def feedline_batches(n, copy=False):
+        pipe = feedline.Pipeline(a.data, batch_size=B, seq_len=T, seed=1, device="cpu", max_steps=n + 1, copy=copy)
         for b in pipe:
             yield b.inputs, b.targets
 
@@ -274,9 +274,11 @@ def main():
     # Python (a consumer that touches the tensors, and one that sums every token in torch) against
     # C++ (feedline-iterate, which sums every token) in interleaved rounds, medians: single runs on a
     # shared machine moved the ratio between 0.6 and 1.0.
-    touches, py_sums, cpp_sums = [], [], []
+    touches, copies, py_sums, cpp_sums = [], [], [], []
     for _ in range(a.rounds):
         touches.append(tokens / run(a.batches, feedline_batches(a.batches), touch))
+        gc.collect()
+        copies.append(tokens / run(a.batches, feedline_batches(a.batches, copy=True), touch))  # every batch kept (copied)
         gc.collect()
         py_sums.append(tokens / run(a.batches, feedline_batches(a.batches), summed))
         gc.collect()
@@ -286,12 +288,15 @@ def main():
             cpp_sums.append(json.loads(r.stdout.strip().splitlines()[-1])["tokens_per_s"])
     out["feedline_touch"] = statistics.median(touches)
     out["feedline_sum"] = statistics.median(py_sums)
+    out["feedline_copy_touch"] = statistics.median(copies)
+    out["copy_vs_zero_copy"] = statistics.median([c / t for c, t in zip(copies, touches)])
 
     def spread(xs):
         return f"{min(xs) / 1e6:.0f}-{max(xs) / 1e6:.0f}"
 
     print(f"feedline (Python), medians of {a.rounds} rounds: touch {out['feedline_touch'] / 1e6:.0f} M tokens/s ({spread(touches)}); "
-          f"summing {out['feedline_sum'] / 1e6:.0f} M tokens/s ({spread(py_sums)})", flush=True)
+          f"summing {out['feedline_sum'] / 1e6:.0f} M tokens/s ({spread(py_sums)}); copy=True, touch "
+          f"{out['feedline_copy_touch'] / 1e6:.0f} M tokens/s ({spread(copies)}), {out['copy_vs_zero_copy']:.2f}x zero copy", flush=True)
     if cpp_sums:
         out["feedline_cpp_sum"] = statistics.median(cpp_sums)
         out["feedline_vs_cpp"] = statistics.median([p / c for p, c in zip(touches, cpp_sums)])

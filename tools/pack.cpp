@@ -18,6 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include <feedline/output/dataset_writer.hpp>
 #include <feedline/pipeline.hpp>
 
 #include "tool_main.hpp"
@@ -138,44 +139,6 @@ std::string train_model(const options& o, const std::vector<std::string>& files,
     return o.output + ".model";
 }
 
-// The output writer: one Megatron pair, numbered Megatron pairs, or llm.c shards, all under the
-// pack's output lock.
-class shard_output {
-public:
-    shard_output(const options& o, feedline::token_dtype dt, std::uint32_t delimiter, const feedline::output_lock& lock) {
-        if (o.format == "llmc") {
-            std::uint64_t tokens =
-                o.shard_size
-                    ? std::max<std::uint64_t>(1, (o.shard_size - std::min<std::uint64_t>(o.shard_size, 1024)) / feedline::dtype_size(dt))
-                    : 100'000'000;
-            llmc_ = std::make_unique<feedline::llmc_writer>(o.output, dt, delimiter, std::min<std::uint64_t>(tokens, 0x7fffffff), &lock);
-        } else if (o.shard_size) {
-            shards_ = std::make_unique<feedline::megatron_shards_writer>(o.output, dt, o.shard_size, &lock);
-        } else {
-            one_ = std::make_unique<feedline::megatron_writer>(o.output, dt, &lock);
-        }
-    }
-    void add(const std::vector<int>& ids) {
-        if (llmc_)
-            llmc_->add_document(ids);
-        else if (shards_)
-            shards_->add_document(ids);
-        else
-            one_->add_document(ids);
-    }
-    std::vector<std::string> finish() {
-        if (llmc_) return llmc_->finish();
-        if (shards_) return shards_->finish();
-        one_->finish();
-        return {one_->prefix()};
-    }
-
-private:
-    std::unique_ptr<feedline::llmc_writer> llmc_;
-    std::unique_ptr<feedline::megatron_shards_writer> shards_;
-    std::unique_ptr<feedline::megatron_writer> one_;
-};
-
 int run(const options& o) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
@@ -210,7 +173,7 @@ int run(const options& o) {
         dt = feedline::parse_dtype(o.dtype);
     // llm.c documents begin with a delimiter: the model's end-of-text piece, as llm.c uses GPT-2's.
     auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, probe->bos_id()));
-    shard_output out(o, dt, delimiter, lock);
+    feedline::dataset_writer out(o.output, {.format = o.format, .dtype = dt, .delimiter = delimiter, .shard_bytes = o.shard_size}, &lock);
 
     // A reader thread, o.threads tokenizers (make_tokenizer, one each) and this thread writing
     // shards in input order, all at once (transform/tokenize_in_order.hpp).

@@ -10,8 +10,10 @@ nanoGPT reads a uint16 memmap and copies random windows into a pinned tensor eve
 
 With feedline the batches are prepared by worker threads ahead of the loop, straight into staging
 slots, and arrive as tensors (on the GPU when there is one) without a copy; the loop only changes in
-where x and y come from:
+where x and y come from. It reads nanoGPT's own prepare.py output as it is (headerless uint16 tokens,
+named "raw:uint16:<file>"), as well as feedline's shards and JSONL:
 
+    python examples/python/nanogpt_feed.py --data raw:uint16:data/openwebtext/train.bin --vocab 50304
     python examples/python/nanogpt_feed.py --data demo-output/corpus --steps 300
 """
 import argparse
@@ -57,7 +59,7 @@ class GPT(nn.Module):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--data", required=True, help="shards, or JSONL with --tokenizer")
+    p.add_argument("--data", required=True, help="nanoGPT's train.bin as raw:uint16:PATH, shards, or JSONL with --tokenizer")
     p.add_argument("--tokenizer")
     p.add_argument("--vocab", type=int, default=0, help="vocabulary size (default: 1 + the largest id in a sample of batches, rounded up to 64)")
     p.add_argument("--steps", type=int, default=300)

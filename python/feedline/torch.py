@@ -4,7 +4,9 @@
     loader = DataLoader(ds, batch_size=None, num_workers=0)   # feedline batches and prefetches itself
 
 Each item is a dict of tensors (inputs, targets, and positions / cu_seqlens in packed mode) sharing the
-batch's slot. state_dict() / load_state_dict() follow torchdata's Stateful protocol.
+batch's slot. Where items are held across steps, as DataLoader(batch_size=k) holds k before collating,
+pass copy=True: each item is then copied into memory torch owns. state_dict() / load_state_dict() follow
+torchdata's Stateful protocol.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from . import Pipeline
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
-    """Takes Pipeline's arguments, and steps_per_epoch. Use with DataLoader(batch_size=None, num_workers=0):
+    """Takes Pipeline's arguments (copy=True included), and steps_per_epoch. Use with DataLoader(batch_size=None, num_workers=0):
     feedline's own workers do the loading; DataLoader workers would each run a whole pipeline, and the
     run's state would live in a worker where state_dict() cannot see it, so num_workers > 0 is refused.
 
@@ -58,7 +60,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if state is not None:
             self._pipeline.load_state_dict(state)
             self._pending_state = None
-        for b in self._pipeline:
+        while True:
+            try:
+                b = next(self._pipeline)
+            except StopIteration:
+                return
+            except RuntimeError as e:
+                if "could never be prepared" not in str(e) or self._kwargs.get("copy"):
+                    raise
+                raise RuntimeError(f"{e}. Through feedline.torch.IterableDataset: give it copy=True (DataLoader(batch_size=k) "
+                                   "holds k items before collating them), or use DataLoader(batch_size=None)") from None
             item = {"inputs": b.inputs, "targets": b.targets}
             if b.positions is not None:
                 item["positions"] = b.positions

@@ -12,6 +12,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <feedline/output/dataset_writer.hpp>
 #include <feedline/pipeline.hpp>
 
 #include <algorithm>
@@ -168,14 +169,24 @@ public:
         // the slot of seq - slots: holding that many (or that one) would wait forever, so say so.
         const std::uint64_t seq = engine_->state().step;
         const std::size_t depth = engine_->prefetch_depth();
-        const bool slot_held =
-            slots_ != 0 && std::any_of(held_.begin(), held_.end(), [&](std::uint64_t h) { return (seq - h) % slots_ == 0; });
-        if (held_.size() >= depth || slot_held)
+        const auto slot_holder =
+            slots_ == 0 ? held_.end() : std::find_if(held_.begin(), held_.end(), [&](std::uint64_t h) { return (seq - h) % slots_ == 0; });
+        if (held_.size() >= depth || slot_holder != held_.end()) {
+            const feedline::memory_plan& memory = engine_->memory();
+            const std::string why =
+                held_.size() >= depth
+                    ? std::to_string(held_.size()) + " batches are still held (the oldest is batch " + std::to_string(*held_.begin()) +
+                          ") and the workers prepare at most " + std::to_string(depth) + " ahead of the oldest held one"
+                    : "batch " + std::to_string(*slot_holder) + " is still held and batch " + std::to_string(seq) +
+                          " goes into its slot (the ring has " + std::to_string(slots_) + ")";
             throw std::runtime_error(
-                std::to_string(held_.size()) +
-                " batches are still held (by Batch objects or tensors taken from them; the oldest is batch " +
-                std::to_string(*held_.begin()) + ") and the prefetch depth is " + std::to_string(depth) +
-                ": the next batch could never be prepared. Drop or release() older batches (clone() what you keep), or raise prefetch");
+                why + ", so batch " + std::to_string(seq) +
+                " could never be prepared. A batch's tensors share its slot (no copy) until the Batch and every tensor taken from "
+                "it are gone. To hold batches across steps (a list of micro-batches, list(pipeline), a tensor kept for later), "
+                "call batch.keep() before taking its tensors, or make the Pipeline with copy=True: either copies into memory torch "
+                "owns and frees the slot. Otherwise drop or release() older batches, or raise prefetch (each slot takes " +
+                std::to_string(memory.slot_bytes) + " bytes of memory_budget " + std::to_string(memory.budget) + ")");
+        }
         std::optional<feedline::batch> b;
         try {
             nb::gil_scoped_release unlocked;
@@ -224,6 +235,41 @@ private:
     std::set<std::uint64_t> held_;
     std::size_t slots_ = 0;
     int device_index_ = 0;
+};
+
+// feedline.Writer: documents the user tokenized, written as a dataset by the writer feedline-pack uses
+// (output/dataset_writer.hpp): the prefix locked while it writes, published only by finish(), nothing
+// left behind by abort() or an exception.
+class py_writer {
+public:
+    py_writer(const std::filesystem::path& output, const std::string& format, const std::string& dtype, std::int64_t delimiter,
+              std::uint64_t shard_bytes) {
+        feedline::dataset_writer_options o{.format = format, .dtype = feedline::parse_dtype(dtype), .shard_bytes = shard_bytes};
+        if (delimiter < 0 || delimiter > std::int64_t{UINT32_MAX})
+            throw feedline::config_error("delimiter", "a token id in [0, 2^32), got " + std::to_string(delimiter));
+        o.delimiter = static_cast<std::uint32_t>(delimiter);
+        writer_ = std::make_unique<feedline::dataset_writer>(output.string(), o);
+    }
+    // One document: int64 ids (the Python side converts lists, numpy arrays and tensors).
+    void add(nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> ids) {
+        live().add(std::span<const std::int64_t>(ids.data(), ids.shape(0)));
+    }
+    std::uint64_t documents() const { return writer_ ? writer_->documents() : documents_; }
+    std::vector<std::string> finish() {
+        auto out = live().finish();
+        documents_ = writer_->documents();
+        writer_.reset();
+        return out;
+    }
+    void abort() noexcept { writer_.reset(); }  // removes its temporary files and the lock
+
+private:
+    feedline::dataset_writer& live() {
+        if (!writer_) throw std::runtime_error("this Writer is finished (or aborted): make a new one");
+        return *writer_;
+    }
+    std::unique_ptr<feedline::dataset_writer> writer_;
+    std::uint64_t documents_ = 0;
 };
 
 // feedline.Tokenizer: make_tokenizer's encoders from Python. encode_batch spreads documents over
@@ -384,6 +430,14 @@ NB_MODULE(_feedline, m) {
         .def_prop_ro("device_index", &py_pipeline::device_index)
         .def_prop_ro("held", &py_pipeline::held)
         .def("close", &py_pipeline::close);
+
+    nb::class_<py_writer>(m, "Writer")
+        .def(nb::init<const std::filesystem::path&, const std::string&, const std::string&, std::int64_t, std::uint64_t>(), "output"_a,
+             "format"_a, "dtype"_a, "delimiter"_a, "shard_bytes"_a)
+        .def("add", &py_writer::add, "ids"_a)
+        .def_prop_ro("documents", &py_writer::documents)
+        .def("finish", &py_writer::finish)
+        .def("abort", &py_writer::abort);
 
     nb::class_<py_tokenizer>(
         m, "Tokenizer",

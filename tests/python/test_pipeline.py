@@ -151,7 +151,7 @@ def test_a_tensor_kept_past_later_steps_keeps_its_values_and_holding_too_many_is
         next(pipe)                      # batch 4 needs the slot the kept tensor holds: an error, not a hang
     held = [next(feedline.Pipeline(data["megatron"], prefetch=4, **CONFIG))]
     p2 = feedline.Pipeline(data["megatron"], prefetch=3, **CONFIG)
-    with pytest.raises(RuntimeError, match="prefetch depth is 3"):
+    with pytest.raises(RuntimeError, match="prepare at most 3 ahead.*keep\\(\\).*copy=True.*memory_budget"):
         for _ in range(10):
             held.append(next(p2))       # keeping every batch: refused at the depth, never a hang
     del kept
@@ -164,7 +164,7 @@ def test_released_batch_refuses_new_tensors(data):
     b = next(pipe)
     b.release()
     with pytest.raises(RuntimeError, match="released"):
-        b._b.tensor("inputs")
+        b.inputs
     assert [x.step for x in pipe] == [1, 2]
 
 
@@ -410,3 +410,160 @@ def test_tokenizer_gives_sentencepieces_own_ids_with_either_encoder(data):
     assert bpe.encode_batch(texts, threads=2) == [sp_bpe.encode(t) for t in texts]
     with pytest.raises(feedline.ConfigError, match="missing.model"):
         feedline.Tokenizer(str(data["dir"] / "missing.model"))
+
+
+def test_kept_batches_can_be_held_without_limit_and_equal_the_zero_copy_ones(data):
+    direct = [(b.inputs.clone(), b.targets.clone()) for b in feedline.Pipeline(data["megatron"], max_steps=12, **CONFIG)]
+    # list() over a finite pipeline, far more batches than the ring's slots.
+    pipe = feedline.Pipeline(data["megatron"], max_steps=12, prefetch=2, copy=True, **CONFIG)
+    held = list(pipe)
+    assert len(held) == 12 and all(b.kept for b in held) and pipe.stats()["slots"] < 12
+    assert all(torch.equal(b.inputs, x) and torch.equal(b.targets, y) for b, (x, y) in zip(held, direct))
+    assert "copy=True" in repr(pipe)
+    # Gradient accumulation: k micro-batches held at once, kept one by one.
+    pipe = feedline.Pipeline(data["megatron"], max_steps=12, prefetch=2, **CONFIG)
+    for group in range(3):
+        micro = [next(pipe).keep() for _ in range(4)]
+        assert [m.step for m in micro] == list(range(4 * group, 4 * group + 4))
+        for m in micro:
+            assert torch.equal(m.inputs, direct[m.step][0])
+    # A packed batch's extra tensors come along; keep() twice is harmless; a released batch cannot be kept.
+    b = next(feedline.Pipeline(data["megatron"], mode="packed", max_steps=2, **CONFIG))
+    positions = b.positions.clone()
+    assert b.keep() is b and b.keep() is b and torch.equal(b.positions, positions) and b.cu_seqlens is not None
+    r = next(feedline.Pipeline(data["megatron"], max_steps=2, **CONFIG))
+    r.release()
+    with pytest.raises(RuntimeError, match="released before keep"):
+        r.keep()
+    with pytest.raises(TypeError, match="copy must be True or False"):
+        feedline.Pipeline(data["megatron"], copy="yes", **CONFIG)
+
+
+def test_dataloader_batch_size_k_over_the_adapter_works_with_copy_and_says_so_without(data):
+    from torch.utils.data import DataLoader
+    import feedline.torch as ft
+    direct = [b.inputs.clone() for b in feedline.Pipeline(data["megatron"], max_steps=12, **CONFIG)]
+    loader = DataLoader(ft.IterableDataset(data["megatron"], max_steps=12, prefetch=2, copy=True, **CONFIG), batch_size=6, num_workers=0)
+    stacked = [i["inputs"] for i in loader]
+    assert [tuple(x.shape) for x in stacked] == [(6, 4, 32), (6, 4, 32)]
+    assert all(torch.equal(stacked[k // 6][k % 6], direct[k]) for k in range(12))
+    with pytest.raises(RuntimeError, match="give it copy=True"):
+        list(DataLoader(ft.IterableDataset(data["megatron"], max_steps=12, prefetch=2, **CONFIG), batch_size=6, num_workers=0))
+
+
+def write_nanogpt_bin(path, documents=300, seed=3):
+    """A file as nanoGPT's prepare.py writes it: GPT-2 ids of every document followed by <|endoftext|>
+    (50256), concatenated into a uint16 np.memmap, with no header."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    ids = []
+    for _ in range(documents):
+        ids.extend(rng.integers(0, 50256, int(rng.integers(1, 200))).tolist())
+        ids.append(50256)
+    arr = np.memmap(path, dtype=np.uint16, mode="w+", shape=(len(ids),))
+    arr[:] = ids
+    arr.flush()
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def test_nanogpts_train_bin_is_read_as_raw_uint16_tokens(tmp_path):
+    tokens = write_nanogpt_bin(tmp_path / "train.bin")
+    spec = f"raw:uint16:{tmp_path / 'train.bin'}"
+    pipe = feedline.Pipeline(spec, shuffle="none", max_steps=6, rank=0, world_size=1, **CONFIG)
+    for b in pipe:
+        for r in range(4):
+            k = b.step * 4 + r  # row k is tokens [32k, 32k + 32) of the file, and its targets the next ones
+            assert torch.equal(b.inputs[r].long(), tokens[32 * k:32 * k + 32])
+            assert torch.equal(b.targets[r].long(), tokens[32 * k + 1:32 * k + 33])
+    shuffled = feedline.Pipeline(spec, max_steps=20, **CONFIG)
+    total = sum(int(b.inputs.to(torch.int64).sum()) for b in shuffled)
+    cpp = iterate(spec, *cli_args(20))
+    assert total == cpp["token_sum"] and shuffled.state_dict() == cpp["state"]
+    # Packed: every document ends with its own <|endoftext|>, so an end-of-text is always a piece's last token.
+    for b in feedline.Pipeline(spec, mode="packed", max_steps=5, **CONFIG):
+        x, pos = b.inputs, b.positions
+        for r in range(4):
+            for t in range(31):
+                if int(x[r, t]) == 50256:
+                    assert int(pos[r, t + 1]) == 0
+    info = json.loads(subprocess.run([str(os.environ["FEEDLINE_BIN_DIR"] + "/feedline-inspect"), "--json", spec],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["format"] == "raw" and info["tokens"] == len(tokens) and info["delimiter"] == 50256
+
+
+def test_raw_files_with_a_partial_token_or_a_bad_spec_are_refused_naming_them(tmp_path):
+    (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x02\x00\x03")
+    with pytest.raises(feedline.FormatError, match="not a whole number of uint16 tokens") as e:
+        feedline.Pipeline(f"raw:uint16:{tmp_path / 'odd.bin'}", **CONFIG)
+    assert e.value.file == str(tmp_path / "odd.bin") and e.value.offset == 4
+    with pytest.raises(feedline.ConfigError, match="raw:<dtype>:<path>"):
+        feedline.Pipeline(f"raw:float32:{tmp_path / 'odd.bin'}", **CONFIG)
+    with pytest.raises(feedline.IoError, match="missing.bin"):
+        feedline.Pipeline(f"raw:uint16:{tmp_path / 'missing.bin'}", **CONFIG)
+
+
+def test_raw_files_in_s3_give_the_local_files_batches(s3, tmp_path):
+    write_nanogpt_bin(tmp_path / "train.bin")
+    sign = ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "feedline:feedline-secret", "--fail", "--silent", "--show-error"]
+    subprocess.run(["curl", *sign, "-T", str(tmp_path / "train.bin"), f"{s3['endpoint']}/python-tests/raw/train.bin"], check=True)
+    local = feedline.Pipeline(f"raw:uint16:{tmp_path / 'train.bin'}", max_steps=10, **CONFIG)
+    remote = feedline.Pipeline("raw:uint16:s3://python-tests/raw/train.bin", max_steps=10, **CONFIG)
+    for a, b in zip(local, remote, strict=True):
+        assert torch.equal(a.inputs, b.inputs)
+    assert remote.state_dict() == local.state_dict()
+
+
+def test_nanogpt_example_trains_on_nanogpts_own_file(tmp_path):
+    write_nanogpt_bin(tmp_path / "train.bin", documents=100)
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "nanogpt_feed.py")
+    r = subprocess.run([sys.executable, example, "--data", f"raw:uint16:{tmp_path / 'train.bin'}", "--steps", "4", "--batch-size", "4",
+                        "--block-size", "32", "--vocab", "50304", "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "in 4 steps on cpu" in r.stdout
+
+
+def test_documents_tokenized_in_python_are_written_as_a_dataset_and_read_back(tmp_path):
+    import numpy as np
+    rng = np.random.default_rng(11)
+    docs = [rng.integers(0, 50000, int(rng.integers(0, 120))) for _ in range(200)]
+    forms = [docs[0].tolist(), torch.from_numpy(docs[1])] + docs[2:]  # lists, tensors and numpy arrays alike
+    paths = feedline.write(tmp_path / "web", forms, vocab_size=50257)
+    assert paths == [str(tmp_path / "web")]
+    info = json.loads(subprocess.run([os.environ["FEEDLINE_BIN_DIR"] + "/feedline-inspect", "--json", paths[0]],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["format"] == "megatron" and info["dtype"] == "uint16" and info["documents"] == 200
+    assert info["tokens"] == sum(len(d) for d in docs)
+    stream = torch.from_numpy(np.concatenate(docs).astype(np.int64))
+    for b in feedline.Pipeline(paths[0], shuffle="none", max_steps=4, rank=0, world_size=1, **CONFIG):
+        for r in range(4):
+            k = b.step * 4 + r
+            assert torch.equal(b.inputs[r].long(), stream[32 * k:32 * k + 32])
+    # llm.c shards, ids beyond uint16: uint32 from the vocabulary, each document led by the delimiter.
+    with feedline.Writer(tmp_path / "big", format="llmc", vocab_size=128256, shard_bytes=4096) as w:
+        for d in docs:
+            w.add(d + 70000)
+    assert w.dtype == "uint32" and w.documents == 200 and len(w.paths) > 1
+    info = json.loads(subprocess.run([os.environ["FEEDLINE_BIN_DIR"] + "/feedline-inspect", "--json", str(tmp_path / "big_*.bin")],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["format"] == "llmc" and info["dtype"] == "uint32" and info["delimiter"] == 128000 and info["documents"] == 200
+
+
+def test_a_failed_write_leaves_no_dataset_and_a_second_writer_is_refused(tmp_path):
+    with pytest.raises(feedline.ConfigError, match="token 70000 does not fit uint16 \\(document 2\\)"):
+        feedline.write(tmp_path / "web", [[1, 2], [3], [70000]])
+    with pytest.raises(TypeError, match="document 1: expected a 1-D sequence of integer token ids"):
+        feedline.write(tmp_path / "web", [[1, 2], [0.5, 1.5]])
+    with pytest.raises(KeyboardInterrupt):
+        with feedline.Writer(tmp_path / "web", format="llmc") as w:
+            w.add([1, 2, 3])
+            raise KeyboardInterrupt
+    assert sorted(os.listdir(tmp_path)) == []  # no dataset, no temporary file, no lock
+    first = feedline.Writer(tmp_path / "web")
+    with pytest.raises(feedline.IoError, match="lock"):
+        feedline.Writer(tmp_path / "web")
+    first.add([5, 6])
+    assert first.finish() == [str(tmp_path / "web")]
+    with pytest.raises(RuntimeError, match="finished"):
+        first.add([1])
+    with pytest.raises(ValueError, match="format must be"):
+        feedline.Writer(tmp_path / "x", format="parquet")

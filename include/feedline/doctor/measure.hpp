@@ -34,12 +34,13 @@ struct measure_options {
     std::uint64_t batch_size = 8, seq_len = 512;
 };
 
-// The files a DATASET names (shards' .bin, a directory's files, a glob, a file), for the read test.
+// The files a DATASET names (shards' .bin, a directory's files, a glob, a file, raw files), for the read test.
 inline std::vector<std::string> files_of(const std::string& dataset) {
     std::vector<std::string> out;
     for (const auto& w : feedline::parse_data_spec(dataset)) {
-        const std::string& s = w.spec;
-        if (feedline::scheme_for(s).exists(s + ".bin")) {
+        const auto raw = feedline::parse_raw_spec(w.spec);
+        const std::string& s = raw ? raw->location : w.spec;  // raw:<dtype>:<files>: the files themselves
+        if (!raw && feedline::scheme_for(s).exists(s + ".bin")) {
             out.push_back(s + ".bin");  // a Megatron prefix: its data
             continue;
         }

@@ -1,8 +1,9 @@
 // feedline/format/dataset.hpp: many token shards -> one dataset with global document numbering.
-// Accepts a directory, a glob, a Megatron prefix (or a list of them) or an llm.c shard pattern, opens
+// Accepts a directory, a glob, a Megatron prefix (or a list of them), an llm.c shard pattern or
+// headerless token files ("raw:uint16:train.bin", format/raw_tokens.hpp), opens
 // every shard up front (a missing or corrupt shard fails here, not mid-epoch) in O(shards) time, and
 // turns "tokens [a, b) of document d" into read requests for a storage backend. Fed by format/megatron.hpp
-// and format/llmc.hpp; feeds pipeline/shard_source.hpp (the sampler's lengths, the workers' reads).
+// format/llmc.hpp and format/raw_tokens.hpp; feeds pipeline/shard_source.hpp (the sampler's lengths, the workers' reads).
 #pragma once
 
 #include <algorithm>
@@ -20,14 +21,21 @@
 #include <feedline/format/dtype.hpp>
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
+#include <feedline/format/raw_tokens.hpp>
 #include <feedline/storage/read_request.hpp>
 #include <feedline/storage/storage_scheme.hpp>
 
 namespace feedline {
 
-enum class dataset_format { megatron, llmc };
+enum class dataset_format { megatron, llmc, raw };
 
-inline std::string_view to_string(dataset_format f) noexcept { return f == dataset_format::megatron ? "megatron" : "llmc"; }
+inline std::string_view to_string(dataset_format f) noexcept {
+    return f == dataset_format::megatron ? "megatron" : f == dataset_format::llmc ? "llmc" : "raw";
+}
+
+// llm.c shards and raw files are one stream of tokens with delimiters between documents (no index on
+// disk: the document index is built by a scan when packed mode needs it).
+inline constexpr bool is_token_stream(dataset_format f) noexcept { return f != dataset_format::megatron; }
 
 // Where a document's tokens live. For llm.c the tokens may run on into the following shards.
 struct document_span {
@@ -42,10 +50,12 @@ namespace detail {
 struct resolved_spec {
     dataset_format format = dataset_format::megatron;
     std::vector<std::string> shards;
+    token_dtype raw_dtype = token_dtype::uint16;  // raw: the dtype the spec names
 };
 
 // Resolves one or more specs. Each is a Megatron prefix, a .idx/.bin path, an llm.c .bin, a directory
-// or a glob. In a directory or a glob, every .idx is a Megatron prefix (its .bin beside it), and every
+// or a glob, or "raw:<dtype>:" before a file, glob, directory (its .bin files) or URL. In a directory
+// or a glob, every .idx is a Megatron prefix (its .bin beside it), and every
 // .bin without an .idx beside it is an llm.c shard, validated when opened: no shard is ever left out
 // because of what it holds (a damaged shard is a format_error naming it, not less data). Other files
 // are not shards and are passed over. Throws io_error when nothing matches, and config_error naming the
@@ -56,8 +66,9 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
     auto add = [&](dataset_format f, std::string shard, const std::string& spec) {
         if (have_format && f != out.format)
             throw config_error("dataset", "'" + spec + "' holds " +
-                                              (f == dataset_format::llmc ? shard + ", an llm.c shard (a .bin without an .idx),"
-                                                                         : shard + ", a Megatron prefix,") +
+                                              (f == dataset_format::llmc  ? shard + ", an llm.c shard (a .bin without an .idx),"
+                                               : f == dataset_format::raw ? shard + ", a headerless token file,"
+                                                                          : shard + ", a Megatron prefix,") +
                                               " but earlier shards are " + std::string(to_string(out.format)) +
                                               "; one dataset holds one format (a Megatron .bin that lost its .idx looks like this too)");
         out.format = f;
@@ -89,7 +100,32 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
         for (const auto& p : lone_bins) add(dataset_format::llmc, p, spec);
         if (prefixes.empty() && lone_bins.empty()) throw io_error(spec, ENOENT, "no Megatron .idx/.bin or llm.c .bin shards found");
     };
+    auto add_raw = [&](const raw_spec& raw, const std::string& spec) {
+        if (!out.shards.empty() && out.format == dataset_format::raw && raw.dtype != out.raw_dtype)
+            throw config_error("dataset", "'" + spec + "' names " + std::string(to_string(raw.dtype)) + " tokens but earlier files are " +
+                                              std::string(to_string(out.raw_dtype)) + "; one dataset holds one dtype");
+        const storage_scheme& scheme = scheme_for(raw.location);
+        const expanded_location where = expand_location(raw.location);
+        std::vector<std::string> files;
+        if (where.kind == expanded_location::form::directory) {
+            for (const auto& f : where.entries)
+                if (detail::ends_with(f, ".bin")) files.push_back(f);
+            if (files.empty()) throw io_error(raw.location, ENOENT, "no .bin files in this directory");
+        } else if (where.kind == expanded_location::form::glob) {
+            files = where.entries;
+        } else if (!scheme.exists(raw.location)) {
+            throw io_error(raw.location, ENOENT, "no such file (named by '" + spec + "')");
+        } else {
+            files = where.entries;
+        }
+        for (auto& f : files) add(dataset_format::raw, std::move(f), spec);
+        out.raw_dtype = raw.dtype;
+    };
     for (const auto& spec : specs) {
+        if (auto raw = parse_raw_spec(spec)) {
+            add_raw(*raw, spec);
+            continue;
+        }
         const storage_scheme& scheme = scheme_for(spec);
         const expanded_location where = expand_location(spec);
         if (where.kind != expanded_location::form::single) {
@@ -134,7 +170,8 @@ public:
     // for mixed dtypes, resource_error when the descriptor limit cannot hold the shards.
     explicit token_dataset(const std::vector<std::string>& specs) : token_dataset(detail::resolve_dataset_spec(specs)) {}
     explicit token_dataset(const std::string& spec) : token_dataset(std::vector<std::string>{spec}) {}
-    explicit token_dataset(detail::resolved_spec spec) : format_(spec.format) {
+    explicit token_dataset(detail::resolved_spec spec)
+            : format_(spec.format), data_offset_(spec.format == dataset_format::llmc ? llmc_layout::header_bytes : 0) {
         // One descriptor per shard for the dataset's life (+1 while a Megatron .idx is mapped).
         detail::reserve_descriptors(spec.shards.size(), std::to_string(spec.shards.size()) + " shards");
         for (const auto& s : spec.shards) {
@@ -146,12 +183,18 @@ public:
                 info.tokens = m.index().total_tokens();
                 info.documents = m.index().sequence_count();
                 check_dtype(m.dtype(), s);
-            } else {
+            } else if (format_ == dataset_format::llmc) {
                 auto& l = *llmc_.emplace_back(std::make_unique<llmc_shard>(s));
                 info.bin = &l.bin();
                 info.tokens = l.tokens();
                 check_dtype(l.header().dtype, s);
                 if (llmc_.size() == 1) delimiter_ = l.header().delimiter;
+            } else {
+                auto& r = *raw_.emplace_back(std::make_unique<raw_token_file>(s, spec.raw_dtype));
+                info.bin = &r.bin();
+                info.tokens = r.tokens();
+                check_dtype(r.dtype(), s);
+                delimiter_ = raw_layout::default_delimiter(r.dtype());
             }
             total_tokens_ += info.tokens;
             shards_.push_back(std::move(info));
@@ -174,7 +217,8 @@ public:
     bool all_local() const noexcept {
         return std::all_of(shards_.begin(), shards_.end(), [](const shard_info& s) { return s.bin->local_file() != nullptr; });
     }
-    // The llm.c document delimiter (from the first shard's header, or llm.c's default for its magic).
+    // The llm.c document delimiter (from the first shard's header, or llm.c's default for its magic);
+    // for raw files the token that ends a document (raw_layout::default_delimiter unless set).
     std::uint32_t delimiter() const noexcept { return delimiter_; }
     // Replaces the llm.c delimiter before the document index is built. Throws config_error afterwards.
     void set_delimiter(std::uint32_t d) {
@@ -183,10 +227,10 @@ public:
         delimiter_ = d;
     }
 
-    // Documents in the dataset. Megatron: O(1). llm.c: builds the document index on first call by
+    // Documents in the dataset. Megatron: O(1). llm.c and raw: builds the document index on first call by
     // scanning the tokens for the delimiter (O(tokens) once; 8 bytes per document).
     std::uint64_t document_count() const {
-        if (format_ == dataset_format::llmc) ensure_llmc_index();
+        if (is_token_stream(format_)) ensure_llmc_index();
         return document_starts_.empty() ? llmc_starts_.size() : document_starts_.back();
     }
     // Bytes held by llm.c's document index (0 for Megatron, whose .idx is mapped, or before it is built).
@@ -218,7 +262,7 @@ public:
 
     // Where document `d` lives. Megatron: O(log shards). Throws std::out_of_range for a bad index.
     document_span document(std::uint64_t d) const {
-        if (format_ == dataset_format::llmc) {
+        if (is_token_stream(format_)) {
             ensure_llmc_index();
             if (d >= llmc_starts_.size())
                 throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(llmc_starts_.size()));
@@ -255,12 +299,12 @@ public:
         while (count > 0) {
             if (shard >= shards_.size()) throw std::out_of_range("token range runs past the last shard");
             const auto& s = shards_[shard];
-            if (first >= s.tokens && format_ == dataset_format::llmc) {
+            if (first >= s.tokens && is_token_stream(format_)) {
                 first -= s.tokens;
                 ++shard;
                 continue;
             }
-            std::uint64_t n = format_ == dataset_format::llmc ? std::min(count, s.tokens - first) : count;
+            std::uint64_t n = is_token_stream(format_) ? std::min(count, s.tokens - first) : count;
             out.push_back(read_request{s.bin, token_byte_offset(first), n * item, dest});
             dest += n * item;
             count -= n;
@@ -268,10 +312,8 @@ public:
         }
     }
 
-    // Byte offset of token `i` within a shard file.
-    std::uint64_t token_byte_offset(std::uint64_t i) const noexcept {
-        return (format_ == dataset_format::llmc ? llmc_layout::header_bytes : 0) + i * dtype_size(dtype_);
-    }
+    // Byte offset of token `i` within a shard file (after llm.c's header; raw files and Megatron's .bin have none).
+    std::uint64_t token_byte_offset(std::uint64_t i) const noexcept { return data_offset_ + i * dtype_size(dtype_); }
 
     // Reads tokens [first, first + count) of `doc` through `r`, converted to T. Convenience for tools
     // and tests; workers batch append_requests() calls into one read instead.
@@ -296,7 +338,8 @@ private:
     }
 
     // llm.c has no document index: find each delimiter. Documents begin with the delimiter; tokens
-    // before the first delimiter of the first shard form a document of their own. Only where each
+    // before the first delimiter of the first shard form a document of their own. In raw files the
+    // delimiter ends a document (nanoGPT's), so the token after it starts the next. Only where each
     // document starts in the shards' concatenated stream is kept (8 bytes per document): its shard and
     // length follow from its neighbours and the shards' sizes. Built once; later calls take no lock.
     void ensure_llmc_index() const {
@@ -310,16 +353,21 @@ private:
         const std::size_t item = dtype_size(dtype_);
         const std::uint64_t chunk_tokens = (std::uint64_t(1) << 20) / item;
         std::vector<std::byte> chunk(chunk_tokens * item);
+        const bool delimiter_ends = format_ == dataset_format::raw;
+        bool after_delimiter = true;  // raw: the first token starts a document
         for (std::uint32_t s = 0; s < shards_.size(); ++s) {
             const byte_source& bin = *shards_[s].bin;
             for (std::uint64_t first = 0; first < shards_[s].tokens; first += chunk_tokens) {
                 const std::uint64_t n = std::min(chunk_tokens, shards_[s].tokens - first);
                 bin.read_at(chunk.data(), n * item, token_byte_offset(first));
-                for (std::uint64_t k = 0; k < n; ++k)
-                    if (detail::load_token<std::uint32_t>(chunk.data(), dtype_, k) == delimiter_ || starts.empty()) {
+                for (std::uint64_t k = 0; k < n; ++k) {
+                    const bool is_delimiter = detail::load_token<std::uint32_t>(chunk.data(), dtype_, k) == delimiter_;
+                    if (delimiter_ends ? after_delimiter : is_delimiter || starts.empty()) {
                         starts.push_back(shard_first_token_[s] + first + k);
                         ++counts[s];
                     }
+                    after_delimiter = is_delimiter;
+                }
             }
         }
         starts.shrink_to_fit();  // growth by doubling would leave up to half again unused
@@ -335,6 +383,8 @@ private:
     mutable std::vector<shard_info> shards_;
     std::vector<std::unique_ptr<megatron_shard>> megatron_;
     std::vector<std::unique_ptr<llmc_shard>> llmc_;
+    std::vector<std::unique_ptr<raw_token_file>> raw_;
+    std::uint64_t data_offset_ = 0;  // bytes before token 0 in every shard file (llm.c's header)
     std::vector<std::uint64_t> document_starts_;    // Megatron: first global document of each shard
     std::vector<std::uint64_t> shard_first_token_;  // llm.c: each shard's token 0 in the concatenated stream, then the total
     mutable std::mutex index_mutex_;

@@ -1,5 +1,5 @@
 // feedline/pipeline/data_spec.hpp: what DATASET means, in the API and in every tool. One spec is a
-// Megatron prefix, llm.c shards, or JSONL/text files (a file, a directory or a glob of either kind);
+// Megatron prefix, llm.c shards, headerless token files ("raw:uint16:train.bin"), or JSONL/text files (a file, a directory or a glob of either kind);
 // several are blended by weight, written as a list or, on a command line, in Megatron's --data-path
 // form: "0.7 data/web 0.3 code/*.jsonl". detect_source() tells what kind of source a spec names by its
 // files, through the source registry.
@@ -14,6 +14,7 @@
 
 #include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
+#include <feedline/format/raw_tokens.hpp>
 #include <feedline/pipeline/sources.hpp>
 #include <feedline/storage/storage_scheme.hpp>
 
@@ -71,7 +72,10 @@ inline source_type source_type_of(const std::string& spec) {
     const auto types = source_registry::entries();
     // A glob that matches nothing goes to the fallback kind, which says so; a directory that cannot be
     // listed (a symlink loop in it) is an io_error naming the entry, here already.
-    const std::vector<std::string> files = detail::has_glob_chars(spec) ? scheme_for(spec).glob(spec) : expand_location(spec).entries;
+    // A raw spec ("raw:uint16:...") is token shards by its name alone; its files are listed when opened.
+    const std::vector<std::string> files = parse_raw_spec(spec)            ? std::vector<std::string>{}
+                                           : detail::has_glob_chars(spec) ? scheme_for(spec).glob(spec)
+                                                                          : expand_location(spec).entries;
     const source_type* fallback = nullptr;
     for (const auto& t : types) {
         if (t->claims(spec, files)) return *t;

@@ -1,4 +1,4 @@
-// feedline/pipeline/shard_source.hpp: token shards (Megatron .bin/.idx, llm.c) as a pipeline source.
+// feedline/pipeline/shard_source.hpp: token shards (Megatron .bin/.idx, llm.c, raw) as a pipeline source.
 // Each worker reads its samples' token ranges through its own reader and converts them into the slot
 // in place. llm.c shards in windows mode are sampled as one token stream per shard (windows cross
 // documents anyway), so opening them never scans the tokens for document delimiters; packed mode needs
@@ -25,7 +25,8 @@ public:
     explicit shard_source(std::shared_ptr<const token_dataset> data) : data_(std::move(data)) {
         if (!data_) throw config_error("dataset", "no token dataset given");
     }
-    // A Megatron prefix, an llm.c shard pattern, a directory or a glob (detail::resolve_dataset_spec).
+    // A Megatron prefix, an llm.c shard pattern, raw token files, a directory or a glob
+    // (detail::resolve_dataset_spec).
     explicit shard_source(const std::string& spec) : shard_source(std::make_shared<const token_dataset>(spec)) {}
 
     const token_dataset& dataset() const noexcept { return *data_; }
@@ -46,7 +47,7 @@ public:
     }
     std::uint64_t index_bytes(const source_context& c) const override {
         // llm.c's document index, built for packed mode (Megatron's .idx is mapped, not copied).
-        return data_->format() == dataset_format::llmc && !streams_are_shards(c) ? data_->document_count() * sizeof(std::uint64_t) : 0;
+        return is_token_stream(data_->format()) && !streams_are_shards(c) ? data_->document_count() * sizeof(std::uint64_t) : 0;
     }
     std::uint64_t worker_bytes(const source_context& c) const override {
         return c.batch_size * (c.seq_len + 1) * dtype_size(data_->dtype()) + defaults::shard_scratch_extra_bytes;
@@ -64,7 +65,7 @@ public:
 
 private:
     bool streams_are_shards(const source_context& c) const noexcept {
-        return data_->format() == dataset_format::llmc && c.mode == sample_mode::windows;
+        return is_token_stream(data_->format()) && c.mode == sample_mode::windows;
     }
     reader_options reader_for(const source_context& c) const {
         return {.backend = c.shards.backend, .dataset_bytes = data_->total_tokens() * dtype_size(data_->dtype())};
@@ -223,13 +224,14 @@ private:
 
 namespace detail {
 
-// Registered as token shards: a spec that names a Megatron prefix, or any .idx or .bin (and what no
-// kind claims, so the token dataset's error names what is missing).
+// Registered as token shards: a spec that names a Megatron prefix, any .idx or .bin, or headerless
+// token files ("raw:uint16:..."), and what no kind claims, so the token dataset's error names what is
+// missing.
 inline const bool shard_source_registered =
     source_registry::add({.kind = source_kind::tokens,
                           .claims =
                               [](const std::string& spec, const std::vector<std::string>& files) {
-                                  if (scheme_for(spec).exists(spec + ".idx")) return true;
+                                  if (parse_raw_spec(spec) || scheme_for(spec).exists(spec + ".idx")) return true;
                                   return std::any_of(files.begin(), files.end(), [](const std::string& f) {
                                       return detail::ends_with(f, ".idx") || detail::ends_with(f, ".bin");
                                   });
