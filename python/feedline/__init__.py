@@ -17,7 +17,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, Unpack
 
 from . import _feedline
-from ._feedline import ConfigError, CudaError, Error, FormatError, IoError, Tokenizer
+from ._feedline import ConfigError, CudaError, Error, FormatError, IoError
 
 if TYPE_CHECKING:
     import torch
@@ -62,6 +62,47 @@ def _current_stream(device_index: int) -> int:
     """torch's current CUDA stream on that GPU: a batch there is ordered before it (called only for GPU batches)."""
     import torch
     return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _check(name: str, value: Any, kinds: Any, what: str) -> None:
+    """A TypeError naming the argument, instead of the extension's whole signature."""
+    if not isinstance(value, kinds) or (kinds is int and isinstance(value, bool)):
+        raise TypeError(f"{name} must be {what}, not {type(value).__name__} {value!r}")
+
+
+class Tokenizer(_feedline.Tokenizer):
+    """Text to token ids with the encoders feedline's pipelines use.
+
+    model: a sentencepiece .model or a byte-level BPE tokenizer.json (str or os.PathLike).
+    kind: "auto" (the kind that recognizes the model; for a .model feedline's own encoder where it
+        reproduces the library, `chosen_because` says why not), "feedline", "sentencepiece" (the library)
+        or "byte-level-bpe" (a tokenizer.json, the tokenizers package's ids).
+    add_bos, add_eos: put the model's beginning / end of sentence id around every text.
+
+    encode(text) -> ids; encode_batch(texts, threads=0) -> ids per text, on `threads` threads (0: one per
+    CPU) with the GIL released. An argument of the wrong type is a TypeError naming it.
+    """
+
+    def __init__(self, model: Union[str, "os.PathLike[str]"], kind: str = "auto", add_bos: bool = False,
+                 add_eos: bool = False) -> None:
+        _check("model", model, (str, os.PathLike), "a path (str or os.PathLike)")
+        _check("kind", kind, str, 'a string ("auto", "feedline", "sentencepiece", "byte-level-bpe")')
+        _check("add_bos", add_bos, bool, "True or False")
+        _check("add_eos", add_eos, bool, "True or False")
+        super().__init__(model, kind, add_bos, add_eos)
+
+    def encode(self, text: str) -> List[int]:
+        _check("text", text, str, "a str")
+        return super().encode(text)
+
+    def encode_batch(self, texts: Sequence[str], threads: int = 0) -> List[List[int]]:
+        _check("threads", threads, int, "a whole number >= 0 (0: one per CPU)")
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: one per CPU), not {threads}")
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            _check(f"texts[{i}]", t, str, "a str")
+        return super().encode_batch(texts, threads)
 
 
 _FIELDS = ("inputs", "targets", "positions", "cu_seqlens", "datasets")

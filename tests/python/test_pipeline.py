@@ -410,6 +410,17 @@ def test_tokenizer_gives_sentencepieces_own_ids_with_either_encoder(data):
     assert bpe.encode_batch(texts, threads=2) == [sp_bpe.encode(t) for t in texts]
     with pytest.raises(feedline.ConfigError, match="missing.model"):
         feedline.Tokenizer(str(data["dir"] / "missing.model"))
+    # Wrong types name the argument (not the extension's signature).
+    for call, message in [(lambda: feedline.Tokenizer(data["model"], add_bos="yes"), "add_bos must be True or False, not str 'yes'"),
+                          (lambda: feedline.Tokenizer(3), "model must be a path"),
+                          (lambda: feedline.Tokenizer(data["model"], kind=None), "kind must be a string"),
+                          (lambda: chosen.encode(b"bytes"), "text must be a str, not bytes"),
+                          (lambda: chosen.encode_batch(["a", 5]), r"texts\[1\] must be a str"),
+                          (lambda: chosen.encode_batch(["a"], threads=1.5), "threads must be a whole number")]:
+        with pytest.raises(TypeError, match=message):
+            call()
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        chosen.encode_batch(["a"], threads=-1)
 
 
 def test_kept_batches_can_be_held_without_limit_and_equal_the_zero_copy_ones(data):
