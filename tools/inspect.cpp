@@ -194,7 +194,8 @@ int main(int argc, char** argv) {
     app.add_flag("--deep", o.deep, "also read every token through the storage backend");
     feedline::pipeline_config read_with;  // --io-backend (or --backend): how --deep and --dump-tokens read
     tools::add_pipeline_options(app, read_with, {.only = {"io_backend"}, .aliases = {{"io_backend", "--backend"}}});
-    app.add_option("--delimiter", o.delimiter, "llm.c or raw document delimiter token (default: from the llm.c header; raw: 50256 for uint16, else 128001)");
+    app.add_option("--delimiter", o.delimiter,
+                   "llm.c or raw document delimiter token (default: from the llm.c header; raw: 50256 for uint16, else 128001)");
     if (const int code = tools::parse_command_line("feedline-inspect", 1, app, argc, argv); code >= 0) return code;
     o.backend = read_with.shards.backend;
 

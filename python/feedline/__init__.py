@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, Unpack
 
 from . import _feedline
@@ -256,17 +255,8 @@ class PipelineOptions(TypedDict, total=False):
 # END PipelineOptions
 
 
-# A forked child has none of the parent's threads: a pipeline made before fork() would wait forever for
-# workers that do not exist there. Each one is marked in the child, and refuses to go on, saying why.
-_LIVE_PIPELINES: "weakref.WeakSet[Pipeline]" = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for p in list(_LIVE_PIPELINES):
-        p._forked = True
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+def _kept(b: "_feedline.Batch") -> Batch:
+    return Batch(b).keep()
 
 
 class Pipeline:
@@ -296,9 +286,10 @@ class Pipeline:
         self._max_steps = int(settings.get("max_steps", 0) or 0)
         if not isinstance(copy, bool):
             raise TypeError(f"copy must be True or False, not {copy!r}")
-        self._copy = copy
-        self._forked = False
-        _LIVE_PIPELINES.add(self)
+        # Batches are handed over by the engine itself (its __next__), so that Ctrl-C between taking a
+        # batch and the loop getting it cannot lose one; and a Pipeline made before fork() refuses, in
+        # the child (which has none of the parent's worker threads), saying why.
+        self._engine.set_delivery(_current_stream, _kept if copy else Batch)
         self._repr = f"Pipeline({os.fspath(data) if isinstance(data, (str, os.PathLike)) else list(data)!r}, " + ", ".join(
             f"{k}={v!r}" for k, v in settings.items()) + (", copy=True" if copy else "") + ")"
 
@@ -312,17 +303,10 @@ class Pipeline:
         return self._repr
 
     def __iter__(self) -> Iterator[Batch]:
-        return self
+        return self._engine  # its __next__ is the C++ deliver(): no Python code between a batch and the loop
 
     def __next__(self) -> Batch:
-        if self._forked:
-            raise Error("this Pipeline was made before fork(): its worker threads are in the parent process, not in this "
-                        "child; make the Pipeline in the process that iterates it (torch DataLoader workers: num_workers=0)")
-        b = self._engine.next(_current_stream)
-        if b is None:
-            raise StopIteration
-        batch = Batch(b)
-        return batch.keep() if self._copy else batch
+        return next(self._engine)
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the run is: load_state_dict() of it continues with the batch after the last one

@@ -15,6 +15,8 @@
 #include <feedline/output/dataset_writer.hpp>
 #include <feedline/pipeline.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -85,6 +87,9 @@ public:
     std::uint64_t step() const noexcept { return step_; }
     bool released() const noexcept { return !batch_.has_value(); }
     void release();
+    // Takes the batch back (its slot stays held): for a delivery that did not complete.
+    std::optional<feedline::batch> detach() noexcept { return std::exchange(batch_, std::nullopt); }
+    std::uintptr_t stream() const noexcept { return stream_; }
 
     // [B, T] int32 (cu_seqlens: [B, T + 1], pieces and datasets: [B]) as a tensor over the slot.
     nb::object tensor(const char* which) {
@@ -146,7 +151,7 @@ std::vector<feedline::weighted_spec> to_blend(const std::vector<std::pair<double
 
 class py_pipeline {
 public:
-    py_pipeline(const std::vector<std::pair<double, std::string>>& data, const feedline::pipeline_config& config) {
+    py_pipeline(const std::vector<std::pair<double, std::string>>& data, const feedline::pipeline_config& config) : pid_(::getpid()) {
         const std::vector<feedline::weighted_spec> blend = to_blend(data);
         nb::gil_scoped_release unlocked;  // opening may count a corpus's tokens on every core
         engine_ = std::make_unique<feedline::pipeline>(blend, config);
@@ -173,12 +178,12 @@ public:
             slots_ == 0 ? held_.end() : std::find_if(held_.begin(), held_.end(), [&](std::uint64_t h) { return (seq - h) % slots_ == 0; });
         if (held_.size() >= depth || slot_holder != held_.end()) {
             const feedline::memory_plan& memory = engine_->memory();
-            const std::string why =
-                held_.size() >= depth
-                    ? std::to_string(held_.size()) + " batches are still held (the oldest is batch " + std::to_string(*held_.begin()) +
-                          ") and the workers prepare at most " + std::to_string(depth) + " ahead of the oldest held one"
-                    : "batch " + std::to_string(*slot_holder) + " is still held and batch " + std::to_string(seq) +
-                          " goes into its slot (the ring has " + std::to_string(slots_) + ")";
+            const std::string why = held_.size() >= depth
+                                        ? std::to_string(held_.size()) + " batches are still held (the oldest is batch " +
+                                              std::to_string(*held_.begin()) + ") and the workers prepare at most " +
+                                              std::to_string(depth) + " ahead of the oldest held one"
+                                        : "batch " + std::to_string(*slot_holder) + " is still held and batch " + std::to_string(seq) +
+                                              " goes into its slot (the ring has " + std::to_string(slots_) + ")";
             throw std::runtime_error(
                 why + ", so batch " + std::to_string(seq) +
                 " could never be prepared. A batch's tensors share its slot (no copy) until the Batch and every tensor taken from "
@@ -208,6 +213,45 @@ public:
         return out;
     }
 
+    // What `for b in pipeline` calls: the next batch as `wrap` (the Python Batch class, or one that keeps
+    // it) makes it, or StopIteration at the end. A batch taken is always delivered: Ctrl-C raises
+    // KeyboardInterrupt in whatever Python code runs next, and when that is `wrap`, the batch goes
+    // back to `pending_` and the next call delivers it, so the state after an interrupt never counts a
+    // batch the loop did not get. (From C++ to the loop variable no Python code runs: CPython checks
+    // for signals when a call returns to Python code, not between FOR_ITER and the store.)
+    nb::object deliver(nb::handle self) {
+        if (::getpid() != pid_)
+            throw feedline::error(
+                "this Pipeline was made before fork(): its worker threads are in the parent process, not in this child; make the "
+                "Pipeline in the process that iterates it (torch DataLoader workers: num_workers=0)");
+        nb::object raw;
+        if (pending_) {
+            py_batch b(std::move(*pending_), nb::borrow(self), this, pending_stream_);
+            pending_.reset();
+            b.set_device_index(device_index_);
+            raw = nb::cast(std::move(b));
+        } else {
+            std::optional<py_batch> b = next(self, stream_of_);
+            if (!b) throw nb::stop_iteration();
+            raw = nb::cast(std::move(*b));
+        }
+        if (!wrap_.is_valid()) return raw;
+        try {
+            return wrap_(raw);
+        } catch (nb::python_error&) {
+            py_batch& b = nb::cast<py_batch&>(raw);
+            pending_stream_ = b.stream();
+            pending_ = b.detach();  // empty when `wrap` got as far as releasing it
+            throw;
+        }
+    }
+    // How deliver() hands batches over: `stream_of(device_index)` gives the consumer's CUDA stream,
+    // `wrap(raw_batch)` the object the loop gets. Neither may hold the pipeline (no cycle).
+    void set_delivery(nb::object stream_of, nb::object wrap) {
+        stream_of_ = std::move(stream_of);
+        wrap_ = std::move(wrap);
+    }
+
     void forget(std::uint64_t step) noexcept { held_.erase(step); }
     std::string state_json() const { return feedline::to_json(engine().state()); }
     void restore_json(const std::string& text) { engine().restore(feedline::pipeline_state_from_json(text)); }
@@ -217,6 +261,10 @@ public:
     std::size_t held() const noexcept { return held_.size(); }
     // Stops the workers now (batches still held stay readable until dropped).
     void close() {
+        if (pending_) {  // a batch an interrupt kept from the loop: nobody can get it after close()
+            held_.erase(pending_->step());
+            pending_.reset();
+        }
         if (!held_.empty()) return;  // the slots still in use live until their batches go; the engine ends with the last
         nb::gil_scoped_release unlocked;
         engine_.reset();
@@ -232,6 +280,10 @@ private:
         return *engine_;
     }
     std::unique_ptr<feedline::pipeline> engine_;
+    std::optional<feedline::batch> pending_;  // after engine_: destroyed first. Taken, not yet delivered (deliver())
+    std::uintptr_t pending_stream_ = 0;
+    nb::object stream_of_ = nb::none(), wrap_;
+    pid_t pid_;
     std::set<std::uint64_t> held_;
     std::size_t slots_ = 0;
     int device_index_ = 0;
@@ -420,9 +472,9 @@ NB_MODULE(_feedline, m) {
                 new (self) py_pipeline(data, c);
             },
             "data"_a, "options"_a)
-        .def(
-            "next", [](nb::handle self, nb::handle stream_of) { return nb::cast<py_pipeline&>(self).next(self, stream_of); },
-            "stream_of"_a = nb::none())
+        .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
+        .def("__next__", [](nb::handle self) { return nb::cast<py_pipeline&>(self).deliver(self); })
+        .def("set_delivery", &py_pipeline::set_delivery, "stream_of"_a, "wrap"_a)
         .def("state_json", &py_pipeline::state_json)
         .def("restore_json", &py_pipeline::restore_json, "state"_a)
         .def("stats_json", &py_pipeline::stats_json)

@@ -384,7 +384,7 @@ private:
     std::vector<std::unique_ptr<megatron_shard>> megatron_;
     std::vector<std::unique_ptr<llmc_shard>> llmc_;
     std::vector<std::unique_ptr<raw_token_file>> raw_;
-    std::uint64_t data_offset_ = 0;  // bytes before token 0 in every shard file (llm.c's header)
+    std::uint64_t data_offset_ = 0;                 // bytes before token 0 in every shard file (llm.c's header)
     std::vector<std::uint64_t> document_starts_;    // Megatron: first global document of each shard
     std::vector<std::uint64_t> shard_first_token_;  // llm.c: each shard's token 0 in the concatenated stream, then the total
     mutable std::mutex index_mutex_;

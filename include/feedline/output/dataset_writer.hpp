@@ -33,14 +33,14 @@ public:
     // output cannot be created or another writer holds it. `held`: a lock the caller already holds on
     // `output` (feedline-pack holds one for the whole run); else the writer takes its own.
     dataset_writer(const std::string& output, const dataset_writer_options& o, const output_lock* held = nullptr) {
-        if (o.format != "megatron" && o.format != "llmc")
-            throw config_error("format", "expected megatron or llmc, got '" + o.format + "'");
+        if (o.format != "megatron" && o.format != "llmc") throw config_error("format", "expected megatron or llmc, got '" + o.format + "'");
         if (!held) held = &own_lock_.emplace(output);
         if (o.format == "llmc") {
             const std::uint64_t tokens =
-                o.shard_bytes ? std::max<std::uint64_t>(
-                                    1, (o.shard_bytes - std::min<std::uint64_t>(o.shard_bytes, llmc_layout::header_bytes)) / dtype_size(o.dtype))
-                              : 100'000'000;
+                o.shard_bytes
+                    ? std::max<std::uint64_t>(
+                          1, (o.shard_bytes - std::min<std::uint64_t>(o.shard_bytes, llmc_layout::header_bytes)) / dtype_size(o.dtype))
+                    : 100'000'000;
             llmc_ = std::make_unique<llmc_writer>(output, o.dtype, o.delimiter, std::min(tokens, llmc_layout::max_tokens), held);
         } else if (o.shard_bytes) {
             shards_ = std::make_unique<megatron_shards_writer>(output, o.dtype, o.shard_bytes, held);

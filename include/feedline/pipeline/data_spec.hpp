@@ -73,7 +73,7 @@ inline source_type source_type_of(const std::string& spec) {
     // A glob that matches nothing goes to the fallback kind, which says so; a directory that cannot be
     // listed (a symlink loop in it) is an io_error naming the entry, here already.
     // A raw spec ("raw:uint16:...") is token shards by its name alone; its files are listed when opened.
-    const std::vector<std::string> files = parse_raw_spec(spec)            ? std::vector<std::string>{}
+    const std::vector<std::string> files = parse_raw_spec(spec)           ? std::vector<std::string>{}
                                            : detail::has_glob_chars(spec) ? scheme_for(spec).glob(spec)
                                                                           : expand_location(spec).entries;
     const source_type* fallback = nullptr;
