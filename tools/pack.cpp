@@ -18,7 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include <feedline/output/dataset_writer.hpp>
+#include <feedline/output/pack_text.hpp>
 #include <feedline/pipeline.hpp>
 
 #include "tool_main.hpp"
@@ -42,40 +42,6 @@ struct options {
     // What a document is: the pipeline's text options (field, skip_invalid, text_split, max_line_bytes),
     // flags from their one declaration.
     feedline::pipeline_config text;
-};
-
-// Reads documents from every input file in order, in batches.
-class document_source {
-public:
-    document_source(std::vector<std::string> files, feedline::text_options opt) : files_(std::move(files)), opt_(std::move(opt)) {}
-    // Appends up to `max_docs` documents (or ~max_bytes of text); false when there are no more.
-    bool next_batch(std::vector<std::string>& out, std::size_t max_docs, std::size_t max_bytes) {
-        out.clear();
-        std::size_t bytes = 0;
-        feedline::text_document doc;
-        while (out.size() < max_docs && bytes < max_bytes) {
-            if (!reader_) {
-                if (next_file_ == files_.size()) break;
-                reader_ = std::make_unique<feedline::text_reader>(files_[next_file_++], opt_);
-            }
-            if (!reader_->next(doc)) {
-                skipped_ += reader_->skipped();
-                reader_.reset();
-                continue;
-            }
-            bytes += doc.text.size();
-            out.push_back(std::move(doc.text));
-        }
-        return !out.empty();
-    }
-    std::uint64_t skipped() const { return skipped_ + (reader_ ? reader_->skipped() : 0); }
-
-private:
-    std::vector<std::string> files_;
-    feedline::text_options opt_;
-    std::size_t next_file_ = 0;
-    std::unique_ptr<feedline::text_reader> reader_;
-    std::uint64_t skipped_ = 0;
 };
 
 // A private working directory "<output>.spm-train.tmp-<tag>" (mkdir fails on anything planted there),
@@ -104,7 +70,7 @@ std::string train_model(const options& o, const std::vector<std::string>& files,
     const std::string text_path = work / "input.txt";
     {
         feedline::atomic_file out(text_path, 1u << 20);
-        document_source src(files, topt);
+        feedline::document_batches src(files, topt);
         std::vector<std::string> batch;
         while (src.next_batch(batch, 4096, 16 << 20)) {
             if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
@@ -140,8 +106,6 @@ std::string train_model(const options& o, const std::vector<std::string>& files,
 }
 
 int run(const options& o) {
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
     const feedline::text_options topt = o.text.text.documents;
     if (o.format != "megatron" && o.format != "llmc")
         throw feedline::config_error("format", "expected megatron or llmc, got '" + o.format + "'");
@@ -158,59 +122,32 @@ int run(const options& o) {
     const feedline::output_lock lock(o.output);
     if (!o.quiet && !lock.removed_temporaries().empty())
         fmt::print(stderr, "removed {} temporary file(s) a killed pack into {} left\n", lock.removed_temporaries().size(), o.output);
-    std::string model_path = o.model.empty() ? train_model(o, files, topt, lock) : o.model;
+    const std::string model_path = o.model.empty() ? train_model(o, files, topt, lock) : o.model;
 
-    const std::string kind = o.text.text.tokenizer_kind;
-    const auto probe = feedline::make_tokenizer({.model = model_path, .kind = kind, .add_eos = false}, "model");
-    const auto vocab = static_cast<std::uint64_t>(probe->vocab_size());
-    const int eos = probe->eos_id();
-    if (o.append_eos && eos < 0) throw feedline::config_error("append-eos", "the model has no end-of-sentence piece");
-    feedline::token_dtype dt;
-    if (o.dtype == "auto")
-        dt = o.format == "llmc" ? (vocab <= 65536 ? feedline::token_dtype::uint16 : feedline::token_dtype::uint32)
-                                : feedline::megatron_optimal_dtype(vocab);
-    else
-        dt = feedline::parse_dtype(o.dtype);
-    // llm.c documents begin with a delimiter: the model's end-of-text piece, as llm.c uses GPT-2's.
-    auto delimiter = static_cast<std::uint32_t>(eos >= 0 ? eos : std::max(0, probe->bos_id()));
-    feedline::dataset_writer out(o.output, {.format = o.format, .dtype = dt, .delimiter = delimiter, .shard_bytes = o.shard_size}, &lock);
-
-    // A reader thread, o.threads tokenizers (make_tokenizer, one each) and this thread writing
-    // shards in input order, all at once (transform/tokenize_in_order.hpp).
-    document_source src(files, topt);
-    std::uint64_t docs = 0, tokens = 0, text_bytes = 0;
-    auto last_progress = clock::now();
     const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO);
-    feedline::tokenize_in_order(
-        {.model = model_path, .kind = kind, .add_eos = o.append_eos}, o.threads,
-        [&](std::vector<std::string>& batch) {
-            if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
-            return src.next_batch(batch, 2048, 8 << 20);
+    const auto r = feedline::pack_text(
+        o.output,
+        {.inputs = files,
+         .tokenizer = {.model = model_path, .kind = o.text.text.tokenizer_kind, .add_eos = o.append_eos},
+         .documents = topt,
+         .format = o.format,
+         .dtype = o.dtype,
+         .shard_bytes = o.shard_size,
+         .threads = o.threads},
+        &lock,
+        [&](const feedline::pack_progress& p) {
+            if (show_progress)
+                fmt::print(stderr, "\r{} documents  {} tokens  {:.1f} MB/s   ", p.documents, p.tokens,
+                           static_cast<double>(p.text_bytes) / 1e6 / std::max(p.seconds, 1e-9));
         },
-        [&](const std::vector<std::string>& batch, const std::vector<std::vector<std::int32_t>>& ids) {
-            if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
-            for (std::size_t i = 0; i < batch.size(); ++i) {
-                out.add(ids[i]);
-                tokens += ids[i].size();
-                text_bytes += batch[i].size();
-            }
-            docs += batch.size();
-            if (show_progress && clock::now() - last_progress > std::chrono::milliseconds(500)) {
-                double secs = std::chrono::duration<double>(clock::now() - start).count();
-                fmt::print(stderr, "\r{} documents  {} tokens  {:.1f} MB/s   ", docs, tokens, static_cast<double>(text_bytes) / 1e6 / secs);
-                last_progress = clock::now();
-            }
-        },
-        &interrupted);  // a signal stops every thread within about a second, even mid-document
-    if (interrupted.load()) throw feedline::error("interrupted by a signal; no output was written");
-    auto written = out.finish();
-    double secs = std::chrono::duration<double>(clock::now() - start).count();
+        &interrupted);
     if (show_progress) fmt::print(stderr, "\n");
+    const auto& t = r.totals;
     if (!o.quiet)
-        fmt::print("packed {} documents, {} tokens ({}, {}) into {} shard(s) at {} in {:.2f} s ({:.1f} MB/s of text, {}){}\n", docs, tokens,
-                   o.format, feedline::to_string(dt), written.size(), o.output, secs, static_cast<double>(text_bytes) / 1e6 / secs,
-                   probe->describe() + (probe->chosen_because().empty() ? "" : ": " + probe->chosen_because()),
-                   src.skipped() ? fmt::format("; skipped {} invalid lines", src.skipped()) : "");
+        fmt::print("packed {} documents, {} tokens ({}, {}) into {} shard(s) at {} in {:.2f} s ({:.1f} MB/s of text, {}){}\n", t.documents,
+                   t.tokens, o.format, feedline::to_string(r.dtype), r.written.size(), o.output, t.seconds,
+                   static_cast<double>(t.text_bytes) / 1e6 / std::max(t.seconds, 1e-9), r.tokenizer,
+                   t.skipped ? fmt::format("; skipped {} invalid lines", t.skipped) : "");
     return 0;
 }
 

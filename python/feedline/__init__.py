@@ -21,7 +21,7 @@ from ._feedline import ConfigError, CudaError, Error, FormatError, IoError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Pipeline", "Batch", "Tokenizer", "Writer", "write", "Error", "FormatError", "IoError", "ConfigError", "CudaError", "__version__"]
+__all__ = ["Pipeline", "Batch", "Tokenizer", "Writer", "write", "pack", "Error", "FormatError", "IoError", "ConfigError", "CudaError", "__version__"]
 __version__ = _feedline.version()
 # The options' defaults and docs, from their C++ declarations.
 _OPTIONS = _feedline.options()
@@ -206,8 +206,8 @@ class PipelineOptions(TypedDict, total=False):
     """windows: GPT windows across documents; packed: whole documents packed into rows (default "windows")"""
     shuffle: Optional[Literal["none", "global", "shard_blocks"]]
     """global: one permutation of all documents; shard_blocks: shards in a shuffled order; none: documents and windows in order (default "global")"""
-    tail: Optional[Literal["drop", "pad"]]
-    """an epoch's last incomplete global batch (one dataset): dropped, or padded from the epoch's start (default "drop")"""
+    tail: Optional[Literal["drop", "pad", "mask"]]
+    """an epoch's last incomplete global batch (one dataset): dropped; padded from the epoch's start; or mask: padded so, with ignore_index targets in the padding rows (every sample counted once: evaluation) (default "drop")"""
     workers: Optional[int]
     """worker threads filling batches; 0: from the machine, autotuned while running (default 0)"""
     max_workers: Optional[int]
@@ -226,6 +226,8 @@ class PipelineOptions(TypedDict, total=False):
     """the target where there is no next token (packed mode: a piece's end and the padding); feedline.Pipeline from Python uses -100, what PyTorch's cross_entropy ignores (default -1)"""
     max_steps: Optional[int]
     """end the iteration after this many steps; 0: run on through epochs (default 0)"""
+    epochs: Optional[int]
+    """one dataset: end the iteration after this many passes over the data (with max_steps: whichever comes first); 0: no end (default 0)"""
     stats_jsonl: Optional[str]
     """append a stats snapshot to this file as a JSON line every stats_every batches and at the end (default "")"""
     stats_every: Optional[int]
@@ -283,7 +285,6 @@ class Pipeline:
         self._engine = _feedline.Engine(_blend(data), settings)
         self.batch_size = int(settings.get("batch_size", _OPTION_DEFAULTS["batch_size"]))
         self.seq_len = int(settings.get("seq_len", _OPTION_DEFAULTS["seq_len"]))
-        self._max_steps = int(settings.get("max_steps", 0) or 0)
         if not isinstance(copy, bool):
             raise TypeError(f"copy must be True or False, not {copy!r}")
         # Batches are handed over by the engine itself (its __next__), so that Ctrl-C between taking a
@@ -294,10 +295,12 @@ class Pipeline:
             f"{k}={v!r}" for k, v in settings.items()) + (", copy=True" if copy else "") + ")"
 
     def __len__(self) -> int:
-        """The number of batches: max_steps. Without it the run goes on through epochs and has no length."""
-        if not self._max_steps:
-            raise TypeError("this Pipeline runs on through epochs (no max_steps), so it has no len(); give max_steps=N")
-        return self._max_steps
+        """The number of batches of the run: max_steps, or the steps of `epochs` passes over one dataset,
+        whichever ends first. Without either the run goes on through epochs and has no length."""
+        end = self._engine.end_step
+        if not end:
+            raise TypeError("this Pipeline runs on through epochs (no max_steps or epochs), so it has no len(); give max_steps=N or epochs=N")
+        return end
 
     def __repr__(self) -> str:
         return self._repr
@@ -419,3 +422,52 @@ def write(output: Union[str, "os.PathLike[str]"], documents: Any, **options: Any
         for d in documents:
             w.add(d)
     return w.paths
+
+
+_PACK_TEXT_OPTIONS = ("field", "skip_invalid", "text_split", "max_line_bytes", "tokenizer_kind")
+
+
+def _print_progress(p: Dict[str, Any]) -> None:
+    rate = p["text_bytes"] / 1e6 / max(p["seconds"], 1e-9)
+    print(f"\r{p['documents']} documents  {p['tokens']} tokens  {rate:.1f} MB/s   ", end="", file=sys.stderr, flush=True)
+
+
+def pack(inputs: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]], output: Union[str, "os.PathLike[str]"],
+         tokenizer: Union[str, "os.PathLike[str]"], *, format: Literal["megatron", "llmc"] = "megatron", dtype: str = "auto",
+         append_eos: bool = False, shard_bytes: int = 0, threads: int = 0, progress: Any = None, **text: Any) -> Dict[str, Any]:
+    """Tokenizes JSONL/text files into a dataset, as `feedline-pack` does (the same C++ code): documents
+    read in order, encoded on `threads` threads (0: one per CPU) with the GIL released, written in input
+    order, published only when all are written (Ctrl-C or an error leaves no output).
+
+    inputs: JSONL (.jsonl/.json/.ndjson) or text files, directories or globs (one or a list).
+    output: the dataset's prefix (output.bin/.idx, or output_000000.bin, ... for llm.c).
+    tokenizer: a sentencepiece .model or a tokenizer.json (the kinds Tokenizer takes).
+    format: "megatron" or "llmc". dtype: "auto" (the narrowest that holds the vocabulary), "uint16",
+        "int32" or "uint32". append_eos: the model's end-of-sentence id after every document.
+    shard_bytes: start a new shard after this many bytes (0: one Megatron pair; llm.c 10^8 tokens).
+    progress: None (a line on stderr when it is a terminal), False (quiet), or a callable given a dict
+        (documents, tokens, text_bytes, skipped, seconds) about every 100 ms.
+    text: field="text", skip_invalid=False, text_split="whole_file" (plain text: "blank_lines",
+        "lines"), max_line_bytes, tokenizer_kind: as the Pipeline's options of those names.
+    Returns the totals and `written` (what to read the dataset by), `dtype` and `tokenizer`.
+    """
+    unknown = sorted(set(text) - set(_PACK_TEXT_OPTIONS))
+    if unknown:
+        raise TypeError(f"pack() got unknown option(s) {', '.join(unknown)}; the text options are {', '.join(_PACK_TEXT_OPTIONS)}")
+    if format not in ("megatron", "llmc"):
+        raise ValueError(f"format must be 'megatron' or 'llmc', not {format!r}")
+    _check("threads", threads, int, "a whole number >= 0 (0: one per CPU)")
+    _check("shard_bytes", shard_bytes, int, "a whole number >= 0")
+    _check("append_eos", append_eos, bool, "True or False")
+    if threads < 0 or shard_bytes < 0:
+        raise ValueError(f"threads and shard_bytes must be >= 0, not {threads} and {shard_bytes}")
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    files = [os.fspath(i) for i in inputs]
+    show = progress is None and sys.stderr.isatty()
+    callback = _print_progress if show else (progress or None)
+    result = _feedline.pack(files, output, tokenizer, format, dtype, append_eos, shard_bytes, threads or (os.cpu_count() or 1), text,
+                            callback)
+    if show:
+        print(file=sys.stderr)
+    return result

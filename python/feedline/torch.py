@@ -34,13 +34,20 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._steps_per_epoch = steps_per_epoch
         self._pipeline: Optional[Pipeline] = None
         self._pending_state: Optional[Dict[str, Any]] = None
+        self._length: Optional[int] = None
 
     def __len__(self) -> int:
         if self._steps_per_epoch:
             return self._steps_per_epoch
+        if self._kwargs.get("epochs"):  # the steps of those passes (and max_steps, whichever ends first): opened once to count
+            if self._length is None:
+                probe = Pipeline(*self._args, **self._kwargs)
+                self._length = len(probe)
+                probe.close()
+            return self._length
         if self._kwargs.get("max_steps"):
             return int(self._kwargs["max_steps"])
-        raise TypeError("this dataset streams without end (no steps_per_epoch or max_steps), so it has no len()")
+        raise TypeError("this dataset streams without end (no steps_per_epoch, epochs or max_steps), so it has no len()")
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         info = torch.utils.data.get_worker_info()

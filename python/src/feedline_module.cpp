@@ -13,6 +13,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <feedline/output/dataset_writer.hpp>
+#include <feedline/output/pack_text.hpp>
 #include <feedline/pipeline.hpp>
 
 #include <unistd.h>
@@ -67,6 +68,26 @@ void translate(const std::exception_ptr& p, void*) {
 }
 
 class py_pipeline;
+
+// Keyword arguments through the options' one declaration (feedline/pipeline/options.hpp): parsed as a
+// command line's flag is, marked as set by the user, and refused by name. None: the default.
+void set_options(feedline::pipeline_config& c, const nb::dict& options) {
+    for (auto [key, value] : options) {
+        const std::string name = nb::cast<std::string>(key);
+        if (value.is_none()) continue;
+        std::string text;
+        if (nb::isinstance<nb::bool_>(value))
+            text = nb::cast<bool>(value) ? "true" : "false";
+        else if (nb::isinstance<nb::int_>(value))
+            text = nb::str(value).c_str();
+        else if (nb::isinstance<nb::str>(value))
+            text = nb::cast<std::string>(value);
+        else
+            throw feedline::config_error(name, std::string("expected a whole number, a string or True/False, got ") +
+                                                   nb::inst_name(value).c_str() + " " + nb::repr(value).c_str());
+        feedline::set_option(c, name, text);
+    }
+}
 
 // One step's batch: owns its slot until released.
 class py_batch {
@@ -257,6 +278,7 @@ public:
     void restore_json(const std::string& text) { engine().restore(feedline::pipeline_state_from_json(text)); }
     std::string stats_json() const { return engine().stats().to_json(); }
     std::string describe() const { return engine().describe(); }
+    std::uint64_t end_step() const { return engine().end_step(); }
     int device_index() const noexcept { return device_index_; }
     std::size_t held() const noexcept { return held_.size(); }
     // Stops the workers now (batches still held stay readable until dropped).
@@ -323,6 +345,64 @@ private:
     std::unique_ptr<feedline::dataset_writer> writer_;
     std::uint64_t documents_ = 0;
 };
+
+// feedline.pack: JSONL/text tokenized into shards by feedline-pack's own code (output/pack_text.hpp),
+// the GIL released. `progress(dict)` is called about every 100 ms while documents are written and once
+// at the end; Ctrl-C (or an exception from `progress`) stops every thread within about a second and is
+// raised here, with nothing written. `text`: the text options by name (field, text_split, ...).
+nb::dict pack(const std::vector<std::string>& inputs, const std::filesystem::path& output, const std::filesystem::path& tokenizer,
+              const std::string& format, const std::string& dtype, bool append_eos, std::uint64_t shard_bytes, unsigned threads,
+              const nb::dict& text, const nb::object& progress) {
+    feedline::pipeline_config c;
+    set_options(c, text);
+    const feedline::pack_options o{.inputs = inputs,
+                                   .tokenizer = {.model = tokenizer.string(), .kind = c.text.tokenizer_kind, .add_eos = append_eos},
+                                   .documents = c.text.documents,
+                                   .format = format,
+                                   .dtype = dtype,
+                                   .shard_bytes = shard_bytes,
+                                   .threads = threads};
+    const auto as_dict = [](const feedline::pack_progress& p) {
+        nb::dict d;
+        d["documents"] = p.documents;
+        d["tokens"] = p.tokens;
+        d["text_bytes"] = p.text_bytes;
+        d["skipped"] = p.skipped;
+        d["seconds"] = p.seconds;
+        return d;
+    };
+    std::atomic<bool> stop{false};
+    std::optional<nb::python_error> raised;  // what a signal handler or `progress` raised
+    const auto on_progress = [&](const feedline::pack_progress& p) {
+        nb::gil_scoped_acquire locked;
+        if (raised) return;
+        try {
+            if (PyErr_CheckSignals() != 0) throw nb::python_error();
+            if (!progress.is_none()) progress(as_dict(p));
+        } catch (nb::python_error& e) {
+            raised.emplace(std::move(e));
+            stop = true;
+        }
+    };
+    feedline::pack_result r;
+    try {
+        nb::gil_scoped_release unlocked;
+        r = feedline::pack_text(output.string(), o, nullptr, on_progress, &stop, std::chrono::milliseconds(100));
+    } catch (const feedline::error&) {
+        if (!raised) throw;
+        raised->restore();
+        throw nb::python_error();
+    }
+    if (raised) {  // raised in a progress call after the last check (none is made after the final one)
+        raised->restore();
+        throw nb::python_error();
+    }
+    nb::dict out = as_dict(r.totals);
+    out["written"] = r.written;
+    out["dtype"] = std::string(feedline::to_string(r.dtype));
+    out["tokenizer"] = r.tokenizer;
+    return out;
+}
 
 // feedline.Tokenizer: make_tokenizer's encoders from Python. encode_batch spreads documents over
 // threads, a tokenizer each (encoders are not thread-safe), with the GIL released.
@@ -451,24 +531,8 @@ NB_MODULE(_feedline, m) {
         .def(
             "__init__",
             [](py_pipeline* self, const std::vector<std::pair<double, std::string>>& data, const nb::dict& options) {
-                // Every keyword through the options' one declaration (feedline/pipeline/options.hpp):
-                // parsed as a command line's flag is, set by the user, and refused by name.
                 feedline::pipeline_config c;
-                for (auto [key, value] : options) {
-                    const std::string name = nb::cast<std::string>(key);
-                    if (value.is_none()) continue;  // None: the default
-                    std::string text;
-                    if (nb::isinstance<nb::bool_>(value))
-                        text = nb::cast<bool>(value) ? "true" : "false";
-                    else if (nb::isinstance<nb::int_>(value))
-                        text = nb::str(value).c_str();
-                    else if (nb::isinstance<nb::str>(value))
-                        text = nb::cast<std::string>(value);
-                    else
-                        throw feedline::config_error(name, std::string("expected a whole number, a string or True/False, got ") +
-                                                               nb::inst_name(value).c_str() + " " + nb::repr(value).c_str());
-                    feedline::set_option(c, name, text);
-                }
+                set_options(c, options);
                 new (self) py_pipeline(data, c);
             },
             "data"_a, "options"_a)
@@ -479,9 +543,13 @@ NB_MODULE(_feedline, m) {
         .def("restore_json", &py_pipeline::restore_json, "state"_a)
         .def("stats_json", &py_pipeline::stats_json)
         .def("describe", &py_pipeline::describe)
+        .def_prop_ro("end_step", &py_pipeline::end_step)
         .def_prop_ro("device_index", &py_pipeline::device_index)
         .def_prop_ro("held", &py_pipeline::held)
         .def("close", &py_pipeline::close);
+
+    m.def("pack", &pack, "inputs"_a, "output"_a, "tokenizer"_a, "format"_a, "dtype"_a, "append_eos"_a, "shard_bytes"_a, "threads"_a,
+          "text"_a, "progress"_a.none());
 
     nb::class_<py_writer>(m, "Writer")
         .def(nb::init<const std::filesystem::path&, const std::string&, const std::string&, std::int64_t, std::uint64_t>(), "output"_a,

@@ -350,6 +350,76 @@ TEST_CASE("Pipeline.Range.ForLoopEndsAfterMaxSteps") {
     CHECK(p.state().step == 25);
 }
 
+TEST_CASE("Pipeline.Epochs.AnEvaluationPassHasEveryWindowOnceInOrderWithTheLastBatchMasked") {
+    // One shard whose window count is not a multiple of the batch, so the pass ends in a partial batch.
+    std::vector<std::unique_ptr<ft::scratch_dir>> dirs;
+    std::shared_ptr<const token_dataset> data;
+    std::uint64_t windows = 0;
+    for (int docs = 30; windows % 4 == 0; ++docs) {
+        data = make_dataset(*dirs.emplace_back(std::make_unique<ft::scratch_dir>()), 1, docs);
+        sampler s(*data,
+                  {.seq_len = 64, .global_batch = 4, .shuffle = shuffle_mode::none, .tail = tail_policy::mask, .rank = 0, .world_size = 1});
+        windows = s.steps_in_epoch(0) * 4 - s.padded_in_epoch(0);
+    }
+    std::vector<std::int32_t> stream;  // every token in order (document d holds d*1000 + i)
+    pread_reader r;
+    for (std::uint64_t d = 0; d < data->document_count(); ++d) {
+        std::vector<std::int32_t> t(data->document(d).length);
+        data->read_tokens(r, data->document(d), 0, t.size(), t.data());
+        stream.insert(stream.end(), t.begin(), t.end());
+    }
+    for (int world : {1, 2}) {
+        CAPTURE(world);
+        std::vector<std::vector<std::int32_t>> kept;  // the rows whose targets count, from every rank
+        std::uint64_t masked = 0, steps = 0, padding = 0;
+        for (int rank = 0; rank < world; ++rank) {
+            auto cfg = base(2);
+            cfg.batch_size = 4 / static_cast<std::uint64_t>(world);
+            cfg.rank = rank;
+            cfg.world_size = world;
+            cfg.shuffle = shuffle_mode::none;
+            cfg.tail = tail_policy::mask;
+            cfg.epochs = 1;
+            pipeline p(data, cfg);
+            CHECK(p.end_step() == (windows + 3) / 4);
+            std::uint64_t n = 0;
+            for (auto& b : p) {
+                const auto in = b.host_inputs(), tg = b.host_targets();
+                for (std::size_t row = 0; row < cfg.batch_size; ++row) {
+                    const auto t = tg.subspan(row * 64, 64);
+                    if (std::all_of(t.begin(), t.end(), [](std::int32_t v) { return v == -1; })) {
+                        ++masked;
+                        CHECK(b.step() + 1 == p.end_step());  // only the last batch has padding rows
+                    } else {
+                        kept.emplace_back(in.begin() + static_cast<std::ptrdiff_t>(row * 64),
+                                          in.begin() + static_cast<std::ptrdiff_t>(row * 64 + 64));
+                    }
+                }
+                ++n;
+            }
+            steps = n;
+            padding += p.stats().padding_tokens;
+        }
+        CHECK(steps == (windows + 3) / 4);
+        CHECK(masked == steps * 4 - windows);
+        CHECK(padding == masked * 64);
+        // Global sample k is window k of the data: rank r holds samples [r*B, (r+1)*B) of each step.
+        std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a[0] < b[0]; });
+        REQUIRE(kept.size() == windows);
+        for (std::uint64_t k = 0; k < windows; ++k)
+            CHECK(std::equal(kept[k].begin(), kept[k].end(), stream.begin() + static_cast<std::ptrdiff_t>(k * 64)));
+    }
+    // Two passes are twice the steps (drop: only whole batches); max_steps ends it earlier.
+    auto cfg = base(2);
+    cfg.tail = tail_policy::mask;
+    cfg.epochs = 2;
+    CHECK(pipeline(data, cfg).end_step() == 2 * ((windows + 3) / 4));
+    cfg.tail = tail_policy::drop;
+    CHECK(pipeline(data, cfg).end_step() == 2 * (windows / 4));
+    cfg.max_steps = 3;
+    CHECK(pipeline(data, cfg).end_step() == 3);
+}
+
 TEST_CASE("Pipeline.Source.ShardsAreTokensAndTheirStateRoundTripsAsJson") {
     ft::scratch_dir dir;
     auto data = make_dataset(dir, 2);

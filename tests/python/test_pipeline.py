@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 import time
 
 import pytest
@@ -63,7 +64,6 @@ def test_text_tokenized_on_the_fly_equals_the_cpp_tool(data):
 
 
 def test_a_blend_string_and_a_path_object_are_read_as_the_tools_read_them(data):
-    from pathlib import Path
     spec = f"0.7 {data['megatron']} 0.3 {data['llmc']}"  # Megatron's --data-path form, as the C++ tools take it
     pipe = feedline.Pipeline(spec, max_steps=6, **CONFIG)
     total = sum(int(b.inputs.to(torch.int64).sum()) for b in pipe)
@@ -75,7 +75,6 @@ def test_a_blend_string_and_a_path_object_are_read_as_the_tools_read_them(data):
 
 
 def test_path_objects_are_taken_for_option_paths_and_tokenizer_models(data):
-    from pathlib import Path
     by_path = feedline.Pipeline(Path(data["jsonl"]), tokenizer=Path(data["model"]), cache_dir=Path(data["dir"]) / "counts",
                                 max_steps=3, **CONFIG)
     by_str = feedline.Pipeline(data["jsonl"], tokenizer=data["model"], max_steps=3, **CONFIG)
@@ -216,7 +215,7 @@ def test_keywords_are_checked_by_name_as_the_tools_check_their_flags(data):
                                  (dict(batch_size=-3), "batch_size", "whole number"),
                                  (dict(seq_len=1.5), "seq_len", "whole number"),
                                  (dict(workers="many"), "workers", "whole number"),
-                                 (dict(tail="sideways"), "tail", "drop or pad"),
+                                 (dict(tail="sideways"), "tail", "drop, pad or mask"),
                                  (dict(tokenizer=data["model"]), "text.tokenizer", "no JSONL/text")]:
         with pytest.raises(feedline.ConfigError) as e:
             feedline.Pipeline(data["megatron"], **dict(CONFIG, **kwargs))
@@ -619,3 +618,78 @@ def test_a_failed_write_leaves_no_dataset_and_a_second_writer_is_refused(tmp_pat
         first.add([1])
     with pytest.raises(ValueError, match="format must be"):
         feedline.Writer(tmp_path / "x", format="parquet")
+
+
+def test_pack_from_python_writes_what_feedline_pack_writes(data, tmp_path):
+    seen = []
+    r = feedline.pack(data["jsonl"], tmp_path / "corpus", Path(data["model"]), append_eos=True, progress=seen.append)
+    assert r["written"] == [str(tmp_path / "corpus")] and r["documents"] == 300 and r["tokens"] > 0
+    for ext in (".bin", ".idx"):  # byte for byte what the fixture's feedline-pack wrote
+        assert (tmp_path / ("corpus" + ext)).read_bytes() == Path(data["megatron"] + ext).read_bytes()
+    assert seen and seen[-1]["documents"] == 300 and seen[-1]["tokens"] == r["tokens"]
+    assert all(a["documents"] <= b["documents"] for a, b in zip(seen, seen[1:]))
+    r = feedline.pack([data["jsonl"]], tmp_path / "shard", data["model"], format="llmc", append_eos=True, shard_bytes=40000,
+                      threads=3, progress=False)
+    fixture = sorted(data["dir"].glob("shard_*.bin"))
+    assert [Path(p).name for p in r["written"]] == [p.name for p in fixture]
+    assert all(Path(a).read_bytes() == b.read_bytes() for a, b in zip(r["written"], fixture))
+
+
+def test_pack_from_python_refuses_bad_input_and_leaves_nothing_when_stopped(data, tmp_path):
+    def interrupt(progress):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while documents are written
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        feedline.pack(data["jsonl"], out / "corpus", data["model"], progress=interrupt)
+    def fail(progress):
+        raise ValueError("from the callback")
+    with pytest.raises(ValueError, match="from the callback"):
+        feedline.pack(data["jsonl"], out / "corpus", data["model"], progress=fail)
+    assert os.listdir(out) == []  # no dataset, no temporary file, no lock
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": 3}\n')
+    with pytest.raises(feedline.FormatError, match="line 2") as e:
+        feedline.pack(bad, out / "bad", data["model"], progress=False)
+    assert e.value.file == str(bad) and e.value.offset == 17
+    r = feedline.pack(bad, out / "skipped", data["model"], skip_invalid=True, progress=False)
+    assert r["documents"] == 1 and r["skipped"] == 1
+    with pytest.raises(TypeError, match="unknown option.*batch_size"):
+        feedline.pack(bad, out / "x", data["model"], batch_size=3)
+    with pytest.raises(feedline.IoError, match="missing.jsonl"):
+        feedline.pack(tmp_path / "missing.jsonl", out / "x", data["model"], progress=False)
+
+
+def test_an_evaluation_pass_has_every_window_once_and_a_length(data):
+    """shuffle="none", tail="mask", epochs=1: every window of the data once, in order, across the ranks;
+    the last batch's extra rows have targets -100 (what cross_entropy ignores); len() is the pass's steps."""
+    import struct
+    from conftest import bin_dir
+    spec = data["megatron"]
+    dumped = subprocess.run([str(bin_dir() / "feedline-inspect"), "--dump-tokens", spec], capture_output=True, check=True).stdout
+    tokens = list(struct.unpack(f"<{len(dumped) // 4}I", dumped))
+    T, B = CONFIG["seq_len"], 4
+    windows = (len(tokens) - 1) // T
+    assert windows % B  # the pass ends in a partial batch
+    for world in (1, 2):
+        seen = {}
+        for rank in range(world):
+            pipe = feedline.Pipeline(spec, shuffle="none", tail="mask", epochs=1, rank=rank, world_size=world,
+                                     **dict(CONFIG, batch_size=B // world))
+            assert len(pipe) == (windows + B - 1) // B
+            for b in pipe:
+                for r, (x, y) in enumerate(zip(b.inputs.tolist(), b.targets.tolist())):
+                    g = b.step * B + rank * (B // world) + r  # the global sample this row is
+                    seen[g] = (x, y)
+        assert sorted(seen) == list(range(len(pipe) * B))
+        for g, (x, y) in seen.items():
+            if g < windows:
+                assert x == tokens[g * T:(g + 1) * T] and y == tokens[g * T + 1:(g + 1) * T + 1]
+            else:
+                assert y == [-100] * T  # padding: nothing counts
+    with pytest.raises(feedline.ConfigError, match="epochs"):
+        feedline.Pipeline(f"0.5 {spec} 0.5 {spec}", epochs=1, **CONFIG)
+    assert len(feedline.Pipeline(spec, epochs=3, max_steps=5, **CONFIG)) == 5
+    import feedline.torch as ft
+    ds = ft.IterableDataset(spec, shuffle="none", tail="mask", epochs=1, rank=0, world_size=1, **CONFIG)
+    assert len(ds) == (windows + B - 1) // B == sum(1 for _ in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0))

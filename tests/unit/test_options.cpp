@@ -87,7 +87,7 @@ TEST_CASE("Options.Names.EveryEnumerationHasOneParserThatListsItsChoices") {
     CHECK(name_of(parse_enum<io_backend>("uring", "x")) == "io_uring");
     CHECK(choices_of<text_split>() == "file, blank or line");
     CHECK(parse_enum<sample_mode>("packed", "mode") == sample_mode::packed);
-    CHECK_THROWS_WITH_AS(parse_enum<tail_policy>("none", "tail"), doctest::Contains("config tail: 'none' (expected drop or pad)"),
+    CHECK_THROWS_WITH_AS(parse_enum<tail_policy>("none", "tail"), doctest::Contains("config tail: 'none' (expected drop, pad or mask)"),
                          config_error);
     CHECK(options_markdown().find("| `io_backend` | `--io-backend` | auto, io_uring, mmap or pread | `auto` | token shards |") !=
           std::string::npos);

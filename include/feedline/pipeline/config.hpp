@@ -52,6 +52,7 @@ struct pipeline_config {
     int rank = -1, world_size = -1;        // -1: from torchrun / Open MPI's environment
     int ignore_index = -1;                 // the target where there is no next token (packed: a piece's end, padding)
     std::uint64_t max_steps = 0;           // 0: run until the trainer stops; else the iteration ends after this step
+    std::uint64_t epochs = 0;              // one dataset: the iteration also ends after this many passes (0: no end)
     std::string stats_jsonl;               // append a stats() snapshot as a JSON line here every stats_every batches and at the end
     std::uint64_t stats_every = 100;
     bool avoid_trainer_cpu = true;  // keep the threads filling the ring off a busy trainer's CPU when there is one

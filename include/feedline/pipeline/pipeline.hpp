@@ -148,6 +148,7 @@ public:
                           .world_size = world};
         datasets_ = datasets;  // copies for the workers' own samplers
         sampler_ = std::make_unique<sampler>(std::move(datasets), weights, sc);
+        end_step_ = end_of_run(sc.global_batch);
         // Windows of one small dataset: every worker plans with a sampler of its own (plan_at), so
         // planning runs in parallel instead of behind planner_ (with 2 workers, waiting for the lock
         // cost each worker as much as planning itself). Packed mode plans sequentially (plan_at would
@@ -186,6 +187,9 @@ public:
     // batch was asked for (resolve_device); config().device before that.
     const device_choice& device() const noexcept { return device_; }
     const memory_plan& memory() const noexcept { return memory_; }
+    // The step the iteration ends before (max_steps, or the end of `epochs` passes, whichever comes
+    // first); 0: it runs on. Python's len() of a finite pipeline.
+    std::uint64_t end_step() const noexcept { return end_step_; }
     int rank() const noexcept { return sampler_->rank(); }
     int world_size() const noexcept { return sampler_->world_size(); }
     const std::vector<weighted_source>& sources() const noexcept { return sources_; }
@@ -305,8 +309,10 @@ private:
         if (c.rank < -1) throw config_error("rank", "must be -1 (from the launcher) or a rank");
         if (c.world_size < -1 || c.world_size == 0) throw config_error("world_size", "must be -1 (from the launcher) or at least 1");
         if (datasets == 0) throw config_error("dataset", "no dataset given");
-        if (datasets > 1 && c.tail == tail_policy::pad)
+        if (datasets > 1 && c.tail != tail_policy::drop)
             throw config_error("tail", "a blend has no epoch end to pad (each dataset cycles through its own epochs)");
+        if (datasets > 1 && c.epochs)
+            throw config_error("epochs", "a blend has no epochs (each dataset cycles through its own); end it with max_steps");
     }
 
     // What only the opened sources tell: weights, and options for a kind of data that is not there.
@@ -454,6 +460,7 @@ private:
                     padding_.fetch_add(detail::finish_packed_rows(plan, view, bounds, config_.ignore_index), std::memory_order_relaxed);
                     collate_ns_.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
                 }
+                if (config_.tail == tail_policy::mask) mask_padding_rows(plan, view);
                 ring.publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});
             }
         } catch (...) {
@@ -468,17 +475,49 @@ private:
         if (own_planners_) {
             if (ring.closed()) return false;
             const std::uint64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
-            if (config_.max_steps && step >= config_.max_steps) return planned_all();
+            if (end_step_ && step >= end_step_) return planned_all();
             planners_[index]->plan_at(step, plan, after);
             return true;
         }
         std::lock_guard lock(planner_);
         if (ring.closed()) return false;
-        if (config_.max_steps && sampler_->state().step >= config_.max_steps) return planned_all();
+        if (end_step_ && sampler_->state().step >= end_step_) return planned_all();
         sampler_->next(plan);
         after = sampler_->state();
         return true;
     }
+    // Where the iteration ends: max_steps, or the end of `epochs` passes (one dataset; windows have the
+    // same number of steps every epoch, packed epochs are laid out to count theirs).
+    std::uint64_t end_of_run(std::uint64_t global_batch) {
+        std::uint64_t end = config_.max_steps;
+        if (!config_.epochs) return end;
+        const std::uint64_t limit = sampler::max_step / global_batch;
+        std::uint64_t steps = 0;
+        if (config_.mode == sample_mode::windows) {
+            const std::uint64_t per = sampler_->steps_in_epoch(0);
+            steps = per > limit / config_.epochs ? limit : per * config_.epochs;
+        } else {
+            for (std::uint64_t e = 0; e < config_.epochs && steps < limit; ++e) steps += sampler_->steps_in_epoch(e);
+        }
+        if (steps == 0)
+            throw config_error(
+                "epochs",
+                "an epoch holds fewer samples than one global batch, so a pass has no step; use tail = pad or mask, or a smaller batch");
+        return end ? std::min(end, steps) : steps;
+    }
+
+    // tail = mask: the rows that complete an epoch's last batch (samples from its start again) get
+    // ignore_index targets, so a loss over the batch counts each sample of the epoch once.
+    void mask_padding_rows(const batch_plan& plan, const slot_view& view) {
+        std::uint64_t rows = 0;
+        for (std::uint32_t r = 0; r < plan.samples.size(); ++r)
+            if (plan.samples[r].padding) {
+                std::fill_n(view.target_row(r), view.seq_len, static_cast<std::int32_t>(config_.ignore_index));
+                ++rows;
+            }
+        if (rows) padding_.fetch_add(rows * view.seq_len, std::memory_order_relaxed);
+    }
+
     bool planned_all() {
         planned_all_.store(true);  // parked workers must leave too, or the stream never ends
         parked_.notify();
@@ -505,6 +544,7 @@ private:
     device_choice device_;  // config_.device, resolved by start()
     std::vector<sampler_dataset> datasets_;
     std::unique_ptr<sampler> sampler_;
+    std::uint64_t end_step_ = 0;  // end_step()
     bool own_planners_ = false;
     std::vector<std::unique_ptr<sampler>> planners_;  // own_planners_: worker i's sampler
     std::atomic<std::uint64_t> next_step_{0};         // own_planners_: the next step a worker takes

@@ -69,11 +69,13 @@ inline launch_info launch_from_environment() {
 enum class tail_policy {
     drop,  // the last incomplete global batch of an epoch is dropped (count reported)
     pad,   // it is completed with samples from the start of the same epoch (count reported)
+    mask,  // completed as with pad, and the pipeline sets the targets of those rows to ignore_index, so a
+           // loss over the batch counts every sample of the epoch exactly once (evaluation passes)
 };
 
 template <>
 struct enum_names<tail_policy> {
-    static constexpr std::array values{named(tail_policy::drop, "drop"), named(tail_policy::pad, "pad")};
+    static constexpr std::array values{named(tail_policy::drop, "drop"), named(tail_policy::pad, "pad"), named(tail_policy::mask, "mask")};
 };
 
 struct sampler_config {
@@ -286,7 +288,7 @@ public:
     }
     std::uint64_t padded_in_epoch(std::uint64_t epoch) {
         const std::uint64_t spe = streams_.at(0).samples_in_epoch(epoch);
-        return config_.tail == tail_policy::pad ? steps_in_epoch(epoch) * config_.global_batch - spe : 0;
+        return config_.tail != tail_policy::drop ? steps_in_epoch(epoch) * config_.global_batch - spe : 0;
     }
     // The same for the epoch the next step starts in (GPT windows: every epoch).
     std::uint64_t steps_per_epoch() { return steps_in_epoch(current_epoch()); }

@@ -7,13 +7,10 @@
 // that reason.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <string>
 
 #include <feedline/error.hpp>
+#include <feedline/storage/file.hpp>
 #include <feedline/transform/tokenizer.hpp>
 
 #if FEEDLINE_HAS_PCRE2 && FEEDLINE_HAS_JSON
@@ -35,15 +32,10 @@ namespace detail {
 // Does `model` look like a tokenizer.json: a regular file whose first byte that is not white space is
 // '{'. Never blocks.
 inline bool looks_like_tokenizer_json(const std::string& model) {
-    const int fd = ::open(model.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return false;
-    struct stat st {};
-    char head[64] = {};
-    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    const ssize_t n = regular ? ::pread(fd, head, sizeof head, 0) : 0;
-    ::close(fd);
-    for (ssize_t i = 0; i < n; ++i)
-        if (head[i] != ' ' && head[i] != '\n' && head[i] != '\r' && head[i] != '\t') return head[i] == '{';
+    const auto head = regular_file_head(model, 64);
+    if (!head) return false;
+    for (const char c : *head)
+        if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return c == '{';
     return false;
 }
 }  // namespace detail

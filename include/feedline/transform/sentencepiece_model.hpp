@@ -5,10 +5,6 @@
 // the library's tokenizer can ask how a model splits text.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cstdint>
 #include <string>
@@ -184,14 +180,8 @@ inline bool splits_at_spaces(const sentencepiece_model& m) {
 // 1, length-delimited: byte 0x0a). What is not a regular file is claimed too, so its error is the
 // model loader's ("is a FIFO") rather than "no tokenizer recognizes it". Never blocks.
 inline bool looks_like_sentencepiece(const std::string& model) {
-    const int fd = ::open(model.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return true;
-    struct stat st {};
-    unsigned char first = 0x0a;
-    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    const bool read = regular && ::pread(fd, &first, 1, 0) == 1;
-    ::close(fd);
-    return !regular || !read || first == 0x0a;
+    const auto head = regular_file_head(model, 1);
+    return !head || head->empty() || static_cast<unsigned char>((*head)[0]) == 0x0a;
 }
 
 // The largest sentencepiece model file feedline reads (real ones are 0.2-5 MB).
