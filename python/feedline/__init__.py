@@ -148,13 +148,18 @@ class Batch:
             if not self._cache:
                 raise RuntimeError("this batch was released before keep(): its slot belongs to a later batch now")
             return self
+        self._clone()
+        b, self._b = self._b, None
+        b.release()
+        return self
+
+    def _clone(self) -> "Batch":
+        """Its tensors copied into memory torch owns; the slot is still held (keep() and copy=True release it)."""
         owned = {}
         for which in _FIELDS:
             t = self._tensor(which)
             owned[which] = None if t is None else t.clone()
         self._cache = owned
-        b, self._b = self._b, None
-        b.release()
         return self
 
     @property
@@ -258,7 +263,7 @@ class PipelineOptions(TypedDict, total=False):
 
 
 def _kept(b: "_feedline.Batch") -> Batch:
-    return Batch(b).keep()
+    return Batch(b)._clone()  # the engine releases the slot once this has returned (no signal can come between)
 
 
 class Pipeline:
@@ -290,7 +295,7 @@ class Pipeline:
         # Batches are handed over by the engine itself (its __next__), so that Ctrl-C between taking a
         # batch and the loop getting it cannot lose one; and a Pipeline made before fork() refuses, in
         # the child (which has none of the parent's worker threads), saying why.
-        self._engine.set_delivery(_current_stream, _kept if copy else Batch)
+        self._engine.set_delivery(_current_stream, _kept if copy else Batch, copy)
         self._repr = f"Pipeline({os.fspath(data) if isinstance(data, (str, os.PathLike)) else list(data)!r}, " + ", ".join(
             f"{k}={v!r}" for k, v in settings.items()) + (", copy=True" if copy else "") + ")"
 
@@ -356,7 +361,8 @@ class Writer:
         below 65500 ids, else int32; llm.c: uint16 up to 65536, else uint32), uint16 without it. A token
         that does not fit is a ConfigError naming it and its document.
     delimiter: llm.c only, the token that begins every document (llm.c's convention): default GPT-2's
-        <|endoftext|> 50256 for uint16, Llama 3's <|begin_of_text|> 128000 for uint32.
+        <|endoftext|> 50256 for uint16, Llama 3's <|begin_of_text|> 128000 for uint32; with a vocab_size
+        that does not hold it, give your tokenizer's end-of-text id.
     shard_bytes: Megatron: start a new numbered pair after this many bytes (0: one pair); llm.c: the
         shard size (0: 100 M tokens a shard).
     """
@@ -371,12 +377,16 @@ class Writer:
         if not isinstance(shard_bytes, int) or shard_bytes < 0:
             raise ValueError(f"shard_bytes must be a whole number >= 0, not {shard_bytes!r}")
         if dtype is None:
-            if vocab_size is None or vocab_size <= 65500 or (format == "llmc" and vocab_size <= 65536):
+            if vocab_size is None or vocab_size < 65500 or (format == "llmc" and vocab_size <= 65536):
                 dtype = "uint16"
             else:
                 dtype = "uint32" if format == "llmc" else "int32"
-        if delimiter is None:
+        if delimiter is None and format == "llmc":
             delimiter = 50256 if dtype == "uint16" else 128000
+            if vocab_size is not None and delimiter >= vocab_size:
+                raise ValueError(f"llm.c documents begin with a delimiter token, and the default ({delimiter}, GPT-2's or Llama 3's) "
+                                 f"is not in a vocabulary of {vocab_size}: give delimiter= (your tokenizer's end-of-text id)")
+        delimiter = 0 if delimiter is None else delimiter
         self._w = _feedline.Writer(output, format, dtype, int(delimiter), shard_bytes)
         self.format, self.dtype = format, dtype
         self.paths: List[str] = []

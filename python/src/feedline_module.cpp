@@ -110,7 +110,6 @@ public:
     void release();
     // Takes the batch back (its slot stays held): for a delivery that did not complete.
     std::optional<feedline::batch> detach() noexcept { return std::exchange(batch_, std::nullopt); }
-    std::uintptr_t stream() const noexcept { return stream_; }
 
     // [B, T] int32 (cu_seqlens: [B, T + 1], pieces and datasets: [B]) as a tensor over the slot.
     nb::object tensor(const char* which) {
@@ -176,6 +175,7 @@ public:
         const std::vector<feedline::weighted_spec> blend = to_blend(data);
         nb::gil_scoped_release unlocked;  // opening may count a corpus's tokens on every core
         engine_ = std::make_unique<feedline::pipeline>(blend, config);
+        end_step_ = engine_->end_step();
         device_index_ = std::max(0, engine_->config().device.index);  // "auto"/"cuda": resolved at the first batch (next())
         // A wait for late data must not make Ctrl-C wait with it: every 100 ms of waiting, Python's
         // signal handlers run (on the main thread; elsewhere this is a no-op), and a handler that
@@ -189,11 +189,14 @@ public:
     // The next batch, or None at the end. For a batch on a GPU, `stream_of(device_index)` gives the
     // consumer's CUDA stream (torch's current one), which is made to wait for the batch's copy: the
     // tensors are ordered after it without a host sync.
-    std::optional<py_batch> next(nb::handle self, nb::handle stream_of) {
+    // Takes the next batch into pending_; false at the end. The state before it is kept in before_:
+    // until the batch reaches the loop, state_json() is that state.
+    bool take() {
         if (!engine_) throw std::runtime_error("the pipeline is closed");
+        before_ = engine_->state();  // copy-assigned: no allocation once it has held a state
         // The workers run at most `depth` batches past the oldest one still held, and batch `seq` fills
         // the slot of seq - slots: holding that many (or that one) would wait forever, so say so.
-        const std::uint64_t seq = engine_->state().step;
+        const std::uint64_t seq = before_.step;
         const std::size_t depth = engine_->prefetch_depth();
         const auto slot_holder =
             slots_ == 0 ? held_.end() : std::find_if(held_.begin(), held_.end(), [&](std::uint64_t h) { return (seq - h) % slots_ == 0; });
@@ -220,65 +223,71 @@ public:
         } catch (const feedline::wait_interrupted&) {
             throw nb::python_error();  // what the signal handler raised, KeyboardInterrupt for Ctrl-C
         }
-        if (!b) return std::nullopt;
+        if (!b) return false;
         if (slots_ == 0) slots_ = engine_->stats().slots;
         device_index_ = std::max(0, engine_->device().index);
-        std::uintptr_t stream = 0;
-        if (b->on_device() && !stream_of.is_none()) {
-            stream = nb::cast<std::uintptr_t>(stream_of(device_index_));
-            b->wait_on(reinterpret_cast<void*>(stream));
-        }
         held_.insert(b->step());
-        py_batch out(std::move(*b), nb::borrow(self), this, stream);
-        out.set_device_index(device_index_);
-        return out;
+        pending_ = std::move(b);
+        pending_stream_ = 0;
+        pending_ordered_ = false;
+        return true;
     }
 
-    // What `for b in pipeline` calls: the next batch as `wrap` (the Python Batch class, or one that keeps
-    // it) makes it, or StopIteration at the end. A batch taken is always delivered: Ctrl-C raises
-    // KeyboardInterrupt in whatever Python code runs next, and when that is `wrap`, the batch goes
-    // back to `pending_` and the next call delivers it, so the state after an interrupt never counts a
-    // batch the loop did not get. (From C++ to the loop variable no Python code runs: CPython checks
-    // for signals when a call returns to Python code, not between FOR_ITER and the store.)
+    // What `for b in pipeline` calls: the next batch as `wrap` (the Python Batch class) makes it, or
+    // StopIteration at the end. A batch taken always reaches the loop: Ctrl-C raises KeyboardInterrupt
+    // in whatever Python code runs next (torch's stream lookup, `wrap`), and the batch then stays in
+    // pending_ for the next call, with state_json() saying the state before it. From here to the loop
+    // variable no Python code runs (CPython checks for signals when Python code is entered or a call
+    // returns to it, not between FOR_ITER and the store). Copy mode: `wrap` clones, and the slot is
+    // released here, in C++, once it has returned.
     nb::object deliver(nb::handle self) {
         if (::getpid() != pid_)
             throw feedline::error(
                 "this Pipeline was made before fork(): its worker threads are in the parent process, not in this child; make the "
                 "Pipeline in the process that iterates it (torch DataLoader workers: num_workers=0)");
-        nb::object raw;
-        if (pending_) {
-            py_batch b(std::move(*pending_), nb::borrow(self), this, pending_stream_);
-            pending_.reset();
-            b.set_device_index(device_index_);
-            raw = nb::cast(std::move(b));
-        } else {
-            std::optional<py_batch> b = next(self, stream_of_);
-            if (!b) throw nb::stop_iteration();
-            raw = nb::cast(std::move(*b));
+        if (!pending_ && !take()) throw nb::stop_iteration();
+        if (!pending_ordered_) {  // on a GPU: torch's current stream waits for the batch's copy (once)
+            if (pending_->on_device() && !stream_of_.is_none()) {
+                const auto stream = nb::cast<std::uintptr_t>(stream_of_(device_index_));
+                pending_->wait_on(reinterpret_cast<void*>(stream));
+                pending_stream_ = stream;
+            }
+            pending_ordered_ = true;
         }
+        py_batch taken(std::move(*pending_), nb::borrow(self), this, pending_stream_);
+        pending_.reset();
+        taken.set_device_index(device_index_);
+        nb::object raw = nb::cast(std::move(taken));
         if (!wrap_.is_valid()) return raw;
+        nb::object out;
         try {
-            return wrap_(raw);
+            out = wrap_(raw);
         } catch (nb::python_error&) {
-            py_batch& b = nb::cast<py_batch&>(raw);
-            pending_stream_ = b.stream();
-            pending_ = b.detach();  // empty when `wrap` got as far as releasing it
+            pending_ = nb::cast<py_batch&>(raw).detach();  // the slot stays held; the next call delivers it
             throw;
         }
+        if (copy_) {
+            nb::cast<py_batch&>(raw).release();
+            nb::setattr(out, "_b", nb::none());  // a slot store: no Python code runs
+        }
+        return out;
     }
+
     // How deliver() hands batches over: `stream_of(device_index)` gives the consumer's CUDA stream,
-    // `wrap(raw_batch)` the object the loop gets. Neither may hold the pipeline (no cycle).
-    void set_delivery(nb::object stream_of, nb::object wrap) {
+    // `wrap(raw_batch)` the object the loop gets; `copy`: it cloned the tensors, release the slot.
+    // Neither callable may hold the pipeline (no cycle).
+    void set_delivery(nb::object stream_of, nb::object wrap, bool copy) {
         stream_of_ = std::move(stream_of);
         wrap_ = std::move(wrap);
+        copy_ = copy;
     }
 
     void forget(std::uint64_t step) noexcept { held_.erase(step); }
-    std::string state_json() const { return feedline::to_json(engine().state()); }
+    std::string state_json() const { return feedline::to_json(pending_ ? before_ : engine().state()); }
     void restore_json(const std::string& text) { engine().restore(feedline::pipeline_state_from_json(text)); }
     std::string stats_json() const { return engine().stats().to_json(); }
     std::string describe() const { return engine().describe(); }
-    std::uint64_t end_step() const { return engine().end_step(); }
+    std::uint64_t end_step() const noexcept { return end_step_; }
     int device_index() const noexcept { return device_index_; }
     std::size_t held() const noexcept { return held_.size(); }
     // Stops the workers now (batches still held stay readable until dropped).
@@ -304,7 +313,11 @@ private:
     std::unique_ptr<feedline::pipeline> engine_;
     std::optional<feedline::batch> pending_;  // after engine_: destroyed first. Taken, not yet delivered (deliver())
     std::uintptr_t pending_stream_ = 0;
+    bool pending_ordered_ = false;     // its wait_on(stream) was made
+    feedline::pipeline_state before_;  // the state before the batch taken last
     nb::object stream_of_ = nb::none(), wrap_;
+    bool copy_ = false;
+    std::uint64_t end_step_ = 0;  // kept: len() works after close()
     pid_t pid_;
     std::set<std::uint64_t> held_;
     std::size_t slots_ = 0;
@@ -538,7 +551,7 @@ NB_MODULE(_feedline, m) {
             "data"_a, "options"_a)
         .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
         .def("__next__", [](nb::handle self) { return nb::cast<py_pipeline&>(self).deliver(self); })
-        .def("set_delivery", &py_pipeline::set_delivery, "stream_of"_a, "wrap"_a)
+        .def("set_delivery", &py_pipeline::set_delivery, "stream_of"_a, "wrap"_a, "copy"_a)
         .def("state_json", &py_pipeline::state_json)
         .def("restore_json", &py_pipeline::restore_json, "state"_a)
         .def("stats_json", &py_pipeline::stats_json)

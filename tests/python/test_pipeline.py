@@ -261,14 +261,15 @@ def test_ctrl_c_ends_a_loop_without_a_hang(data):
     assert child.returncode == 3 and "interrupted" in out
 
 
-def test_ctrl_c_never_loses_a_batch_the_loop_did_not_get(data):
+@pytest.mark.parametrize("copy", [False, True])
+def test_ctrl_c_never_loses_a_batch_the_loop_did_not_get(data, copy):
     """Hundreds of SIGINTs at random moments into a fast loop that catches KeyboardInterrupt and goes on:
-    every step arrives exactly once. (Before deliveries moved into the engine, nearly every interrupt
+    every step arrives exactly once, and state_dict() taken after each interrupt is where the loop is. (Before deliveries moved into the engine, nearly every interrupt
     that landed in Python code between taking a batch and the loop's variable lost that batch.)"""
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import json, signal, feedline
-        pipe = feedline.Pipeline({data['megatron']!r}, max_steps=20000, batch_size=4, seq_len=32, workers=2, device="cpu")
-        seen, interrupts, state = [], 0, {{"handling": True}}
+        import json, signal, torch, feedline  # torch before the signals: tensors are made with it
+        pipe = feedline.Pipeline({data['megatron']!r}, max_steps=20000, batch_size=4, seq_len=32, workers=2, device="cpu", copy={copy})
+        seen, interrupts, state, wrong = [], 0, {{"handling": True}}, []
         def on_sigint(sig, frame):
             if not state["handling"]:  # one arriving while the last is handled is dropped (this test's own code)
                 raise KeyboardInterrupt
@@ -284,9 +285,12 @@ def test_ctrl_c_never_loses_a_batch_the_loop_did_not_get(data):
             except KeyboardInterrupt:
                 state["handling"] = True
                 interrupts += 1
+                if pipe.state_dict()["step"] != len(seen):  # a resume from here would skip or repeat a batch
+                    wrong.append((len(seen), pipe.state_dict()["step"]))
         state["handling"] = True
         print(json.dumps({{"in_order": seen == list(range(20000)), "missing": sorted(set(range(20000)) - set(seen))[:20],
-                          "extra": len(seen) - len(set(seen)), "interrupts": interrupts, "state": pipe.state_dict()["step"]}}), flush=True)
+                          "extra": len(seen) - len(set(seen)), "interrupts": interrupts, "state": pipe.state_dict()["step"],
+                          "wrong_states": wrong[:5]}}), flush=True)
         """)], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     assert child.stdout.readline().strip() == "ready"
     rng = random.Random(5)
@@ -299,6 +303,7 @@ def test_ctrl_c_never_loses_a_batch_the_loop_did_not_get(data):
     r = json.loads(out.strip().splitlines()[-1])
     assert r["interrupts"] > 10, r["interrupts"]  # the signals did land in the loop
     assert r["missing"] == [] and r["extra"] == 0 and r["in_order"] and r["state"] == 20000, r
+    assert r["wrong_states"] == [], r  # state_dict() after each interrupt counts exactly the batches the loop got
 
 
 def test_ctrl_c_ends_a_wait_for_late_data(data):
@@ -618,6 +623,9 @@ def test_a_failed_write_leaves_no_dataset_and_a_second_writer_is_refused(tmp_pat
         first.add([1])
     with pytest.raises(ValueError, match="format must be"):
         feedline.Writer(tmp_path / "x", format="parquet")
+    with pytest.raises(ValueError, match="give delimiter="):
+        feedline.Writer(tmp_path / "x", format="llmc", vocab_size=32000)
+    assert feedline.Writer(tmp_path / "y", vocab_size=65500).dtype == "int32"  # as feedline-pack: uint16 below 65500
 
 
 def test_pack_from_python_writes_what_feedline_pack_writes(data, tmp_path):

@@ -23,10 +23,15 @@ namespace feedline {
 namespace raw_layout {
 inline constexpr std::string_view prefix = "raw:";
 // The default document delimiter by dtype: GPT-2's <|endoftext|> (nanoGPT's uint16 files) and Llama 3's
-// <|end_of_text|> for wider tokens. Only packed mode uses it; feedline-inspect --delimiter overrides it.
+// <|end_of_text|> for 32- and 64-bit tokens. 8-bit and int16 files have none (no id a model of that size
+// reserves): packed mode reads each of them as one stream of documents cut at row ends. Only packed
+// mode uses it; feedline-inspect --delimiter overrides it.
 inline constexpr std::uint32_t gpt2_eot = 50256;
 inline constexpr std::uint32_t llama3_eot = 128001;
-inline constexpr std::uint32_t default_delimiter(token_dtype t) noexcept { return t == token_dtype::uint16 ? gpt2_eot : llama3_eot; }
+inline constexpr std::uint32_t no_delimiter = 0x7fffffffu;  // no token of those dtypes (negative ones included) loads as it
+inline constexpr std::uint32_t default_delimiter(token_dtype t) noexcept {
+    return t == token_dtype::uint16 ? gpt2_eot : dtype_size(t) >= 4 ? llama3_eot : no_delimiter;
+}
 }  // namespace raw_layout
 
 struct raw_spec {
@@ -46,7 +51,7 @@ inline std::optional<raw_spec> parse_raw_spec(const std::string& spec) {
     try {
         out.dtype = parse_dtype(name);
     } catch (const config_error&) {
-        throw config_error("dataset", usage + " ('" + name + "' is not a dtype: uint8, uint16, int32, uint32 or int64)");
+        throw config_error("dataset", usage + " ('" + name + "' is not a dtype: uint8, int8, uint16, int16, uint32, int32 or int64)");
     }
     if (out.dtype == token_dtype::float32 || out.dtype == token_dtype::float64)
         throw config_error("dataset", usage + " (tokens are integers, not " + name + ")");

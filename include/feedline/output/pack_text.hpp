@@ -88,7 +88,7 @@ inline token_dtype pack_dtype(const std::string& dtype, const std::string& forma
 
 // Packs `o.inputs` into `output`. `held`: the output's lock when the caller holds it (feedline-pack
 // holds it from the model's training on); else one is taken here. `progress` is called from this
-// thread about every `every` while documents are written, and once with the totals before the
+// thread about every `every` while documents are written or awaited, and once with the totals before the
 // dataset is published; `stop`, when set,
 // ends the pack within about a second (error "interrupted"), leaving no output. Throws io_error,
 // format_error (a bad input line), config_error (the model, dtype, format or a token that does not fit).
@@ -144,7 +144,13 @@ inline pack_result pack_text(const std::string& output, const pack_options& o, c
                 last = clock::now();
             }
         },
-        stop);  // a stop ends every thread within about a second, even mid-document
+        stop,  // a stop ends every thread within about a second, even mid-document
+        [&] {  // while waiting for a chunk (a slow tokenizer, long documents): progress goes on too
+            if (clock::now() - last >= every) {
+                report();
+                last = clock::now();
+            }
+        });
     report();  // the totals, before publishing: a stop asked for now still leaves no output
     check_stop();
     result.written = out.finish();

@@ -509,13 +509,17 @@ private:
     // tail = mask: the rows that complete an epoch's last batch (samples from its start again) get
     // ignore_index targets, so a loss over the batch counts each sample of the epoch once.
     void mask_padding_rows(const batch_plan& plan, const slot_view& view) {
-        std::uint64_t rows = 0;
+        const auto ignore = static_cast<std::int32_t>(config_.ignore_index);
+        std::uint64_t masked = 0;  // targets that counted until now (packed rows' own padding is counted already)
         for (std::uint32_t r = 0; r < plan.samples.size(); ++r)
             if (plan.samples[r].padding) {
-                std::fill_n(view.target_row(r), view.seq_len, static_cast<std::int32_t>(config_.ignore_index));
-                ++rows;
+                std::int32_t* t = view.target_row(r);
+                for (std::uint64_t i = 0; i < view.seq_len; ++i) {
+                    masked += t[i] != ignore;
+                    t[i] = ignore;
+                }
             }
-        if (rows) padding_.fetch_add(rows * view.seq_len, std::memory_order_relaxed);
+        if (masked) padding_.fetch_add(masked, std::memory_order_relaxed);
     }
 
     bool planned_all() {

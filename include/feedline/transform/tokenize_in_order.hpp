@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -52,7 +53,7 @@ private:
 // between documents and between the pieces of a long one) and an error "interrupted" is thrown.
 template <class Read, class Write>
 void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&& read, Write&& write,
-                       const std::atomic<bool>* stop = nullptr) {
+                       const std::atomic<bool>* stop = nullptr, const std::function<void()>& on_wait = {}) {
     struct chunk {
         std::uint64_t seq = 0;
         std::uint64_t first_document = 0;  // the position of docs[0] in the input
@@ -141,6 +142,7 @@ void tokenize_in_order(const tokenizer_options& options, unsigned threads, Read&
             auto c = done.pop_for(std::chrono::milliseconds(100));
             if (!c) {
                 if (done.closed()) break;
+                if (on_wait) on_wait();
                 if (stop && stop->load()) throw error("interrupted");
                 continue;
             }
