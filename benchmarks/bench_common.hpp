@@ -29,6 +29,10 @@ inline summary summarise(std::vector<double> v) {
 class interleaved {
 public:
     void add(std::string name, std::function<double()> measure) { cases_.emplace_back(std::move(name), std::move(measure)); }
+    // Drops the cases whose name does not contain `part` (to profile one case alone).
+    void keep_only(const std::string& part) {
+        std::erase_if(cases_, [&](const auto& c) { return c.first.find(part) == std::string::npos; });
+    }
     std::map<std::string, summary> run(int rounds, const char* unit) {
         std::map<std::string, std::vector<double>> samples;
         for (int r = 0; r < rounds; ++r)

@@ -1,12 +1,17 @@
 // bench_end_to_end: is the whole pipeline fast enough to cost a trainer nothing on the CPU side?
 //
-// Same shards (llm.c uint16, page cache warm), same batch shape (B=32, T=1024 random windows, int32
-// inputs and targets), host ring, in one run with interleaved rounds (medians):
+// Same shards (llm.c uint16, page cache warm), same batch shape (random windows, int32 inputs and
+// targets), host ring, in one run with interleaved rounds (medians), for two shapes: B=32 x T=1024
+// and the small windows B=256 x T=128 (the same tokens per batch, 8x the windows), and for each worker
+// count of --workers (default 1,2; --workers 1,2,4,8,16 is the scaling sweep, capped at the CPUs):
 //   naive_gather_Nt   N threads, each gathering its share of the batches' windows from mmap'd shards
 //                     into one reused buffer (uint16 -> int32), the baseline the targets are set against
 //   gather_prefetch_Nt the same loop with feedline's software prefetch of the next windows: what is
 //                     left of the library's cost once both use the same technique
 //   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
+// Rates are steady state: a pipeline's clock starts at its first batch (the start-up, from the
+// constructor to the first batch, is reported on its own as first_batch_ms), and each case moves
+// --batches x N batches, so a case lasts about as long at 16 threads as at 1.
 // Then a paced consumer (a synthetic step of 2x one worker's batch time, 1 worker): p50/p99 of next().
 // With --peers it runs benchmarks/compare_python.py (PyTorch DataLoader, nanoGPT get_batch, numpy)
 // under /usr/bin/python3 on the same shards and reports feedline's ratio to the best of them. With
@@ -20,6 +25,8 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <thread>
@@ -34,7 +41,11 @@ using namespace feedline::bench;
 
 namespace {
 
-constexpr std::uint64_t B = 32, T = 1024;
+// A batch's shape: B windows of T tokens.
+struct shape {
+    std::uint64_t B, T;
+    std::string name() const { return std::to_string(B) + "x" + std::to_string(T); }
+};
 
 struct mapped_shards {
     std::vector<std::pair<const std::uint16_t*, std::uint64_t>> shards;  // tokens, count
@@ -51,7 +62,8 @@ struct mapped_shards {
 // `threads` threads gather `batches` batches of random windows into per-thread reused buffers. With
 // `prefetch`, the loop does what feedline's workers do with a batch's plan: draws all of the batch's
 // windows first and requests each window's cache lines two windows before converting it.
-double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batches, bool prefetch = false) {
+double naive_gather(const mapped_shards& m, shape S, unsigned threads, std::uint64_t batches, bool prefetch = false) {
+    const std::uint64_t B = S.B, T = S.T;
     std::vector<std::thread> pool;
     std::atomic<std::uint64_t> sink{0};
     auto t0 = clock_type::now();
@@ -59,7 +71,7 @@ double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batc
         pool.emplace_back([&, t] {
             std::vector<std::int32_t> inputs(B * T), targets(B * T);
             std::vector<const std::uint16_t*> windows(B);
-            auto fetch = [](const std::uint16_t* w) {
+            auto fetch = [T](const std::uint16_t* w) {
                 for (std::uint64_t j = 0; j < T + 1; j += 32) __builtin_prefetch(w + j, 0, 3);
                 __builtin_prefetch(w + T, 0, 3);
             };
@@ -96,9 +108,9 @@ double naive_gather(const mapped_shards& m, unsigned threads, std::uint64_t batc
 
 bool avoid_trainer_cpu = true;  // --leave-placement-to-kernel turns it off, for A/B runs
 
-pipeline_config config(unsigned workers, std::uint64_t batches) {
-    return {.batch_size = B,
-            .seq_len = T,
+pipeline_config config(shape S, unsigned workers, std::uint64_t batches) {
+    return {.batch_size = S.B,
+            .seq_len = S.T,
             .seed = 1,
             .workers = workers,
             .device = device_kind::cpu,
@@ -109,12 +121,20 @@ pipeline_config config(unsigned workers, std::uint64_t batches) {
             .shards = {.backend = io_backend::mmap}};
 }
 
-double feedline_rate(std::shared_ptr<const token_dataset> data, unsigned workers, std::uint64_t batches) {
-    pipeline p(std::move(data), config(workers, batches));
-    std::uint64_t sink = 0;
-    auto t0 = clock_type::now();
-    for (auto& b : p) sink += static_cast<std::uint64_t>(b.host_inputs()[b.step() % (B * T)]);
-    double rate = static_cast<double>(batches * B * T) / seconds_since(t0);
+// Steady-state tokens/s from the first batch to the last; the start-up (constructor to first batch,
+// in ms) goes to `first_batch_ms`.
+double feedline_rate(std::shared_ptr<const token_dataset> data, shape S, unsigned workers, std::uint64_t batches,
+                     std::vector<double>& first_batch_ms) {
+    const auto t0 = clock_type::now();
+    pipeline p(std::move(data), config(S, workers, batches));
+    std::uint64_t sink = 0, n = 0;
+    clock_type::time_point first;
+    for (auto& b : p) {
+        if (n++ == 0) first = clock_type::now();
+        sink += static_cast<std::uint64_t>(b.host_inputs()[b.step() % (S.B * S.T)]);
+    }
+    double rate = static_cast<double>((batches - 1) * S.B * S.T) / seconds_since(first);
+    first_batch_ms.push_back(std::chrono::duration<double, std::milli>(first - t0).count());
     if (sink == 1) std::printf(" ");
     return rate;
 }
@@ -243,7 +263,7 @@ tokenize_rates measure_tokenization(const std::string& text, const std::string& 
 int main(int argc, char** argv) {
     CLI::App app{"feedline end to end vs a naive gather loop and Python loaders"};
     std::string spec, make;
-    std::uint64_t batches = 2000, make_tokens = 1'000'000'000;
+    std::uint64_t batches = 5000, make_tokens = 1'000'000'000;
     bool peers = false;
     std::string text, tokenizer;
     app.add_option("--data", spec, "llm.c shard glob (uint16)");
@@ -255,6 +275,28 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::Range(std::uint64_t{20}, std::uint64_t{1} << 40));
     app.add_flag("--peers", peers, "also run benchmarks/compare_python.py (needs python3-torch)");
+    std::vector<unsigned> workers{1, 2};
+    app.add_option("--workers", workers, "worker (and gather thread) counts to measure, e.g. 1,2,4,8,16 (capped at the CPUs)")
+        ->delimiter(',')
+        ->check(CLI::Range(1u, 1024u));
+    shape main_shape{32, 1024}, small_shape{256, 128};
+    app.add_option("--seq-len", main_shape.T, "T of the main shape")
+        ->capture_default_str()
+        ->check(CLI::Range(std::uint64_t{8}, std::uint64_t{1} << 20));
+    app.add_option("--batch-size", main_shape.B, "B of the main shape")
+        ->capture_default_str()
+        ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 16));
+    app.add_option("--small-seq-len", small_shape.T, "T of the small-window shape")
+        ->capture_default_str()
+        ->check(CLI::Range(std::uint64_t{8}, std::uint64_t{1} << 20));
+    app.add_option("--small-batch-size", small_shape.B, "B of the small-window shape")
+        ->capture_default_str()
+        ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 16));
+    std::string only;
+    app.add_option("--only", only, "run only the cases whose name contains this (e.g. 'feedline_1w 256x128' under perf); no summary")
+        ->excludes("--peers");
+    int rounds = 5;
+    app.add_option("--rounds", rounds, "interleaved rounds (the medians' sample)")->capture_default_str()->check(CLI::Range(1, 101));
     bool kernel_placement = false;
     app.add_flag("--leave-placement-to-kernel", kernel_placement, "pipelines with avoid_trainer_cpu = false (A/B of worker placement)");
     CLI11_PARSE(app, argc, argv);
@@ -274,24 +316,65 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "give --data GLOB or --make-data PREFIX\n");
         return 2;
     }
+    const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+    std::erase_if(workers, [&](unsigned n) { return n > cpus; });
+    if (workers.empty()) workers = {1};
     auto data = std::make_shared<const token_dataset>(spec);
     warm(*data);
     mapped_shards m(*data);
-    std::printf("bench_end_to_end: %zu shards, %.2f G tokens (%.1f GB), B=%llu T=%llu, %llu batches per case\n", data->shard_count(),
-                data->total_tokens() / 1e9, data->total_tokens() * 2 / 1e9, static_cast<unsigned long long>(B),
-                static_cast<unsigned long long>(T), static_cast<unsigned long long>(batches));
+    std::printf("bench_end_to_end: %zu shards, %.2f G tokens (%.1f GB), shapes %s and %s, %llu batches per thread per case, %u CPUs\n",
+                data->shard_count(), data->total_tokens() / 1e9, data->total_tokens() * 2 / 1e9, main_shape.name().c_str(),
+                small_shape.name().c_str(), static_cast<unsigned long long>(batches), cpus);
 
+    // Every shape x worker count: the naive gather, the gather with prefetch and the pipeline, one
+    // round of all of them at a time.
+    const std::vector<shape> shapes{main_shape, small_shape};
+    std::map<std::string, std::vector<double>> first_batch_ms;
     interleaved cases;
-    cases.add("naive_gather_1t (tokens/s)", [&] { return naive_gather(m, 1, batches); });
-    cases.add("feedline_1w (tokens/s)", [&] { return feedline_rate(data, 1, batches); });
-    cases.add("naive_gather_2t (tokens/s)", [&] { return naive_gather(m, 2, batches); });
-    cases.add("feedline_2w (tokens/s)", [&] { return feedline_rate(data, 2, batches); });
-    cases.add("gather_prefetch_1t (tokens/s)", [&] { return naive_gather(m, 1, batches, true); });
-    cases.add("gather_prefetch_2t (tokens/s)", [&] { return naive_gather(m, 2, batches, true); });
-    auto r = cases.run(5, "tokens/s");
-    const double n1 = r["naive_gather_1t (tokens/s)"].median, f1 = r["feedline_1w (tokens/s)"].median;
-    const double n2 = r["naive_gather_2t (tokens/s)"].median, f2 = r["feedline_2w (tokens/s)"].median;
-    const double p1 = r["gather_prefetch_1t (tokens/s)"].median, p2 = r["gather_prefetch_2t (tokens/s)"].median;
+    auto key = [](const char* what, shape S, unsigned n, const char* unit) {
+        return std::string(what) + "_" + std::to_string(n) + (what[0] == 'f' ? "w " : "t ") + S.name() + " (" + unit + ")";
+    };
+    for (const shape S : shapes)
+        for (const unsigned n : workers) {
+            const std::uint64_t per_case = batches * n;
+            cases.add(key("naive_gather", S, n, "tokens/s"), [&, S, n, per_case] { return naive_gather(m, S, n, per_case); });
+            cases.add(key("feedline", S, n, "tokens/s"),
+                      [&, S, n, per_case] { return feedline_rate(data, S, n, per_case, first_batch_ms[S.name() + std::to_string(n)]); });
+            cases.add(key("gather_prefetch", S, n, "tokens/s"), [&, S, n, per_case] { return naive_gather(m, S, n, per_case, true); });
+        }
+    if (!only.empty()) {
+        cases.keep_only(only);
+        cases.run(rounds, "tokens/s");
+        return 0;
+    }
+    auto r = cases.run(rounds, "tokens/s");
+    nlohmann::json sweep = nlohmann::json::array();
+    for (const shape S : shapes)
+        for (const unsigned n : workers) {
+            const double naive = r[key("naive_gather", S, n, "tokens/s")].median, fed = r[key("feedline", S, n, "tokens/s")].median,
+                         pre = r[key("gather_prefetch", S, n, "tokens/s")].median;
+            const double first = summarise(first_batch_ms[S.name() + std::to_string(n)]).median;
+            std::printf("%s, %u thread(s): feedline / naive gather %.3f, / gather with prefetch %.3f; first batch %.1f ms\n",
+                        S.name().c_str(), n, fed / naive, fed / pre, first);
+            sweep.push_back({{"shape", S.name()},
+                             {"batch_size", S.B},
+                             {"seq_len", S.T},
+                             {"threads", n},
+                             {"feedline", fed},
+                             {"naive_gather", naive},
+                             {"gather_prefetch", pre},
+                             {"vs_naive_gather", fed / naive},
+                             {"vs_gather_prefetch", fed / pre},
+                             {"first_batch_ms", first}});
+        }
+    auto rate = [&](const char* what, shape S, unsigned n) {
+        const auto it = r.find(key(what, S, n, "tokens/s"));
+        return it == r.end() ? std::numeric_limits<double>::quiet_NaN() : it->second.median;
+    };
+    const shape S = main_shape;
+    const double n1 = rate("naive_gather", S, 1), f1 = rate("feedline", S, 1), p1 = rate("gather_prefetch", S, 1);
+    const double n2 = rate("naive_gather", S, 2), f2 = rate("feedline", S, 2), p2 = rate("gather_prefetch", S, 2);
+    const std::uint64_t B = S.B, T = S.T;
 
     // Paced consumer: a synthetic step of twice the time one worker takes to produce a batch, with one
     // worker (the consumer's busy step occupies a core of its own). 5x the batches of a case, so the
@@ -302,7 +385,7 @@ int main(int argc, char** argv) {
     double stall_fraction = 0;
     std::string placement;
     {
-        pipeline p(data, config(1, 5 * batches));
+        pipeline p(data, config(main_shape, 1, 5 * batches));
         for (auto it = p.begin(); it != p.end();) {
             auto t0 = clock_type::now();
             ++it;  // releases the previous batch, waits for the next
@@ -320,7 +403,8 @@ int main(int argc, char** argv) {
     std::printf("paced consumer (step %.1f us): next() p50 %.1f us, p99 %.1f us, stall fraction %.4f; worker %s\n", step_s * 1e6, p50, p99,
                 stall_fraction, placement.c_str());
 
-    nlohmann::json out = {{"tokens_per_s", f2},
+    nlohmann::json out = {{"sweep", sweep},
+                          {"tokens_per_s", f2},
                           {"tokens_per_s_1w", f1},
                           {"naive_gather_1t", n1},
                           {"naive_gather_2t", n2},

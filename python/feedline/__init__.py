@@ -113,12 +113,13 @@ class Batch:
     stats()["slots"]), so a batch held across later steps must be kept: keep() copies it into memory
     torch owns and frees its slot at once (Pipeline(copy=True) does that for every batch)."""
 
-    __slots__ = ("_b", "_cache", "_step")
+    __slots__ = ("_b", "_cache", "_step", "_epoch")
 
     def __init__(self, b: "_feedline.Batch") -> None:
         self._b: Optional["_feedline.Batch"] = b
         self._cache: Dict[str, Any] = {}
         self._step: int = b.step
+        self._epoch: int = b.epoch
 
     def _tensor(self, which: str):
         if which in self._cache:
@@ -133,6 +134,13 @@ class Batch:
     def step(self) -> int:
         """The batch's position in the run (0, 1, ...; continues after a resume)."""
         return self._step
+
+    @property
+    def epoch(self) -> int:
+        """The pass over the data the batch belongs to (0, 1, ...; a blend: the first dataset's epoch,
+        each dataset's is in stats()["epochs"]). With tail="pad" or "mask", an epoch's last batch is
+        completed from its own start and still belongs to it."""
+        return self._epoch
 
     @property
     def kept(self) -> bool:
@@ -326,8 +334,14 @@ class Pipeline:
         self._engine.restore_json(json.dumps(state))
 
     def stats(self) -> Dict[str, Any]:
-        """Throughput, stall time, prefetch depth and ready batches, workers, memory: the C++ pipeline_stats as a dict."""
-        return json.loads(self._engine.stats_json())
+        """Throughput, stall time, prefetch depth and ready batches, workers, memory: the C++ pipeline_stats
+        as a dict; and where the run is in its data: "epochs", each dataset's epoch as of the last batch the
+        loop got, and "epoch", the first dataset's (0 before the first batch)."""
+        stats = json.loads(self._engine.stats_json())
+        epochs = list(self._engine.epochs())
+        stats["epochs"] = epochs
+        stats["epoch"] = epochs[0] if epochs else 0
+        return stats
 
     def describe(self) -> str:
         return self._engine.describe()

@@ -101,11 +101,14 @@ public:
               owner_(o.owner_),
               stream_(o.stream_),
               step_(o.step_),
+              epoch_(o.epoch_),
               device_index_(o.device_index_) {}
     py_batch& operator=(py_batch&&) = delete;
     ~py_batch() { release(); }
 
     std::uint64_t step() const noexcept { return step_; }
+    std::uint64_t epoch() const noexcept { return epoch_; }
+    void set_epoch(std::uint64_t e) noexcept { epoch_ = e; }
     bool released() const noexcept { return !batch_.has_value(); }
     void release();
     // Takes the batch back (its slot stays held): for a delivery that did not complete.
@@ -157,6 +160,7 @@ private:
     py_pipeline* owner_;
     std::uintptr_t stream_;  // the CUDA stream the tensors were ordered on (0: none / host)
     std::uint64_t step_;
+    std::uint64_t epoch_ = 0;  // the pass over the data it belongs to (a blend: the first dataset's)
     int device_index_ = 0;
 };
 
@@ -224,6 +228,10 @@ public:
             throw nb::python_error();  // what the signal handler raised, KeyboardInterrupt for Ctrl-C
         }
         if (!b) return false;
+        // The state after a batch holds each dataset's epoch as of its last sample, which is the batch's
+        // own (an epoch rolls over when the next step is planned).
+        const std::vector<std::uint64_t>& epochs = engine_->state().epoch;
+        pending_epoch_ = epochs.empty() ? 0 : epochs[0];
         if (slots_ == 0) slots_ = engine_->stats().slots;
         device_index_ = std::max(0, engine_->device().index);
         held_.insert(b->step());
@@ -257,6 +265,7 @@ public:
         py_batch taken(std::move(*pending_), nb::borrow(self), this, pending_stream_);
         pending_.reset();
         taken.set_device_index(device_index_);
+        taken.set_epoch(pending_epoch_);
         nb::object raw = nb::cast(std::move(taken));
         if (!wrap_.is_valid()) return raw;
         nb::object out;
@@ -284,6 +293,8 @@ public:
 
     void forget(std::uint64_t step) noexcept { held_.erase(step); }
     std::string state_json() const { return feedline::to_json(pending_ ? before_ : engine().state()); }
+    // Each dataset's epoch as of the last batch the loop got (0 before the first).
+    std::vector<std::uint64_t> epochs() const { return (pending_ ? before_ : engine().state()).epoch; }
     void restore_json(const std::string& text) { engine().restore(feedline::pipeline_state_from_json(text)); }
     std::string stats_json() const { return engine().stats().to_json(); }
     std::string describe() const { return engine().describe(); }
@@ -313,7 +324,8 @@ private:
     std::unique_ptr<feedline::pipeline> engine_;
     std::optional<feedline::batch> pending_;  // after engine_: destroyed first. Taken, not yet delivered (deliver())
     std::uintptr_t pending_stream_ = 0;
-    bool pending_ordered_ = false;     // its wait_on(stream) was made
+    bool pending_ordered_ = false;  // its wait_on(stream) was made
+    std::uint64_t pending_epoch_ = 0;
     feedline::pipeline_state before_;  // the state before the batch taken last
     nb::object stream_of_ = nb::none(), wrap_;
     bool copy_ = false;
@@ -536,6 +548,7 @@ NB_MODULE(_feedline, m) {
 
     nb::class_<py_batch>(m, "Batch")
         .def_prop_ro("step", &py_batch::step)
+        .def_prop_ro("epoch", &py_batch::epoch)
         .def_prop_ro("released", &py_batch::released)
         .def("tensor", &py_batch::tensor, "which"_a)
         .def("release", &py_batch::release);
@@ -555,6 +568,7 @@ NB_MODULE(_feedline, m) {
         .def("state_json", &py_pipeline::state_json)
         .def("restore_json", &py_pipeline::restore_json, "state"_a)
         .def("stats_json", &py_pipeline::stats_json)
+        .def("epochs", &py_pipeline::epochs)
         .def("describe", &py_pipeline::describe)
         .def_prop_ro("end_step", &py_pipeline::end_step)
         .def_prop_ro("device_index", &py_pipeline::device_index)

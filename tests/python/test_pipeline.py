@@ -63,6 +63,34 @@ def test_text_tokenized_on_the_fly_equals_the_cpp_tool(data):
     assert pipe.state_dict() == cpp["state"]
 
 
+def test_batches_say_their_epoch_and_stats_say_each_datasets(data):
+    per = len(feedline.Pipeline(data["megatron"], epochs=1, **CONFIG))
+    pipe = feedline.Pipeline(data["megatron"], max_steps=2 * per + 1, **CONFIG)
+    assert pipe.stats()["epoch"] == 0 and pipe.stats()["epochs"] == [0]  # before the first batch
+    seen = []
+    for b in pipe:
+        assert b.epoch == b.step // per  # windows: every epoch has the same steps
+        assert pipe.stats()["epoch"] == b.epoch
+        seen.append(b.epoch)
+    assert seen[0] == 0 and seen[-1] == 2 and seen == sorted(seen)
+    # Packed rows: an epoch's steps depend on its document order; each batch still says its own.
+    packed = dict(CONFIG, mode="packed")
+    first = len(feedline.Pipeline(data["megatron"], epochs=1, **packed))
+    two = [b.epoch for b in feedline.Pipeline(data["megatron"], epochs=2, **packed)]
+    assert two[:first] == [0] * first and two[first:] and set(two[first:]) == {1}
+    # A blend: each dataset walks its own epochs; the batch says the first dataset's.
+    spec = f"0.9 {data['megatron']} 0.1 {data['llmc']}"
+    blend = feedline.Pipeline(spec, max_steps=3 * per, **CONFIG)
+    last = None
+    for last in blend:
+        pass
+    epochs = blend.stats()["epochs"]
+    assert len(epochs) == 2 and last.epoch == epochs[0] >= 1 and epochs[1] < epochs[0]  # 10% of the draws: fewer passes
+    # kept and copied batches keep their epoch
+    kept = [b.keep() for b in feedline.Pipeline(data["megatron"], max_steps=per + 1, **CONFIG)]
+    assert [b.epoch for b in kept] == [s // per for s in range(per + 1)]
+
+
 def test_a_blend_string_and_a_path_object_are_read_as_the_tools_read_them(data):
     spec = f"0.7 {data['megatron']} 0.3 {data['llmc']}"  # Megatron's --data-path form, as the C++ tools take it
     pipe = feedline.Pipeline(spec, max_steps=6, **CONFIG)
@@ -414,6 +442,26 @@ def test_gpu_tensors_are_on_the_device_and_correct(data):
         torch.cuda.synchronize()
         assert torch.equal(b.inputs.cpu(), h)
         assert b.inputs.device.index == torch.cuda.current_device()  # "cuda": torch's current device
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU (torch.cuda.is_available() is False)")
+def test_gpu_batches_kept_and_copied_stay_on_the_device_and_equal_the_host_run(data):
+    host = [(b.inputs.clone(), b.targets.clone()) for b in feedline.Pipeline(data["megatron"], max_steps=12, **CONFIG)]
+    gpu = dict(CONFIG, device="cuda")
+    # copy=True: every batch kept as it arrives, far more than the ring's slots.
+    pipe = feedline.Pipeline(data["megatron"], max_steps=12, prefetch=2, copy=True, **gpu)
+    copied = list(pipe)
+    # keep(): k micro-batches held at once, the slot returned as each is kept.
+    kept = []
+    pipe2 = feedline.Pipeline(data["megatron"], max_steps=12, prefetch=2, **gpu)
+    for _ in range(3):
+        kept += [next(pipe2).keep() for _ in range(4)]
+    torch.cuda.synchronize()
+    assert pipe.stats()["slots"] < 12 and len(copied) == len(kept) == 12
+    for c, k, (x, y) in zip(copied, kept, host):
+        for b in (c, k):
+            assert b.kept and b.inputs.device.type == "cuda" and b.targets.device.type == "cuda"
+            assert torch.equal(b.inputs.cpu(), x) and torch.equal(b.targets.cpu(), y)
 
 
 def test_auto_and_cuda_follow_torch_only_once_torch_has_set_up_cuda(data):

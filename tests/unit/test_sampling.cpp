@@ -73,6 +73,26 @@ TEST_CASE("Permutation.Bijective.ExhaustiveForSmallSizes") {
     }
 }
 
+TEST_CASE("Permutation.Map.EqualsOneAtATimeForEveryRunAndSize") {
+    // map() runs the network over many values at once (the planner's fast path): it must give the
+    // very images operator() gives, for sizes where most values walk once and where they walk often
+    // (n just above a power of four: the domain is ~4n), from any first value, runs of 0 to 300.
+    std::vector<std::uint32_t> scratch;
+    for (std::uint64_t n : std::vector<std::uint64_t>{1, 2, 3, 6, 17, 1000, 65537, (1ull << 20) + 3, 1'000'000'000'039ull}) {
+        const feistel_permutation p(n, detail::permutation_key(7, n, 0));
+        for (std::uint64_t first : std::vector<std::uint64_t>{0, 1, n / 3, n > 300 ? n - 300 : 0}) {
+            const std::size_t count = static_cast<std::size_t>(std::min<std::uint64_t>(300, n - first));
+            for (std::size_t run : {std::size_t{0}, std::size_t{1}, std::size_t{7}, count}) {
+                if (run > count) continue;  // values at or past n are outside the permutation
+                std::vector<std::uint64_t> out(run + 1, 12345);
+                p.map(first, run, out.data(), scratch);
+                for (std::size_t i = 0; i < run; ++i) REQUIRE_MESSAGE(out[i] == p(first + i), "n = " << n << ", value " << first + i);
+                CHECK(out[run] == 12345);  // nothing past the run is written
+            }
+        }
+    }
+}
+
 TEST_CASE("Permutation.Keys.SeedAndEpochChangeIt") {
     const std::uint64_t n = 1000;
     feistel_permutation a(n, detail::permutation_key(1, 0, 0)), b(n, detail::permutation_key(2, 0, 0)),

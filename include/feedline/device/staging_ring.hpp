@@ -142,7 +142,16 @@ public:
     std::byte* acquire(std::uint64_t seq) {
         slot& s = slots_[seq % n_];
         auto t0 = std::chrono::steady_clock::now();
-        writable_.wait([&] { return stopped() || (s.stamp.load(std::memory_order_acquire) == 2 * seq && within_depth(seq)); });
+        // At full depth a producer waits on its own slot's wait point, so a release wakes the one
+        // producer it frees instead of every sleeping one: with 16 workers behind a consumer that
+        // takes batches as fast as they come, waking all of them at each release cost more than the
+        // copies (docs/benchmarks.md). Below full depth the condition depends on other slots'
+        // releases too; those waits use writable_, which every release notifies.
+        auto free_for_seq = [&] { return s.stamp.load(std::memory_order_acquire) == 2 * seq && within_depth(seq); };
+        while (!stopped() && !free_for_seq()) {
+            const bool full = depth() >= n_;
+            (full ? s.room : writable_).wait([&] { return stopped() || free_for_seq() || (depth() >= n_) != full; });
+        }
         producer_wait_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
         if (stopped()) return nullptr;
         prepare_fill(seq % n_);
@@ -227,7 +236,7 @@ public:
     // still receives every batch already published in sequence, then an empty optional.
     void close() noexcept {
         closed_.store(true, std::memory_order_release);
-        writable_.notify();
+        notify_producers();
         ready_.notify();
     }
     // A producer failed: the consumer's next() rethrows `e` (the first failure wins) and producers stop.
@@ -250,14 +259,18 @@ public:
     // than the depth, as it must hold fewer than slots().
     void set_depth(std::size_t depth) noexcept {
         depth_.store(std::clamp<std::size_t>(depth, 1, n_), std::memory_order_release);
-        writable_.notify();
+        notify_producers();
     }
     std::size_t depth() const noexcept { return depth_.load(std::memory_order_acquire); }
 
     std::uint64_t next_sequence() const noexcept { return next_; }
     // Producers asleep in acquire() now, and wake-ups sent to a sleeping consumer so far (close()
     // included): lets tests wait for a producer to block, or check that a publish woke nobody.
-    std::size_t producers_asleep() const noexcept { return writable_.sleepers(); }
+    std::size_t producers_asleep() const noexcept {
+        std::size_t n = writable_.sleepers();
+        for (std::size_t i = 0; i < n_; ++i) n += slots_[i].room.sleepers();
+        return n;
+    }
     std::uint64_t consumer_wakeups() const noexcept { return ready_.wakes(); }
     // Handles given out and not yet released (a ring must not be destroyed while this is non-zero).
     std::size_t outstanding() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
@@ -308,7 +321,14 @@ private:
         std::atomic<std::uint64_t> stamp{0};
         std::size_t bytes = 0;
         batch_shape shape;
+        detail::wait_point room;  // its next producer waits here at full depth (acquire)
     };
+
+    // Every producer, wherever it waits (depth changes, close).
+    void notify_producers() noexcept {
+        writable_.notify();
+        for (std::size_t i = 0; i < n_; ++i) slots_[i].room.notify();
+    }
 
     bool stopped() const noexcept { return closed_.load(std::memory_order_acquire); }
     // Below full depth, seq may start only once all but depth - 1 of the batches before it were
@@ -327,6 +347,7 @@ private:
         slots_[slot].stamp.store(2 * (seq + n_), std::memory_order_release);
         consumed_.fetch_add(1, std::memory_order_release);
         outstanding_.fetch_sub(1, std::memory_order_relaxed);
+        slots_[slot].room.notify();  // one RMW each when nobody sleeps there
         writable_.notify();
     }
 

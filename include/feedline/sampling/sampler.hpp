@@ -176,6 +176,30 @@ public:
             rows_->segments(s, out.segments);
     }
 
+    // Samples first, first + 1, ..., first + count - 1 (before shuffling) of `epoch` into out[0, count),
+    // as plan() one at a time would fill them. Their shuffled positions are computed first, all at once
+    // (feistel_permutation::map: ~3x the rate), then their segments: a batch of 256 short windows
+    // spent a third of a worker's time planning before (bench_end_to_end).
+    void plan_run(std::uint64_t epoch, std::uint64_t first, std::size_t count, sample_plan* out) {
+        select_epoch(epoch);
+        shuffled_.resize(count);
+        if (shuffle_samples_)
+            sample_perm_.map(first, count, shuffled_.data(), pending_);
+        else
+            for (std::size_t i = 0; i < count; ++i) shuffled_[i] = first + i;
+        for (std::size_t i = 0; i < count; ++i) {
+            sample_plan& p = out[i];
+            p.dataset = id_;
+            p.epoch = epoch;
+            p.index = first + i;
+            p.segments.clear();
+            if (config_.mode == sample_mode::windows)
+                windows_->segments(shuffled_[i], p.segments);
+            else
+                rows_->segments(shuffled_[i], p.segments);
+        }
+    }
+
     std::size_t memory_bytes() const noexcept { return (layout_ ? layout_->memory_bytes() : 0) + (rows_ ? rows_->memory_bytes() : 0); }
 
 private:
@@ -217,6 +241,8 @@ private:
     std::unique_ptr<detail::gpt_windows> windows_;
     std::unique_ptr<detail::packed_rows> rows_;
     feistel_permutation sample_perm_;
+    std::vector<std::uint64_t> shuffled_;  // plan_run's scratch
+    std::vector<std::uint32_t> pending_;
 };
 
 // The resumable position plus what it must be resumed with. Serialised by sampling/state_io.hpp.
@@ -503,10 +529,13 @@ private:
                 spe = s.samples_in_epoch(st.epoch[0]);
             }
             b.epoch = st.epoch[0];
+            // The samples inside the epoch in one run; those past its end (tail = pad) wrap around.
+            const std::uint64_t begin = st.index[0] + first;
+            const std::uint64_t whole = begin >= spe ? 0 : std::min(local, spe - begin);
+            s.plan_run(b.epoch, begin, whole, b.samples.data());
             for (std::uint64_t i = 0; i < local; ++i) {
-                std::uint64_t idx = st.index[0] + first + i;
-                bool pad = idx >= spe;
-                s.plan(b.epoch, pad ? idx % spe : idx, b.samples[i]);
+                const bool pad = i >= whole;
+                if (pad) s.plan(b.epoch, (begin + i) % spe, b.samples[i]);
                 b.samples[i].padding = pad;
             }
             st.index[0] += g;

@@ -122,29 +122,26 @@ public:
         }
         prefix_.resize(documents_ + 1);
         prefix_[0] = 0;
-        for (std::uint64_t k = 0; k < documents_; ++k) prefix_[k + 1] = prefix_[k] + data.document_length(document_at(k));
+        // Few documents (llm.c shards sampled as streams, small domains of a mixture): their order is
+        // kept as a table, so a window's document costs a load instead of a permutation's ~25 mixing
+        // rounds (bench_end_to_end, 256 x 128 windows: ~15% of a worker's time).
+        if (mode_ != shuffle_mode::none && documents_ <= order_table_max) order_.resize(documents_);
+        for (std::uint64_t k = 0; k < documents_; ++k) {
+            const std::uint64_t d = permuted_document(k);
+            if (!order_.empty()) order_[k] = static_cast<std::uint32_t>(d);
+            prefix_[k + 1] = prefix_[k] + data.document_length(d);
+        }
         search_.build(prefix_);
     }
+
+    // Up to this many documents, their epoch order is a table (4 bytes each, 16 KiB at most).
+    static constexpr std::uint64_t order_table_max = 4096;
 
     std::uint64_t documents() const noexcept { return documents_; }
     std::uint64_t tokens() const noexcept { return prefix_.back(); }
 
     // The dataset document at epoch position k. O(1) (O(log shards) in shard_blocks mode).
-    std::uint64_t document_at(std::uint64_t k) const noexcept {
-        switch (mode_) {
-            case shuffle_mode::none: return k;
-            case shuffle_mode::global: return perm_(k);
-            case shuffle_mode::shard_blocks: {
-                auto b = static_cast<std::uint64_t>(std::upper_bound(block_positions_.begin(), block_positions_.end(), k) -
-                                                    block_positions_.begin() - 1);
-                std::uint64_t src = block_perm_(b);
-                std::uint64_t size = blocks_[src + 1] - blocks_[src];
-                feistel_permutation within(size, permutation_key(seed_, epoch_, 3 + src));
-                return blocks_[src] + within(k - block_positions_[b]);
-            }
-        }
-        return k;
-    }
+    std::uint64_t document_at(std::uint64_t k) const noexcept { return order_.empty() ? permuted_document(k) : order_[k]; }
     std::uint64_t length_at(std::uint64_t k) const noexcept { return prefix_[k + 1] - prefix_[k]; }
     std::uint64_t first_token_at(std::uint64_t k) const noexcept { return prefix_[k]; }
 
@@ -166,16 +163,34 @@ public:
     }
 
     std::size_t memory_bytes() const noexcept {
-        return prefix_.capacity() * 8 + blocks_.capacity() * 8 + block_positions_.capacity() * 8 + search_.memory_bytes();
+        return prefix_.capacity() * 8 + blocks_.capacity() * 8 + block_positions_.capacity() * 8 + search_.memory_bytes() +
+               order_.capacity() * 4;
     }
 
 private:
+    std::uint64_t permuted_document(std::uint64_t k) const noexcept {
+        switch (mode_) {
+            case shuffle_mode::none: return k;
+            case shuffle_mode::global: return perm_(k);
+            case shuffle_mode::shard_blocks: {
+                auto b = static_cast<std::uint64_t>(std::upper_bound(block_positions_.begin(), block_positions_.end(), k) -
+                                                    block_positions_.begin() - 1);
+                std::uint64_t src = block_perm_(b);
+                std::uint64_t size = blocks_[src + 1] - blocks_[src];
+                feistel_permutation within(size, permutation_key(seed_, epoch_, 3 + src));
+                return blocks_[src] + within(k - block_positions_[b]);
+            }
+        }
+        return k;
+    }
+
     std::uint64_t documents_;
     shuffle_mode mode_;
     feistel_permutation perm_, block_perm_;
     std::vector<std::uint64_t> blocks_, block_positions_;
     std::uint64_t seed_ = 0, epoch_ = 0;
     std::vector<std::uint64_t> prefix_;
+    std::vector<std::uint32_t> order_;  // document_at's answers, when there are few documents
     block_search search_;
 };
 
