@@ -107,12 +107,14 @@ double naive_gather(const mapped_shards& m, shape S, unsigned threads, std::uint
 }
 
 bool avoid_trainer_cpu = true;  // --leave-placement-to-kernel turns it off, for A/B runs
+std::size_t prefetch = 0;       // --prefetch: the ring's slots (0: the pipeline's default)
 
 pipeline_config config(shape S, unsigned workers, std::uint64_t batches) {
     return {.batch_size = S.B,
             .seq_len = S.T,
             .seed = 1,
             .workers = workers,
+            .prefetch = prefetch,
             .device = device_kind::cpu,
             .rank = 0,
             .world_size = 1,
@@ -298,6 +300,7 @@ int main(int argc, char** argv) {
     int rounds = 5;
     app.add_option("--rounds", rounds, "interleaved rounds (the medians' sample)")->capture_default_str()->check(CLI::Range(1, 101));
     bool kernel_placement = false;
+    app.add_option("--prefetch", prefetch, "batches in flight (the ring's slots; default: the pipeline's own)");
     app.add_flag("--leave-placement-to-kernel", kernel_placement, "pipelines with avoid_trainer_cpu = false (A/B of worker placement)");
     CLI11_PARSE(app, argc, argv);
     avoid_trainer_cpu = !kernel_placement;

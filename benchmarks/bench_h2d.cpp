@@ -6,10 +6,12 @@
 //   pageable       the same from ordinary malloc'd memory (what a ring without pinning would get)
 //   ring           a producer thread publishing batches through pinned_ring, a consumer taking them
 //                  with wait_on + release on its own stream (the full slot protocol, no fill cost)
-// Then a paced run: the consumer runs a synthetic compute step (~2x a copy) per batch while a producer
-// fills every batch (memset) and publishes: consumer wait per batch, p50 / p99.
+// Then a paced run with 4 slots and with 8: the consumer runs a synthetic compute step (~2x a copy or
+// a fill) per batch while a producer fills every batch (memset) and publishes: the consumer's wait in
+// next() and the GPU's idle time between steps (what a stall costs), p50 / p99.
 // Last line: one JSON object with ring_gbps, single_pinned_gbps, pageable_gbps, ring_vs_pinned,
-// pageable_vs_pinned, wait_p50_us, wait_p99_us (or {"skipped": reason} without a GPU).
+// pageable_vs_pinned, wait_p50_us, wait_p99_us, gpu_gap_p50_us, gpu_gap_p99_us, gpu_idle_fraction (4
+// slots), gpu_idle_fraction_8_slots, wait_p99_us_8_slots (or {"skipped": reason} without a GPU).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +60,67 @@ double ring_gbps(pinned_ring& ring, std::uint64_t& next_seq, cudaStream_t s) {
     producer.join();
     next_seq = first + batches;
     return gbps;
+}
+
+struct paced_result {
+    double wait_p50_us = 0, wait_p99_us = 0;  // the trainer's host thread in next()
+    double gap_p50_us = 0, gap_p99_us = 0;    // the GPU between the end of one step's compute and the start of the next
+    double idle_fraction = 0;                 // those gaps over the whole run, from the first step's start
+};
+
+// Paced: the consumer launches a compute step of `cycles` per batch and synchronizes every 4 steps (a
+// trainer reading its loss), while a producer fills every batch (memset) and publishes. The host's
+// wait in next() is not what costs: the GPU's idle time between steps is (events around each step;
+// the gap includes any wait for the batch's copy), so both are reported.
+paced_result paced(pinned_ring& ring, std::uint64_t& next_seq, cudaStream_t s, long long cycles) {
+    const std::uint64_t first = next_seq;
+    const int paced = 200;
+    std::thread producer([&] {
+        for (std::uint64_t k = first; k < first + paced; ++k) {
+            std::byte* p = ring.acquire(k);
+            if (p == nullptr) return;
+            std::memset(p, static_cast<int>(k & 0xff), batch_bytes);
+            ring.publish(k, batch_bytes);
+        }
+    });
+    std::vector<cudaEvent_t> began(paced), ended(paced);
+    for (int i = 0; i < paced; ++i) FEEDLINE_CUDA_CHECK(cudaEventCreate(&began[i])), FEEDLINE_CUDA_CHECK(cudaEventCreate(&ended[i]));
+    std::vector<double> waits;
+    for (int i = 0; i < paced; ++i) {
+        auto t0 = clock_type::now();
+        auto h = ring.next();
+        waits.push_back(seconds_since(t0) * 1e6);
+        h->wait_on(s);
+        FEEDLINE_CUDA_CHECK(cudaEventRecord(began[i], s));
+        FEEDLINE_CUDA_CHECK(test::launch_spin(s, cycles));
+        FEEDLINE_CUDA_CHECK(cudaEventRecord(ended[i], s));
+        h->release(s);
+        // A trainer reads its loss now and then: keep the host within a few steps of the GPU.
+        if (i % 4 == 3) FEEDLINE_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    producer.join();
+    FEEDLINE_CUDA_CHECK(cudaStreamSynchronize(s));
+    next_seq = first + paced;
+    constexpr int warmup = 8;
+    std::vector<double> gaps;
+    double idle_ms = 0;
+    for (int i = warmup + 1; i < paced; ++i) {
+        float ms = 0;
+        FEEDLINE_CUDA_CHECK(cudaEventElapsedTime(&ms, ended[i - 1], began[i]));
+        gaps.push_back(double(ms) * 1e3);
+        idle_ms += ms;
+    }
+    float total_ms = 0;
+    FEEDLINE_CUDA_CHECK(cudaEventElapsedTime(&total_ms, began[warmup], ended[paced - 1]));
+    for (int i = 0; i < paced; ++i) cudaEventDestroy(began[i]), cudaEventDestroy(ended[i]);
+    std::vector<double> steady(waits.begin() + warmup, waits.end());
+    std::sort(steady.begin(), steady.end());
+    std::sort(gaps.begin(), gaps.end());
+    return {.wait_p50_us = steady[steady.size() / 2],
+            .wait_p99_us = steady[steady.size() * 99 / 100],
+            .gap_p50_us = gaps[gaps.size() / 2],
+            .gap_p99_us = gaps[gaps.size() * 99 / 100],
+            .idle_fraction = idle_ms / total_ms};
 }
 
 }  // namespace
@@ -109,40 +172,21 @@ int main() {
     const double fill_ms = seconds_since(fill_start) * 1e3 / 4;
     const double step_ms = 2 * std::max(copy_ms, fill_ms);
     const long long cycles = static_cast<long long>(10'000'000.0 * step_ms / spin_ms);
-    const std::uint64_t first = seq;
-    const int paced = 200;
-    std::thread producer([&] {
-        for (std::uint64_t k = first; k < first + paced; ++k) {
-            std::byte* p = ring.acquire(k);
-            if (p == nullptr) return;
-            std::memset(p, static_cast<int>(k & 0xff), batch_bytes);
-            ring.publish(k, batch_bytes);
-        }
-    });
-    std::vector<double> waits;
-    for (int i = 0; i < paced; ++i) {
-        auto t0 = clock_type::now();
-        auto h = ring.next();
-        waits.push_back(seconds_since(t0) * 1e6);
-        h->wait_on(s);
-        FEEDLINE_CUDA_CHECK(test::launch_spin(s, cycles));
-        h->release(s);
-        // A trainer reads its loss now and then: keep the host within a few steps of the GPU.
-        if (i % 4 == 3) FEEDLINE_CUDA_CHECK(cudaStreamSynchronize(s));
-    }
-    producer.join();
-    FEEDLINE_CUDA_CHECK(cudaStreamSynchronize(s));
-    std::vector<double> steady(waits.begin() + 8, waits.end());
-    std::sort(steady.begin(), steady.end());
-    const double p50 = steady[steady.size() / 2], p99 = steady[steady.size() * 99 / 100];
-    std::printf(
-        "paced (compute %.2f ms per batch; copy %.2f ms, producer memsets %zu MiB in %.2f ms): consumer wait p50 %.1f us, "
-        "p99 %.1f us\n",
-        step_ms, copy_ms, batch_bytes >> 20, fill_ms, p50, p99);
+    const paced_result p4 = paced(ring, seq, s, cycles);
+    pinned_ring deeper({.slots = 8, .slot_bytes = batch_bytes});
+    std::uint64_t deeper_seq = 0;
+    const paced_result p8 = paced(deeper, deeper_seq, s, cycles);
+    for (const auto& [slots, p] : {std::pair{4, p4}, std::pair{8, p8}})
+        std::printf(
+            "paced, %d slots (compute %.2f ms per batch; copy %.2f ms, producer memsets %zu MiB in %.2f ms): consumer wait p50 "
+            "%.1f us, p99 %.1f us; GPU idle between steps p50 %.1f us, p99 %.1f us, %.4f of the time\n",
+            slots, step_ms, copy_ms, batch_bytes >> 20, fill_ms, p.wait_p50_us, p.wait_p99_us, p.gap_p50_us, p.gap_p99_us, p.idle_fraction);
     std::printf(
         "{\"ring_gbps\": %.2f, \"single_pinned_gbps\": %.2f, \"pageable_gbps\": %.2f, \"ring_vs_pinned\": %.3f, "
-        "\"pageable_vs_pinned\": %.3f, \"step_ms\": %.3f, \"wait_p50_us\": %.1f, \"wait_p99_us\": %.1f}\n",
-        via_ring, single, page, via_ring / single, page / single, step_ms, p50, p99);
+        "\"pageable_vs_pinned\": %.3f, \"step_ms\": %.3f, \"wait_p50_us\": %.1f, \"wait_p99_us\": %.1f, \"gpu_gap_p50_us\": %.1f, "
+        "\"gpu_gap_p99_us\": %.1f, \"gpu_idle_fraction\": %.5f, \"gpu_idle_fraction_8_slots\": %.5f, \"wait_p99_us_8_slots\": %.1f}\n",
+        via_ring, single, page, via_ring / single, page / single, step_ms, p4.wait_p50_us, p4.wait_p99_us, p4.gap_p50_us, p4.gap_p99_us,
+        p4.idle_fraction, p8.idle_fraction, p8.wait_p99_us);
     cudaFreeHost(pinned);
     cudaFree(device);
     return 0;

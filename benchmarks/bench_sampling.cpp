@@ -6,7 +6,9 @@
 // arrays a Megatron-style GPT dataset builds (document order, sample -> (document, offset) index,
 // shuffled sample order), built for the same 10^11 tokens (about 0.8 GiB).
 // Peak RSS per phase from VmHWM, reset between phases through /proc/self/clear_refs.
-// Last line: one JSON object with open_seconds, open_peak_rss_mib, lookup_ns, speedup_vs_index_array.
+// Then planning as a worker does it (256 x 128 windows in step order) with 6, 10^5 and 10^7 documents.
+// Last line: one JSON object with open_seconds, open_peak_rss_mib, lookup_ns, speedup_vs_index_array,
+// plan_ns_per_window_*.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -80,6 +82,24 @@ index_arrays build_index_arrays(const synthetic_dataset& d, std::uint64_t seq_le
     return a;
 }
 
+// Planning as a worker does it: batches of 256 windows of 128 tokens in step order, ns per window, for
+// `docs` documents of `tokens` in all (a few: llm.c shards read as streams; many: a Megatron corpus).
+double plan_ns_per_window(std::uint64_t docs, std::uint64_t tokens) {
+    synthetic_dataset d{docs, std::max<std::uint64_t>(1, tokens / docs)};
+    sampler s(d, {.seq_len = 128, .global_batch = 256, .seed = 1, .rank = 0, .world_size = 1});
+    batch_plan b;
+    for (int i = 0; i < 100; ++i) s.next(b);
+    const int steps = 5000;
+    std::uint64_t sink = 0;
+    const auto t0 = clock_type::now();
+    for (int i = 0; i < steps; ++i) {
+        s.next(b);
+        sink += b.samples[static_cast<std::size_t>(i) % b.samples.size()].segments.size();
+    }
+    const double ns = seconds_since(t0) * 1e9 / (double(steps) * 256);
+    return sink == 0 ? -1 : ns;
+}
+
 }  // namespace
 
 int main() {
@@ -137,9 +157,17 @@ int main() {
     sampler again(big, {.seq_len = seq_len, .global_batch = global_batch, .seed = 1, .rank = 0, .world_size = 1});
     bool same = again.next().samples[0].segments == first.samples[0].segments;
     std::printf("deterministic reopen: %s\n", same ? "yes" : "NO");
+    // Planning 256 x 128 windows, 2*10^7 tokens (2*10^9 for 10^7 documents) of mean-200-token documents
+    // but for the first case: 6 documents (shards) of ~3.3*10^6.
+    const double plan_few = plan_ns_per_window(6, 20'000'000), plan_1e5 = plan_ns_per_window(100'000, 20'000'000),
+                 plan_1e7 = plan_ns_per_window(10'000'000, 2'000'000'000);
+    std::printf("planning 256 x 128 windows: %.1f ns per window with 6 documents, %.1f with 10^5, %.1f with 10^7\n", plan_few, plan_1e5,
+                plan_1e7);
     std::printf(
         "{\"open_seconds\": %.3f, \"open_peak_rss_mib\": %.0f, \"lookup_ns\": %.0f, \"speedup_vs_index_array\": %.2f, "
-        "\"index_array_seconds\": %.2f, \"index_array_peak_rss_mib\": %.0f, \"packed_open_seconds\": %.3f}\n",
-        open_s + first_s, open_peak, lookup_ns, index_s / (open_s + first_s), index_s, index_peak, packed_s);
+        "\"index_array_seconds\": %.2f, \"index_array_peak_rss_mib\": %.0f, \"packed_open_seconds\": %.3f, "
+        "\"plan_ns_per_window_6_documents\": %.1f, \"plan_ns_per_window_1e5_documents\": %.1f, \"plan_ns_per_window_1e7_documents\": "
+        "%.1f}\n",
+        open_s + first_s, open_peak, lookup_ns, index_s / (open_s + first_s), index_s, index_peak, packed_s, plan_few, plan_1e5, plan_1e7);
     return same ? 0 : 1;
 }

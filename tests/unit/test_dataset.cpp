@@ -5,6 +5,8 @@
 #include <feedline/format/dataset.hpp>
 #include <feedline/storage/reader.hpp>
 
+#include <cstring>
+
 #include "test_support.hpp"
 
 using namespace feedline;
@@ -90,4 +92,24 @@ TEST_CASE("Dataset.Specs.MissingPathsAreIoErrors") {
     CHECK_THROWS_AS(token_dataset(dir / "nothing"), io_error);
     CHECK_THROWS_AS(token_dataset(dir / "nothing_*.bin"), io_error);
     CHECK_THROWS_AS(token_dataset(dir.path().string()), io_error);  // empty directory
+}
+
+// uint16 -> int32 takes a SIMD path for whole blocks and a scalar one for the rest: every length
+// around the block sizes, from addresses of every alignment, gives each token zero-extended (65535
+// stays 65535, not -1) and writes nothing past the count.
+TEST_CASE("Dataset.Dtype.Uint16ToInt32EveryLengthAndAlignment") {
+    std::vector<std::uint16_t> tokens(200);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(65535 - i * 331);
+    std::vector<std::byte> raw(tokens.size() * 2 + 8);
+    for (std::size_t shift = 0; shift < 4; ++shift) {
+        std::memcpy(raw.data() + shift, tokens.data(), tokens.size() * 2);
+        for (std::size_t count = 0; count <= 70; ++count) {
+            std::vector<std::int32_t> out(count + 4, -7);
+            detail::convert_tokens(raw.data() + shift, token_dtype::uint16, count, out.data());
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < count; ++i) wrong += out[i] != static_cast<std::int32_t>(tokens[i]);
+            CHECK_MESSAGE(wrong == 0, "count " << count << ", shift " << shift);
+            for (std::size_t i = count; i < out.size(); ++i) CHECK(out[i] == -7);
+        }
+    }
 }

@@ -142,6 +142,36 @@ TEST_CASE("Windows.BlockSearch.AgreesWithStdBounds") {
     }
 }
 
+// position_of_token looks in a bucket of about a document's length, then among the documents
+// starting in it: it must agree with a binary search over all prefix sums for every token, whatever
+// the lengths (empty documents, one huge document among thousands of 1-token ones, one document).
+TEST_CASE("Windows.Layout.PositionOfTokenAgreesWithABinarySearchForSkewedLengths") {
+    std::vector<ft::synthetic_lengths> cases;
+    cases.push_back(ft::hashed_lengths(500, 40));            // short, with empty ones
+    cases.push_back({std::vector<std::uint64_t>(3000, 1)});  // every document 1 token
+    cases.back().lengths[1500] = 200000;                     // ... and one huge one
+    cases.push_back({{0, 0, 7, 0, 0, 0, 9, 0}});             // mostly empty
+    cases.push_back({{123457}});                             // one document
+    auto big = ft::hashed_lengths(2000, 3000, 7);            // long, spread
+    for (std::size_t i = 0; i < big.lengths.size(); i += 97) big.lengths[i] = 0;
+    cases.push_back(big);
+    for (const auto& data : cases)
+        for (auto mode : {shuffle_mode::none, shuffle_mode::global}) {
+            detail::epoch_layout layout(data, mode, 5, 1);
+            std::vector<std::uint64_t> prefix;
+            for (std::uint64_t k = 0; k <= layout.documents(); ++k)
+                prefix.push_back(k < layout.documents() ? layout.first_token_at(k) : layout.tokens());
+            std::uint64_t wrong = 0, empty = 0;  // counted, not asserted per token: 10^6 tokens
+            for (std::uint64_t p = 0; p < layout.tokens(); ++p) {
+                const auto want = static_cast<std::uint64_t>(std::upper_bound(prefix.begin(), prefix.end(), p) - prefix.begin()) - 1;
+                wrong += layout.position_of_token(p) != want;
+                empty += layout.length_at(want) == 0;  // empty documents are never the answer
+            }
+            CHECK(wrong == 0);
+            CHECK(empty == 0);
+        }
+}
+
 TEST_CASE("Windows.Gpt.EveryTokenIsATargetOncePerEpoch") {
     auto data = ft::hashed_lengths(300, 40);
     data.lengths[5] = 0;

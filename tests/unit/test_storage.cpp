@@ -161,6 +161,32 @@ TEST_CASE("Storage.AllBackends.AgreeByteForByte") {
     }
 }
 
+// Past 16 files an mmap reader finds a file's mapping by hashing instead of a scan (a mixture's
+// thousands of shards): reads and views in random order across 40 files, before and after the switch,
+// return each file's own bytes.
+TEST_CASE("Storage.Mmap.ManyFilesInRandomOrderEachReadFromItsOwnMapping") {
+    ft::scratch_dir dir;
+    std::vector<std::vector<std::byte>> contents;
+    std::vector<file> files;
+    for (std::size_t i = 0; i < 40; ++i) {
+        contents.push_back(ft::patterned_bytes(1000 + 37 * i, i + 1));
+        ft::write_bytes(dir / ("f" + std::to_string(i)), contents.back().data(), contents.back().size());
+    }
+    for (std::size_t i = 0; i < 40; ++i) files.emplace_back(dir / ("f" + std::to_string(i)));
+    mmap_reader reader;
+    std::mt19937_64 rng(5);
+    for (int round = 0; round < 400; ++round) {
+        const std::size_t f = round < 40 ? static_cast<std::size_t>(round) * 7 % 40 : rng() % 40;  // every file by round 40
+        const std::uint64_t size = contents[f].size(), off = rng() % size, len = rng() % (size - off) + 1;
+        std::vector<std::byte> got(len);
+        read_request r{&files[f], off, len, got.data()};
+        reader.read(std::span(&r, 1));
+        REQUIRE(std::equal(got.begin(), got.end(), contents[f].begin() + static_cast<std::ptrdiff_t>(off)));
+        const auto v = reader.view(files[f], off, len);
+        REQUIRE(std::equal(v.begin(), v.end(), contents[f].begin() + static_cast<std::ptrdiff_t>(off)));
+    }
+}
+
 TEST_CASE("Storage.AllBackends.RangePastEndOfFileIsFormatError") {
     fixture fx;
     const file& f = fx.files[3];  // 4097 bytes

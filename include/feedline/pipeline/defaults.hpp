@@ -34,8 +34,8 @@ struct defaults {
 
     // --- Planning ---
     // Largest epoch index copied into every worker so each plans its steps itself (sampler::plan_at);
-    // above it the workers share one sampler behind a lock. Megatron: 8 bytes per document, so up to
-    // ~500 000 documents.
+    // above it the workers share one sampler behind a lock. Megatron: 12-16 bytes per document, so up
+    // to ~260 000-350 000 documents.
     static constexpr std::uint64_t own_planner_max_bytes = 4u << 20;
 
     // --- Reading ---

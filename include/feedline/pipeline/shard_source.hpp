@@ -99,7 +99,8 @@ private:
         // A contiguous run of one window's tokens in the mapping: row `row`, from its token `first`.
         struct mapped_piece {
             std::span<const std::byte> bytes;
-            const read_request* where = nullptr;  // its file and offset, for the error if the file shrinks
+            const byte_source* source = nullptr;  // its file and offset, for the error if the file shrinks
+            std::uint64_t offset = 0;
             std::uint32_t row = 0;
             std::uint64_t first = 0;
         };
@@ -128,20 +129,23 @@ private:
         void write_mapped(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
             const std::size_t item = dtype_size(data_.dtype());
             std::uint64_t bytes = 0;
-            raw_.resize((slot.seq_len + 1) * item);  // requests need a destination; this path reads through view() instead
             pieces_.clear();
-            requests_.clear();
-            for (const std::uint32_t r : rows) {
-                const std::size_t first = requests_.size();
-                bytes += sample_requests(plan.samples[r], raw_.data());
-                std::uint64_t k = 0;  // the piece's first token within window r
-                for (std::size_t i = first; i < requests_.size(); ++i) {
-                    const read_request& q = requests_[i];
-                    pieces_.push_back({mapped_->view(*q.source->local_file(), q.offset, q.length), nullptr, r, k});
-                    k += q.length / item;
+            if (streams_are_shards_) {
+                bytes = stream_pieces(plan, rows);
+            } else {
+                raw_.resize((slot.seq_len + 1) * item);  // requests need a destination; this path reads through view() instead
+                requests_.clear();
+                for (const std::uint32_t r : rows) {
+                    const std::size_t first = requests_.size();
+                    bytes += sample_requests(plan.samples[r], raw_.data());
+                    std::uint64_t k = 0;  // the piece's first token within window r
+                    for (std::size_t i = first; i < requests_.size(); ++i) {
+                        const read_request& q = requests_[i];
+                        pieces_.push_back({mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, k});
+                        k += q.length / item;
+                    }
                 }
             }
-            for (std::size_t i = 0; i < pieces_.size(); ++i) pieces_[i].where = &requests_[i];  // requests_ no longer grows
             // Converted straight out of the mapping, so guarded (one recovery point for the batch): a
             // shard truncated under the job is a format_error, not a SIGBUS (storage/guarded_copy.hpp).
             // Requested ahead: the lines of the piece being converted (one burst of misses instead of one
@@ -160,14 +164,50 @@ private:
                         prefetch_lines(pieces_[next].bytes);
                         ahead += pieces_[next++].bytes.size();
                     }
-                    const auto& [src, where, r, k] = pieces_[p];
+                    const mapped_piece& piece = pieces_[p];
                     at = p;
-                    guard.covering(src.data(), src.size());
-                    slot.put_window_tokens(r, k, src.data(), data_.dtype(), src.size() / item);
+                    guard.covering(piece.bytes.data(), piece.bytes.size());
+                    slot.put_window_tokens(piece.row, piece.first, piece.bytes.data(), data_.dtype(), piece.bytes.size() / item);
                 }
             });
-            if (!whole) throw detail::file_shrank_error(pieces_[at].where->source->name(), pieces_[at].where->offset);
+            if (!whole) throw detail::file_shrank_error(pieces_[at].source->name(), pieces_[at].offset);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+        }
+
+        // Windows over shards read as one stream: a segment is (shard, first token, count), so its
+        // bytes sit at a fixed place in the shard's mapping and the pieces come straight from the plan,
+        // with no read requests, bounds checks or mapping look-ups per window (~15% of a worker's time
+        // with 256 x 128 windows before). A shard's token range is checked against its file once, when
+        // first mapped; a file that shrinks since is caught by the guard. Returns the bytes.
+        std::uint64_t stream_pieces(const batch_plan& plan, std::span<const std::uint32_t> rows) {
+            const std::size_t item = dtype_size(data_.dtype());
+            if (shard_bytes_.size() != data_.shard_count()) shard_bytes_.assign(data_.shard_count(), nullptr);
+            std::uint64_t bytes = 0;
+            for (const std::uint32_t r : rows) {
+                std::uint64_t k = 0;  // the piece's first token within window r
+                for (const segment& s : plan.samples[r].segments) {
+                    auto shard = static_cast<std::uint32_t>(s.document);
+                    std::uint64_t first = s.offset, count = s.length;
+                    while (count > 0) {  // as append_stream_requests: a run past a shard's end goes on in the next
+                        if (shard >= data_.shard_count()) throw std::out_of_range("token range runs past the last shard");
+                        const auto& sh = data_.shard(shard);
+                        if (first >= sh.tokens) {
+                            first -= sh.tokens;
+                            ++shard;
+                            continue;
+                        }
+                        const std::uint64_t n = std::min(count, sh.tokens - first), offset = data_.token_byte_offset(first);
+                        const std::byte*& base = shard_bytes_[shard];  // the view checks all its tokens are in the file
+                        if (base == nullptr) base = mapped_->view(*sh.bin->local_file(), 0, data_.token_byte_offset(sh.tokens)).data();
+                        pieces_.push_back({{base + offset, n * item}, sh.bin, offset, r, k});
+                        k += n;
+                        count -= n;
+                        first += n;
+                        bytes += n * item;
+                    }
+                }
+            }
+            return bytes;
         }
 
         // Software prefetch of the cache lines of `bytes`, at most the first prefetch_bytes of them:
@@ -217,6 +257,7 @@ private:
         std::vector<std::byte> raw_;
         std::vector<read_request> requests_;
         std::vector<mapped_piece> pieces_;
+        std::vector<const std::byte*> shard_bytes_;  // stream_pieces: each shard's mapping, once mapped
     };
 
     std::shared_ptr<const token_dataset> data_;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -128,23 +129,31 @@ public:
 
 private:
     const file_mapping& mapping_for(const file& f) {
-        // Few files per reader (shards), so a linear scan beats hashing; the last hit is checked first.
+        // The last hit is checked first; then a scan while the files are few (shards of one dataset),
+        // a hash past that (a mixture's thousands of shards: a scan per window cost more than its copy).
         if (last_ < mappings_.size() && mappings_[last_].first == &f) return *mappings_[last_].second;
-        for (std::size_t i = 0; i < mappings_.size(); ++i)
-            if (mappings_[i].first == &f) {
-                last_ = i;
-                return *mappings_[i].second;
-            }
+        if (mappings_.size() <= scan_max) {
+            for (std::size_t i = 0; i < mappings_.size(); ++i)
+                if (mappings_[i].first == &f) return *mappings_[last_ = i].second;
+        } else if (const auto it = index_.find(&f); it != index_.end()) {
+            return *mappings_[last_ = it->second].second;
+        }
         auto shared = f.shared_mapping([&] { return std::make_shared<const file_mapping>(f, pattern_); });
         shared->advise(pattern_);  // the latest reader's pattern steers readahead
         mappings_.emplace_back(&f, std::move(shared));
         last_ = mappings_.size() - 1;
+        if (mappings_.size() == scan_max + 1)
+            for (std::size_t i = 0; i < mappings_.size(); ++i) index_.emplace(mappings_[i].first, i);
+        else if (mappings_.size() > scan_max + 1)
+            index_.emplace(&f, last_);
         return *mappings_.back().second;
     }
 
+    static constexpr std::size_t scan_max = 16;
     access_pattern pattern_;
     // Each file's shared mapping (storage/file.hpp), held while this reader lives.
     std::vector<std::pair<const file*, std::shared_ptr<const file_mapping>>> mappings_;
+    std::unordered_map<const file*, std::size_t> index_;  // mappings_' positions, once they outnumber scan_max
     std::size_t last_ = 0;
     std::vector<read_request> others_;  // requests of sources that are not local files (reused)
 };
