@@ -10,9 +10,11 @@
 //                tokens/s
 //   s3_warm      the same with the local block cache on (FEEDLINE_S3_CACHE_BYTES), after one unmeasured
 //                pass filled it: a second epoch, or the next run
+//   s3_no_ahead  the same as s3 with shards.fetch_ahead = 0: each worker fetches its own batch's
+//                windows when it gets to them, nothing ahead (what the fetch ahead gains)
 //   naive_get    one thread, one signed ranged GET per window over one kept-alive connection, through
 //                the same proxy: what a loader that reads a window at a time gets
-// Last line: one JSON object with s3_vs_naive, s3_vs_local, s3_warm_vs_local, first_batch_s, ...
+// Last line: one JSON object with s3_vs_naive, s3_vs_no_ahead, s3_vs_local, s3_warm_vs_local, first_batch_s, ...
 #include <curl/curl.h>
 
 #include <CLI/CLI.hpp>
@@ -144,7 +146,7 @@ int main(int argc, char** argv) try {
         if (sink == 1) std::printf(" ");
         return static_cast<double>(n) * tokens_per_batch / seconds_since(t0);
     };
-    std::vector<double> first_batch, listings;
+    std::vector<double> first_batch, listings, ahead_steps, ahead_share, ahead_requests;
     interleaved cases;
     cases.add("local (tokens/s)", [&] {
         pipeline p(root + "/shards_*.bin", warm_config);
@@ -175,6 +177,19 @@ int main(int argc, char** argv) try {
         if (!p.next()) throw std::runtime_error("no batch from s3");  // counted in the time to the first batch, not the rate
         first_batch.push_back(seconds_since(t0));
         listings.push_back(static_cast<double>(s3_catalog::instance().listings()));
+        const double rate = stream(p);
+        const pipeline_stats st = p.stats();
+        ahead_steps.push_back(static_cast<double>(st.remote_fetch_ahead_steps.value_or(0)));
+        ahead_requests.push_back(static_cast<double>(st.remote_fetch_ahead_requests.value_or(0)));
+        ahead_share.push_back(st.bytes_read ? static_cast<double>(st.remote_fetch_ahead_bytes.value_or(0)) / st.bytes_read : 0);
+        return rate;
+    });
+    cases.add("s3_no_ahead (tokens/s)", [&] {
+        use_cache(false);
+        pipeline_config c = config;
+        c.shards.fetch_ahead = 0;
+        pipeline p(ft::s3_url("bench/shards_*.bin"), c);
+        if (!p.next()) throw std::runtime_error("no batch from s3");
         return stream(p);
     });
     cases.add("naive_get (tokens/s)", [&] {
@@ -202,6 +217,11 @@ int main(int argc, char** argv) try {
                      {"naive_get_tokens_per_s", results["naive_get (tokens/s)"].median},
                      {"s3_vs_naive", s3_rate / results["naive_get (tokens/s)"].median},
                      {"s3_vs_local", s3_rate / results["local (tokens/s)"].median},
+                     {"s3_no_ahead_tokens_per_s", results["s3_no_ahead (tokens/s)"].median},
+                     {"s3_vs_no_ahead", s3_rate / results["s3_no_ahead (tokens/s)"].median},
+                     {"fetch_ahead_steps", summarise(ahead_steps).median},
+                     {"fetch_ahead_share", summarise(ahead_share).median},
+                     {"fetch_ahead_requests", summarise(ahead_requests).median},
                      {"s3_warm_tokens_per_s", results["s3_warm (tokens/s)"].median},
                      {"s3_warm_vs_local", results["s3_warm (tokens/s)"].median / results["local (tokens/s)"].median},
                      {"first_batch_s", first.median},

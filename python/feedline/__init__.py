@@ -249,6 +249,8 @@ class PipelineOptions(TypedDict, total=False):
     """keep the threads filling batches off a busy trainer's CPU when there is one to spare (default True)"""
     io_backend: Optional[Literal["auto", "io_uring", "mmap", "pread"]]
     """how shards are read: auto, io_uring, mmap or pread (default "auto")"""
+    fetch_ahead: Optional[int]
+    """shards in remote storage (s3://): steps whose ranges are fetched ahead of the workers from the sampler's plan; -1: as many as the measured latency and the trainer's rate call for, within the memory budget; 0: none (default -1)"""
     tokenizer: Optional[str]
     """the tokenizer model for JSONL/text (a sentencepiece .model or a byte-level BPE tokenizer.json; its kind is recognized) (default "")"""
     tokenizer_kind: Optional[str]
@@ -332,6 +334,16 @@ class Pipeline:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from a state_dict() (before the first batch). Raises ConfigError when it does not belong here."""
         self._engine.restore_json(json.dumps(state))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts the run at the first batch of `epoch` (0-based) of the data, as if the epochs before had
+        been read: the same batches, steps and states a run from the start gives from there. Before the
+        first batch; one dataset only (in a blend each dataset walks its own epochs). max_steps and epochs
+        still end the run at the same step as they would from the start."""
+        _check("epoch", epoch, int, "a whole number")
+        if epoch < 0:
+            raise ValueError(f"epoch must be a whole number >= 0, not {epoch!r}")
+        self._engine.set_epoch(epoch)
 
     def stats(self) -> Dict[str, Any]:
         """Throughput, stall time, prefetch depth and ready batches, workers, memory: the C++ pipeline_stats

@@ -35,6 +35,15 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._pipeline: Optional[Pipeline] = None
         self._pending_state: Optional[Dict[str, Any]] = None
         self._length: Optional[int] = None
+        self._epoch: Optional[int] = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """As DistributedSampler.set_epoch: the next pass over this dataset is epoch `epoch` of the data
+        (0-based), from its first batch to its last, whatever passes came before; the same batches a run
+        from the start gives in that epoch. One dataset only. Call it before each pass, as with a sampler."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"epoch must be a whole number >= 0, not {epoch!r}")
+        self._epoch = epoch
 
     def __len__(self) -> int:
         if self._steps_per_epoch:
@@ -60,13 +69,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if self._pipeline is not None:
             self._pipeline.close()
         kwargs = dict(self._kwargs)
-        if self._steps_per_epoch:
+        if self._steps_per_epoch and self._epoch is None:
             end = (int(state["step"]) if state else 0) + self._steps_per_epoch
             kwargs["max_steps"] = min(end, int(kwargs["max_steps"])) if kwargs.get("max_steps") else end
         self._pipeline = Pipeline(*self._args, **kwargs)
-        if state is not None:
+        if self._epoch is not None:  # set_epoch(): this pass is that epoch
+            self._pipeline._engine.set_epoch(self._epoch, True)
+            self._epoch = None
+        elif state is not None:
             self._pipeline.load_state_dict(state)
-            self._pending_state = None
+        self._pending_state = None
         while True:
             try:
                 b = next(self._pipeline)

@@ -296,6 +296,10 @@ public:
     // Each dataset's epoch as of the last batch the loop got (0 before the first).
     std::vector<std::uint64_t> epochs() const { return (pending_ ? before_ : engine().state()).epoch; }
     void restore_json(const std::string& text) { engine().restore(feedline::pipeline_state_from_json(text)); }
+    void set_epoch(std::uint64_t epoch, bool only_that_epoch) {
+        engine().set_epoch(epoch, only_that_epoch);
+        end_step_ = engine().end_step();
+    }
     std::string stats_json() const { return engine().stats().to_json(); }
     std::string describe() const { return engine().describe(); }
     std::uint64_t end_step() const noexcept { return end_step_; }
@@ -567,6 +571,7 @@ NB_MODULE(_feedline, m) {
         .def("set_delivery", &py_pipeline::set_delivery, "stream_of"_a, "wrap"_a, "copy"_a)
         .def("state_json", &py_pipeline::state_json)
         .def("restore_json", &py_pipeline::restore_json, "state"_a)
+        .def("set_epoch", &py_pipeline::set_epoch, "epoch"_a, "only_that_epoch"_a = false)
         .def("stats_json", &py_pipeline::stats_json)
         .def("epochs", &py_pipeline::epochs)
         .def("describe", &py_pipeline::describe)

@@ -6,11 +6,14 @@
 
 #include <feedline/pipeline.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -28,11 +31,14 @@ public:
     std::uint64_t size() const noexcept override { return bytes_.size(); }
     void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override {
         reads.fetch_add(1);
+        if (const int us = delay_us.load()) std::this_thread::sleep_for(std::chrono::microseconds(us));  // a request's latency
         if (offset > bytes_.size() || length > bytes_.size() - offset) throw format_error(name_, offset, "read past the end");
         std::memcpy(dest, bytes_.data() + offset, length);
+        served.fetch_add(length);
     }
     std::string version() const override { return std::to_string(bytes_.size()); }
-    static inline std::atomic<std::uint64_t> reads{0};
+    static inline std::atomic<std::uint64_t> reads{0}, served{0};
+    static inline std::atomic<int> delay_us{0};
 
 private:
     std::string name_;
@@ -151,6 +157,64 @@ TEST_CASE("Extensions.ByteSource.ShardsFromAnotherSchemeGiveTheSameBatchesThroug
     } catch (const io_error& e) {
         CHECK(e.file() == std::string(mem) + (dir / "nothing_*.bin"));
     }
+}
+
+TEST_CASE("Extensions.ByteSource.LaterStepsAreFetchedAheadEachRangeOnceWithTheSameBatches") {
+    REQUIRE(memory_registered);
+    ft::scratch_dir dir;
+    for (int k = 0; k < 3; ++k) {
+        llmc_writer l(dir / ("stream_" + std::to_string(k)), token_dtype::uint16, 0);
+        for (std::uint32_t d = 0; d < 60; ++d) l.add_document(std::vector<std::uint32_t>(15 + d % 50, d + 7 * k + 1));
+        l.finish();
+        megatron_writer w(dir / ("part_" + std::to_string(k)), token_dtype::uint16);
+        for (std::uint32_t d = 0; d < 40; ++d) w.add_document(std::vector<std::uint32_t>(20 + (d * 7 + k) % 90, d + 100 * k + 1));
+        w.finish();
+    }
+    memory_source::delay_us = 200;  // each range read takes a while, as a remote one does: workers fall behind
+    struct reset_delay {
+        ~reset_delay() { memory_source::delay_us = 0; }
+    } reset;
+    for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
+        CAPTURE(static_cast<int>(mode));
+        pipeline_config c{.batch_size = 4,
+                          .seq_len = 32,
+                          .seed = 9,
+                          .mode = mode,
+                          .workers = 1,
+                          .device = device_kind::cpu,
+                          .rank = 0,
+                          .world_size = 1,
+                          .max_steps = 60};
+        std::uint64_t local_batches = 0, remote_batches = 0;
+        pipeline here(dir / "stream_*.bin", c);
+        const std::uint64_t expected = token_sum(here, local_batches);
+        pipeline there(std::string(mem) + (dir / "stream_*.bin"), c);
+        CHECK(there.memory().fetch_ahead_bytes > 0);                       // in the memory plan
+        const std::uint64_t served_before = memory_source::served.load();  // after opening (headers, indexes)
+        CHECK(token_sum(there, remote_batches) == expected);
+        CHECK(remote_batches == local_batches);
+        there.stop();  // the fetch-ahead thread has joined: its counts are final
+        const pipeline_stats s = there.stats();
+        REQUIRE(s.remote_fetch_ahead_bytes.has_value());
+        CHECK(*s.remote_fetch_ahead_bytes > 0);  // workers took ranges fetched ahead of them
+        CHECK(*s.remote_fetch_ahead_steps >= 1);
+        // Every range was read from the source once, by the fetch ahead or by a worker, except those
+        // fetched ahead that a worker had read itself first (counted as unused).
+        CHECK(memory_source::served.load() - served_before == s.bytes_read + *s.remote_fetch_ahead_unused_bytes);
+        CHECK(*s.remote_fetch_ahead_bytes <= s.bytes_read);
+        CHECK(to_json(there.state()) == to_json(here.state()));
+    }
+    // A blend of local and remote data: only the remote ranges are fetched ahead, by the blend's steps.
+    pipeline_config c{
+        .batch_size = 4, .seq_len = 32, .seed = 2, .workers = 2, .device = device_kind::cpu, .rank = 0, .world_size = 1, .max_steps = 50};
+    std::uint64_t local_batches = 0, mixed_batches = 0;
+    pipeline here(std::vector<weighted_spec>{{0.5, dir / "part_0"}, {0.5, dir / "stream_*.bin"}}, c);
+    const std::uint64_t expected = token_sum(here, local_batches);
+    pipeline mixed(std::vector<weighted_spec>{{0.5, dir / "part_0"}, {0.5, std::string(mem) + (dir / "stream_*.bin")}}, c);
+    CHECK(token_sum(mixed, mixed_batches) == expected);
+    CHECK(mixed_batches == local_batches);
+    mixed.stop();
+    CHECK(mixed.stats().remote_fetch_ahead_bytes.value_or(0) > 0);
 }
 
 TEST_CASE("Extensions.Tokenizer.ARegisteredKindTokenizesTextAndKeysItsCache") {

@@ -350,6 +350,60 @@ TEST_CASE("Pipeline.Range.ForLoopEndsAfterMaxSteps") {
     CHECK(p.state().step == 25);
 }
 
+TEST_CASE("Pipeline.Epochs.SetEpochStartsWhereAWholeRunReachesThatEpochAndCanEndWithIt") {
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir, 2, 60);
+    for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
+        CAPTURE(static_cast<int>(mode));
+        auto cfg = base(2, mode);
+        cfg.epochs = 3;
+        pipeline whole(data, cfg);
+        const std::uint64_t end = whole.end_step();
+        const std::vector<copied> all = take(whole, end);
+        CHECK_FALSE(whole.next());
+        std::vector<std::uint64_t> starts;  // the first step of epochs 0..3: what `epochs = n` ends before
+        for (std::uint64_t n = 0; n <= 3; ++n) {
+            auto c = cfg;
+            c.epochs = n;
+            starts.push_back(n == 0 ? 0 : pipeline(data, c).end_step());
+        }
+        REQUIRE(starts.back() == end);
+        if (mode == sample_mode::windows) CHECK(starts[2] == 2 * starts[1]);
+        for (std::uint64_t n = 1; n <= 2; ++n) {
+            CAPTURE(n);
+            pipeline from(data, cfg);
+            from.set_epoch(n);
+            CHECK(from.state().step == starts[n]);
+            CHECK(from.end_step() == end);  // the run still ends where epochs = 3 ends it
+            const std::vector<copied> rest = take(from, end - starts[n]);
+            CHECK(std::equal(rest.begin(), rest.end(), all.begin() + static_cast<std::ptrdiff_t>(starts[n])));
+            CHECK_FALSE(from.next());
+            CHECK(to_json(from.state()) == to_json(whole.state()));
+            // Only that epoch: it ends where the next one starts.
+            pipeline one(data, cfg);
+            one.set_epoch(n, /*only_that_epoch=*/true);
+            CHECK(one.end_step() == starts[n + 1]);
+            const std::vector<copied> epoch = take(one, starts[n + 1] - starts[n]);
+            CHECK(std::equal(epoch.begin(), epoch.end(), all.begin() + static_cast<std::ptrdiff_t>(starts[n])));
+            CHECK_FALSE(one.next());
+        }
+    }
+    // Before the first batch only; one dataset only.
+    pipeline started(data, base(1));
+    REQUIRE(started.next());
+    CHECK_THROWS_AS(started.set_epoch(1), config_error);
+    ft::scratch_dir other_dir;
+    auto other = make_dataset(other_dir, 1, 30);
+    pipeline blend(std::vector<weighted_source>{{0.5, std::make_shared<shard_source>(data)}, {0.5, std::make_shared<shard_source>(other)}},
+                   base(1));
+    try {
+        blend.set_epoch(1);
+        FAIL("a blend took set_epoch");
+    } catch (const config_error& e) {
+        CHECK(std::string(e.what()).find("blend") != std::string::npos);
+    }
+}
+
 TEST_CASE("Pipeline.Epochs.AnEvaluationPassHasEveryWindowOnceInOrderWithTheLastBatchMasked") {
     // One shard whose window count is not a multiple of the batch, so the pass ends in a partial batch.
     std::vector<std::unique_ptr<ft::scratch_dir>> dirs;

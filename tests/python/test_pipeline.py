@@ -433,6 +433,48 @@ def test_dataloader_adapter_gives_new_data_every_epoch_and_refuses_worker_proces
         list(DataLoader(ft.IterableDataset(data["megatron"], max_steps=2, **CONFIG), batch_size=None, num_workers=1))
 
 
+def test_set_epoch_starts_at_that_epochs_first_batch_and_the_adapter_passes_over_that_epoch(data):
+    per = len(feedline.Pipeline(data["megatron"], epochs=1, **CONFIG))
+    whole = [(b.step, b.epoch, b.inputs.clone()) for b in feedline.Pipeline(data["megatron"], max_steps=3 * per, **CONFIG)]
+    pipe = feedline.Pipeline(data["megatron"], max_steps=3 * per, **CONFIG)
+    pipe.set_epoch(2)
+    got = [(b.step, b.epoch, b.inputs.clone()) for b in pipe]
+    assert [s for s, _, _ in got] == list(range(2 * per, 3 * per))  # the run still ends at max_steps
+    assert all(e == 2 for _, e, _ in got)
+    assert all(torch.equal(a[2], b[2]) for a, b in zip(got, whole[2 * per:]))
+    # Packed rows: epochs of different lengths, each started where a whole run gets to it.
+    packed = dict(CONFIG, mode="packed")
+    three = [(b.epoch, b.inputs.clone()) for b in feedline.Pipeline(data["megatron"], epochs=3, **packed)]
+    later = feedline.Pipeline(data["megatron"], epochs=3, **packed)
+    later.set_epoch(1)
+    rest = [(b.epoch, b.inputs.clone()) for b in later]
+    expected = [x for x in three if x[0] >= 1]
+    assert len(rest) == len(expected) > 0
+    assert all(a[0] == b[0] and torch.equal(a[1], b[1]) for a, b in zip(rest, expected))
+    # Only before the first batch, one dataset, a whole number.
+    started = feedline.Pipeline(data["megatron"], max_steps=4, **CONFIG)
+    next(started)
+    with pytest.raises(feedline.ConfigError, match="before the first"):
+        started.set_epoch(1)
+    with pytest.raises(feedline.ConfigError, match="blend"):
+        feedline.Pipeline(f"0.5 {data['megatron']} 0.5 {data['llmc']}", max_steps=4, **CONFIG).set_epoch(1)
+    with pytest.raises(TypeError, match="epoch must be"):
+        feedline.Pipeline(data["megatron"], max_steps=4, **CONFIG).set_epoch("1")
+    with pytest.raises(ValueError, match="epoch must be"):
+        feedline.Pipeline(data["megatron"], max_steps=4, **CONFIG).set_epoch(-1)
+    # The DataLoader adapter, as with DistributedSampler.set_epoch: each pass is the epoch set.
+    from torch.utils.data import DataLoader
+    import feedline.torch as ft
+    ds = ft.IterableDataset(data["megatron"], **CONFIG)
+    loader = DataLoader(ds, batch_size=None, num_workers=0)
+    for n in (1, 0, 2):
+        ds.set_epoch(n)
+        items = [i["inputs"].clone() for i in loader]
+        assert len(items) == per
+        assert all(torch.equal(a, b[2]) for a, b in zip(items, whole[n * per:(n + 1) * per]))
+    assert ds.state_dict()["step"] == 3 * per  # the end of epoch 2
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU (torch.cuda.is_available() is False)")
 def test_gpu_tensors_are_on_the_device_and_correct(data):
     host = [b.inputs.clone() for b in feedline.Pipeline(data["megatron"], max_steps=5, **CONFIG)]

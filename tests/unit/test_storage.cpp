@@ -2,6 +2,7 @@
 // fail with format_error naming the file, and backend selection records why it chose what it chose.
 #include <doctest/doctest.h>
 
+#include <feedline/storage/fetch_ahead.hpp>
 #include <feedline/storage/reader.hpp>
 
 #include <sys/mman.h>
@@ -9,9 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <csetjmp>
 #include <csignal>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -343,4 +348,143 @@ TEST_CASE("Storage.Sigbus.ApplicationHandlersAreChainedAndKept") {
         // before feedline's, reports the fault and aborts.
         if (WIFSIGNALED(status)) CHECK((WTERMSIG(status) == SIGBUS || WTERMSIG(status) == SIGABRT));
     }
+}
+
+namespace {
+
+// Bytes in memory that are not a local file (as a remote object is not), whose reads can be held at a
+// gate and made to fail, and which counts the bytes it served.
+class gated_source final : public byte_source {
+public:
+    explicit gated_source(std::vector<std::byte> bytes) : bytes_(std::move(bytes)) {}
+    const std::string& name() const noexcept override { return name_; }
+    std::uint64_t size() const noexcept override { return bytes_.size(); }
+    std::string version() const override { return "1"; }
+    void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override {
+        std::unique_lock lock(mutex_);
+        ++waiting_;
+        changed_.notify_all();
+        changed_.wait(lock, [&] { return open_; });
+        --waiting_;
+        if (fail_) throw io_error(name_, EIO, "the gate failed this read");
+        std::memcpy(dest, bytes_.data() + offset, length);
+        served_ += length;
+    }
+    void open(bool fail = false) {
+        std::lock_guard lock(mutex_);
+        open_ = true;
+        fail_ = fail;
+        changed_.notify_all();
+    }
+    void close() {
+        std::lock_guard lock(mutex_);
+        open_ = false;
+        fail_ = false;
+    }
+    void wait_for_readers(int n) const {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return waiting_ >= n; });
+    }
+    std::uint64_t served() const {
+        std::lock_guard lock(mutex_);
+        return served_;
+    }
+
+private:
+    std::string name_ = "gated://object";
+    std::vector<std::byte> bytes_;
+    mutable std::mutex mutex_;
+    mutable std::condition_variable changed_;
+    mutable int waiting_ = 0;
+    mutable std::uint64_t served_ = 0;
+    bool open_ = false, fail_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("Storage.FetchAhead.WorkersTakeWhatWasFetchedWaitForWhatIsInFlightAndReadTheRest") {
+    const auto bytes = ft::patterned_bytes(1 << 16, 7);
+    gated_source src(bytes);
+    fetch_ahead store(1 << 12);
+    // Step 5's two ranges fetched ahead: in flight until the gate opens.
+    const std::vector<fetch_ahead::planned> ranges{{5, {&src, 100, 300, nullptr}}, {5, {&src, 1000, 200, nullptr}}};
+    CHECK(store.room() == 4096);
+    std::thread fetcher([&] { store.fetch(ranges); });
+    src.wait_for_readers(1);
+    CHECK(store.room() == 4096 - 500);  // reserved while in flight
+    // A worker asks for one of them, one range nobody fetched, and waits for the one in flight.
+    std::vector<std::byte> a(300), b(64);
+    const std::vector<read_request> asked{{&src, 100, 300, a.data()}, {&src, 5000, 64, b.data()}};
+    std::vector<read_request> rest;
+    std::atomic<bool> taken{false};
+    std::thread worker([&] {
+        const detail::scoped_fetch_ahead scope(&store);
+        store.take(asked, rest);
+        taken = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(taken.load());  // waiting for the fetch, not requesting the range again
+    src.open();
+    fetcher.join();
+    worker.join();
+    CHECK(std::equal(a.begin(), a.end(), bytes.begin() + 100));
+    REQUIRE(rest.size() == 1);  // the range not fetched ahead is left to the worker's own read
+    CHECK(rest[0].offset == 5000);
+    CHECK(src.served() == 500);  // each range read once
+    // Step 5 is written: the range it did not take is dropped and counted as unused.
+    store.step_done(5);
+    const fetch_ahead_counts n = store.counts();
+    CHECK(n.taken_ranges == 1);
+    CHECK(n.taken_bytes == 300);
+    CHECK(n.fetched_bytes == 500);
+    CHECK(n.unused_bytes == 200);
+    CHECK(store.room() == 4096);
+}
+
+TEST_CASE("Storage.FetchAhead.AFailedFetchIsLeftToTheWorkersOwnReadWhichReportsIt") {
+    const auto bytes = ft::patterned_bytes(1 << 12, 3);
+    gated_source src(bytes);
+    fetch_ahead store(1 << 12);
+    const std::vector<fetch_ahead::planned> ranges{{0, {&src, 0, 128, nullptr}}};
+    std::thread fetcher([&] { store.fetch(ranges); });
+    src.wait_for_readers(1);
+    src.open(/*fail=*/true);
+    fetcher.join();  // the fetch ahead swallows its error ...
+    CHECK(store.room() == 4096);
+    std::vector<std::byte> a(128);
+    const std::vector<read_request> asked{{&src, 0, 128, a.data()}};
+    const detail::scoped_fetch_ahead scope(&store);
+    // ... and the worker reads the range itself, so the error reaches it, naming the object.
+    try {
+        detail::read_remote(asked);
+        FAIL("a failing read was not reported");
+    } catch (const io_error& e) {
+        CHECK(e.file() == "gated://object");
+    }
+    src.close();
+    src.open();
+    detail::read_remote(asked);
+    CHECK(std::equal(a.begin(), a.end(), bytes.begin()));
+    CHECK(store.counts().taken_ranges == 0);
+}
+
+TEST_CASE("Storage.FetchAhead.TheBudgetIsWaitedForAndAStopEndsTheWait") {
+    gated_source src(ft::patterned_bytes(1 << 12, 5));
+    fetch_ahead store(1000);
+    src.open();
+    store.fetch(std::vector<fetch_ahead::planned>{{1, {&src, 0, 800, nullptr}}});
+    CHECK(store.room() == 200);
+    std::atomic<bool> stop{false};
+    std::atomic<int> result{-1};
+    std::thread waiter([&] { result = store.wait_for_room(500, [&] { return stop.load(); }) ? 1 : 0; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    CHECK(result.load() == -1);  // 500 bytes do not fit yet
+    store.step_done(1);          // nobody took step 1's range: dropped, its bytes free again
+    waiter.join();
+    CHECK(result.load() == 1);
+    store.fetch(std::vector<fetch_ahead::planned>{{2, {&src, 0, 900, nullptr}}});
+    std::thread stopped([&] { result = store.wait_for_room(500, [&] { return stop.load(); }) ? 1 : 0; });
+    stop = true;
+    stopped.join();
+    CHECK(result.load() == 0);
 }

@@ -174,6 +174,8 @@ public:
             : format_(spec.format), data_offset_(spec.format == dataset_format::llmc ? llmc_layout::header_bytes : 0) {
         // One descriptor per shard for the dataset's life (+1 while a Megatron .idx is mapped).
         detail::reserve_descriptors(spec.shards.size(), std::to_string(spec.shards.size()) + " shards");
+        // llm.c headers are read together (remote shards: one round trip, not one per shard).
+        std::vector<llmc_shard> opened = format_ == dataset_format::llmc ? llmc_shard::open_all(spec.shards) : std::vector<llmc_shard>{};
         for (const auto& s : spec.shards) {
             shard_info info;
             info.path = s;
@@ -184,7 +186,7 @@ public:
                 info.documents = m.index().sequence_count();
                 check_dtype(m.dtype(), s);
             } else if (format_ == dataset_format::llmc) {
-                auto& l = *llmc_.emplace_back(std::make_unique<llmc_shard>(s));
+                auto& l = *llmc_.emplace_back(std::make_unique<llmc_shard>(std::move(opened[llmc_.size()])));
                 info.bin = &l.bin();
                 info.tokens = l.tokens();
                 check_dtype(l.header().dtype, s);

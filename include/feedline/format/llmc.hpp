@@ -92,11 +92,28 @@ inline llmc_header parse_llmc_header(std::span<const std::byte> bytes, std::uint
 class llmc_shard {
 public:
     // Opens `path` through its storage scheme. Throws io_error (missing), format_error (bad header).
-    explicit llmc_shard(const std::string& path) : bin_(open_byte_source(path)) {
-        std::array<std::byte, llmc_layout::header_bytes> buf{};
-        std::uint64_t n = std::min<std::uint64_t>(bin_->size(), buf.size());
-        bin_->read_at(buf.data(), n, 0);
-        header_ = parse_llmc_header(std::span<const std::byte>(buf.data(), n), bin_->size(), bin_->name());
+    explicit llmc_shard(const std::string& path) : llmc_shard(std::move(open_all({path}).front())) {}
+    // Opens every shard, their headers read in one batch: for objects in remote storage, one round
+    // trip for all of them instead of one per shard. Throws as the constructor does.
+    static std::vector<llmc_shard> open_all(const std::vector<std::string>& paths) {
+        std::vector<std::unique_ptr<byte_source>> sources;
+        sources.reserve(paths.size());
+        for (const auto& p : paths) sources.push_back(open_byte_source(p));
+        std::vector<std::array<std::byte, llmc_layout::header_bytes>> headers(paths.size());
+        std::vector<read_request> requests;
+        for (std::size_t i = 0; i < paths.size(); ++i)
+            requests.push_back(
+                {sources[i].get(), 0, std::min<std::uint64_t>(sources[i]->size(), llmc_layout::header_bytes), headers[i].data()});
+        detail::read_through_sources(requests);
+        std::vector<llmc_shard> out;
+        out.reserve(paths.size());
+        for (std::size_t i = 0; i < paths.size(); ++i) {
+            const auto& b = *sources[i];
+            out.push_back(
+                llmc_shard(std::move(sources[i]),
+                           parse_llmc_header(std::span<const std::byte>(headers[i].data(), requests[i].length), b.size(), b.name())));
+        }
+        return out;
     }
     const byte_source& bin() const noexcept { return *bin_; }
     const llmc_header& header() const noexcept { return header_; }
@@ -107,6 +124,7 @@ public:
     }
 
 private:
+    llmc_shard(std::unique_ptr<byte_source> bin, llmc_header header) : bin_(std::move(bin)), header_(header) {}
     std::unique_ptr<byte_source> bin_;
     llmc_header header_;
 };

@@ -21,6 +21,10 @@ namespace feedline {
 // Options only token shards (Megatron, llm.c) use.
 struct shard_options {
     io_backend backend = io_backend::automatic;  // auto | io_uring | mmap | pread (storage/reader.hpp)
+    // Shards in remote storage: steps whose ranges are fetched ahead of the workers from the sampler's
+    // plan (pipeline/detail/fetch_ahead_thread.hpp). -1: as many as the measured latency and the
+    // trainer's rate call for, within the memory budget; 0: none; N: N steps.
+    int fetch_ahead = -1;
     friend bool operator==(const shard_options&, const shard_options&) = default;
 };
 
@@ -74,7 +78,8 @@ struct memory_plan {
     std::uint64_t worker_bytes = 0;  // scratch per worker (raw tokens of one batch, a tokenizer, ...)
     std::uint64_t index_bytes = 0;   // the sampler's epoch layouts and the sources' indexes and caches
     unsigned workers = 0;
-    std::uint64_t total() const noexcept { return slots * slot_bytes + workers * worker_bytes + index_bytes; }
+    std::uint64_t fetch_ahead_bytes = 0;  // remote data: ranges fetched ahead of the workers (storage/fetch_ahead.hpp)
+    std::uint64_t total() const noexcept { return slots * slot_bytes + workers * worker_bytes + index_bytes + fetch_ahead_bytes; }
 };
 
 }  // namespace feedline

@@ -44,6 +44,12 @@ struct defaults {
     static constexpr std::uint64_t prefetch_bytes = 4096;
     static constexpr std::uint64_t cache_line = 64;
 
+    // --- Remote data (s3://): fetching ahead of the workers (pipeline/detail/fetch_ahead_thread.hpp) ---
+    // At most this many steps' ranges held, and at most this share of what the budget has left after
+    // the ring's two slots, the workers' scratch and the indexes. Less than two steps: none.
+    static constexpr std::uint64_t fetch_ahead_max_steps = 64;
+    static constexpr std::uint64_t fetch_ahead_budget_divisor = 2;
+
     // --- Staging ring ---
     // A sleeping trainer is woken once half the prefetch depth is ready, or after this long
     // (device/staging_ring.hpp: coalesced wake-ups).

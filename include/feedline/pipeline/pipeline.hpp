@@ -41,6 +41,7 @@
 #include <feedline/pipeline/data_spec.hpp>
 #include <feedline/pipeline/defaults.hpp>
 #include <feedline/pipeline/detail/delivery.hpp>
+#include <feedline/pipeline/detail/fetch_ahead_thread.hpp>
 #include <feedline/pipeline/detail/telemetry.hpp>
 #include <feedline/pipeline/options.hpp>
 #include <feedline/pipeline/shard_source.hpp>
@@ -146,7 +147,8 @@ public:
                           .tail = config_.tail,
                           .rank = config_.rank >= 0 ? config_.rank : env.rank,
                           .world_size = world};
-        datasets_ = datasets;  // copies for the workers' own samplers
+        datasets_ = datasets;  // copies for the workers' own samplers and the fetch ahead's
+        weights_ = weights;
         sampler_ = std::make_unique<sampler>(std::move(datasets), weights, sc);
         end_step_ = end_of_run(sc.global_batch);
         // Windows of one small dataset: every worker plans with a sampler of its own (plan_at), so
@@ -164,13 +166,19 @@ public:
         const std::uint64_t process =
             topo.cgroup_memory_max ? (available ? std::min(available, *topo.cgroup_memory_max) : *topo.cgroup_memory_max) : available;
         const std::uint64_t budget = config_.memory_budget ? config_.memory_budget : process / defaults::budget_divisor;
-        std::uint64_t worker_bytes = 0, index_bytes = sampler_bytes * (own_planners_ ? workers.workers + 1 : 1);
-        for (std::size_t i = 1; i < sources_.size(); ++i) index_bytes += sampler_->stream(i).memory_bytes();
+        // Remote data: a fetch-ahead thread with a sampler of its own, its ranges inside the budget.
+        std::uint64_t remote_step_bytes = 0;
+        for (const auto& s : sources_)
+            if (s.source->reads_remote_ranges()) remote_step_bytes += s.source->worker_bytes(source_context::of(config_));
+        std::uint64_t all_samplers_bytes = 0;
+        for (std::size_t i = 0; i < sources_.size(); ++i) all_samplers_bytes += sampler_->stream(i).memory_bytes();
+        std::uint64_t worker_bytes = 0, index_bytes = all_samplers_bytes + (own_planners_ ? sampler_bytes * workers.workers : 0);
+        if (remote_step_bytes) index_bytes += all_samplers_bytes;
         for (const auto& s : sources_) {
             worker_bytes += s.source->worker_bytes(source_context::of(config_));
             index_bytes += s.source->index_bytes(source_context::of(config_));
         }
-        memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes);
+        memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes, remote_step_bytes);
         all_rows_.resize(config_.batch_size);
         for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
         counters_ = std::make_unique<source_counters[]>(sources_.size());
@@ -256,6 +264,22 @@ public:
         delivery_.set_state(sampler_->state());
     }
 
+    // One dataset: the run starts at the first step of `epoch` (0-based), as if the epochs before had
+    // been read: the batches and states a run from the start gives from there. max_steps and epochs
+    // still end it at the step they would. With `only_that_epoch` it also ends after that epoch's last
+    // step (what a DataLoader's set_epoch means: the next pass is that epoch). Only before the first
+    // next(). Throws config_error (after next(); a blend, whose datasets each walk their own epochs).
+    void set_epoch(std::uint64_t epoch, bool only_that_epoch = false) {
+        if (delivery_.started()) throw config_error("set_epoch", "call set_epoch() before the first batch");
+        const sampler_state start = sampler_->state_at_epoch(epoch);
+        if (only_that_epoch) {
+            const std::uint64_t next = sampler_->state_at_epoch(epoch + 1).step;
+            end_step_ = end_step_ ? std::min(end_step_, next) : next;
+        }
+        sampler_->restore(start);
+        delivery_.set_state(sampler_->state());
+    }
+
     // Workers stop and join. Batches already published can still be taken with next(); nothing new is
     // made. Idempotent.
     void stop() noexcept {
@@ -263,6 +287,7 @@ public:
         parked_.notify();
         for (auto& t : threads_)
             if (t.joinable()) t.join();
+        if (fetcher_) fetcher_->join();
     }
 
     // A snapshot of the counters. Call from the consumer's thread (the one calling next()).
@@ -271,6 +296,13 @@ public:
         delivery_.fill(s, config_, memory_);
         telemetry_.fill(s);
         detail::fill_remote_reads(s, remote_start_);
+        if (fetch_ahead_) {
+            const fetch_ahead_counts f = fetch_ahead_->counts();
+            s.remote_fetch_ahead_bytes = f.taken_bytes;
+            s.remote_fetch_ahead_unused_bytes = f.unused_bytes;
+            s.remote_fetch_ahead_steps = f.steps_ahead;
+            s.remote_fetch_ahead_requests = f.requests_in_flight;
+        }
         for (std::size_t i = 0; i < sources_.size(); ++i) {
             const source_counters& c = counters_[i];
             s.bytes_read += c.bytes_read.load(std::memory_order_relaxed);
@@ -339,11 +371,29 @@ private:
 
     // Picks the number of slots within the budget (the config's prefetch if given). Throws config_error
     // when even two slots do not fit.
+    // Remote data (`remote_step_bytes`: a step's ranges) gets a fetch-ahead share of what is left after
+    // the slots the ring needs.
     memory_plan plan_memory(std::uint64_t budget, unsigned workers, std::size_t slot_bytes, std::uint64_t worker_bytes,
-                            std::uint64_t index_bytes) const {
+                            std::uint64_t index_bytes, std::uint64_t remote_step_bytes) const {
         memory_plan p{
             .budget = budget, .slot_bytes = slot_bytes, .worker_bytes = worker_bytes, .index_bytes = index_bytes, .workers = workers};
-        const std::uint64_t fixed = workers * worker_bytes + index_bytes;
+        std::uint64_t fixed = workers * worker_bytes + index_bytes;
+        if (remote_step_bytes && config_.shards.fetch_ahead != 0) {
+            const std::uint64_t needed = fixed + std::max<std::uint64_t>(2, config_.prefetch) * slot_bytes;
+            const std::uint64_t share = budget > needed ? (budget - needed) / defaults::fetch_ahead_budget_divisor : 0;
+            if (config_.shards.fetch_ahead > 0) {  // asked for: it fits, or the error says what would
+                p.fetch_ahead_bytes = static_cast<std::uint64_t>(config_.shards.fetch_ahead) * remote_step_bytes;
+                if (p.fetch_ahead_bytes > share)
+                    throw config_error("fetch_ahead", std::to_string(config_.shards.fetch_ahead) + " steps of " +
+                                                          std::to_string(remote_step_bytes) + " bytes exceed the " + std::to_string(share) +
+                                                          " bytes the memory budget leaves for fetching ahead (" + std::to_string(budget) +
+                                                          "): raise memory_budget or fetch fewer steps ahead");
+            } else {
+                const std::uint64_t bytes = std::min(share, defaults::fetch_ahead_max_steps * remote_step_bytes);
+                p.fetch_ahead_bytes = bytes >= 2 * remote_step_bytes ? bytes : 0;
+            }
+            fixed += p.fetch_ahead_bytes;
+        }
         const std::size_t start = std::max<std::size_t>(2, defaults::start_depth_per_worker * std::size_t(workers));
         const std::size_t wanted = config_.prefetch ? config_.prefetch : start + std::max<std::size_t>(defaults::min_depth_headroom, start);
         const std::uint64_t fits = budget > fixed ? (budget - fixed) / std::max<std::size_t>(1, slot_bytes) : 0;
@@ -400,8 +450,11 @@ private:
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
+        start_state_ = sampler_->state();
+        if (memory_.fetch_ahead_bytes) fetch_ahead_ = std::make_unique<fetch_ahead>(memory_.fetch_ahead_bytes);
         try {
             for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
+            start_fetch_ahead();
         } catch (const std::system_error& e) {  // no thread for a worker (a pids limit): the ring is failed, so next() reports it
             const auto failure = std::make_exception_ptr(resource_error(
                 "worker thread " + std::to_string(threads_.size() + 1) + " of " + std::to_string(memory_.workers) +
@@ -423,6 +476,7 @@ private:
         // A remote read that retries gives up within 100 ms of the pipeline stopping (stop(), the
         // destructor, another worker's error), so nothing waits out a slow bucket's backoff.
         const detail::scoped_io_cancel cancel([&ring] { return ring.closed(); });
+        const detail::scoped_fetch_ahead ahead(fetch_ahead_.get());  // remote ranges fetched for this worker's steps
         try {
             if (!worker_cpus_.empty()) pin_to(worker_cpus_);
             std::vector<std::unique_ptr<source_worker>> writers;
@@ -461,6 +515,7 @@ private:
                     collate_ns_.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
                 }
                 if (config_.tail == tail_policy::mask) mask_padding_rows(plan, view);
+                if (fetch_ahead_) fetch_ahead_->step_done(plan.step);
                 ring.publish(plan.step, layout_.bytes, {layout_.batch, layout_.seq_len});
             }
         } catch (...) {
@@ -484,7 +539,26 @@ private:
         if (end_step_ && sampler_->state().step >= end_step_) return planned_all();
         sampler_->next(plan);
         after = sampler_->state();
+        next_step_.store(after.step, std::memory_order_relaxed);  // for the fetch ahead (own planners count it themselves)
         return true;
+    }
+
+    // Remote data: the fetch-ahead store (created here, before the workers read through it) and thread.
+    void start_fetch_ahead() {
+        if (memory_.fetch_ahead_bytes == 0) return;
+        detail::fetch_ahead_thread::options o{.context = source_context::of(config_),
+                                              .fixed_steps = config_.shards.fetch_ahead > 0 ? std::uint64_t(config_.shards.fetch_ahead) : 0,
+                                              .end_step = end_step_,
+                                              .next_unclaimed = [this] { return next_step_.load(std::memory_order_relaxed); },
+                                              .stopped = [this] { return delivery_.ring().closed() || planned_all_.load(); }};
+        for (const auto& s : sources_) o.sources.push_back(s.source.get());
+        auto planner = std::make_unique<sampler>(datasets_, weights_, sampler_->config());
+        planner->restore(start_state_);
+        try {
+            fetcher_ = std::make_unique<detail::fetch_ahead_thread>(std::move(planner), std::move(o), *fetch_ahead_);
+        } catch (const std::system_error&) {
+            // No thread for it (a pids limit): the workers read every range themselves, as without it.
+        }
     }
     // Where the iteration ends: max_steps, or the end of `epochs` passes (one dataset; windows have the
     // same number of steps every epoch, packed epochs are laid out to count theirs).
@@ -547,11 +621,14 @@ private:
     pipeline_config config_;
     device_choice device_;  // config_.device, resolved by start()
     std::vector<sampler_dataset> datasets_;
+    std::vector<double> weights_;
     std::unique_ptr<sampler> sampler_;
     std::uint64_t end_step_ = 0;  // end_step()
     bool own_planners_ = false;
     std::vector<std::unique_ptr<sampler>> planners_;  // own_planners_: worker i's sampler
-    std::atomic<std::uint64_t> next_step_{0};         // own_planners_: the next step a worker takes
+    std::atomic<std::uint64_t> next_step_{0};         // the next step a worker takes
+    sampler_state start_state_;                       // where the workers started
+    std::unique_ptr<fetch_ahead> fetch_ahead_;        // remote data: ranges fetched ahead (memory_.fetch_ahead_bytes)
     std::mutex planner_;                              // guards sampler_ once workers run
     batch_layout layout_;
     std::vector<std::uint32_t> all_rows_;  // 0 .. batch_size - 1: every row, for one source
@@ -563,6 +640,7 @@ private:
     detail::delivery delivery_;     // the ring and the hand-off to the trainer
     detail::telemetry telemetry_;   // the stats log and the GPU's figures
     std::vector<std::thread> threads_;
+    std::unique_ptr<detail::fetch_ahead_thread> fetcher_;
     std::atomic<unsigned> active_{0};
     std::atomic<unsigned> target_workers_{0};  // workers not parked (written by next())
     std::atomic<bool> planned_all_{false};

@@ -63,7 +63,37 @@ public:
         return std::make_unique<worker>(*this, c, counters);
     }
 
+    bool reads_remote_ranges() const override { return !data_->all_local(); }
+    void remote_ranges(const source_context& c, const batch_plan& plan, std::span<const std::uint32_t> rows,
+                       std::vector<read_request>& out) const override {
+        const bool streams = streams_are_shards(c);
+        thread_local std::vector<std::byte> row;  // a destination the requests point into; never written
+        row.resize((c.seq_len + 1) * dtype_size(data_->dtype()));
+        const std::size_t first = out.size();
+        for (const std::uint32_t r : rows) append_sample_requests(*data_, streams, plan.samples[r], row.data(), out);
+        out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+                                 [](const read_request& q) { return q.source->local_file() != nullptr; }),
+                  out.end());
+    }
+
 private:
+    // The read requests of one sample's tokens, into `dest` on (the file's dtype), appended to `out`:
+    // what a worker reads, and what the pipeline fetches ahead for it. Returns the bytes.
+    static std::uint64_t append_sample_requests(const token_dataset& data, bool streams_are_shards, const sample_plan& sp, std::byte* dest,
+                                                std::vector<read_request>& out) {
+        const std::size_t item = dtype_size(data.dtype());
+        std::uint64_t bytes = 0;
+        for (const segment& s : sp.segments) {
+            if (streams_are_shards)
+                data.append_stream_requests(static_cast<std::uint32_t>(s.document), s.offset, s.length, dest, out);
+            else
+                data.append_requests(data.document(s.document), s.offset, s.length, dest, out);
+            dest += s.length * item;
+            bytes += s.length * item;
+        }
+        return bytes;
+    }
+
     bool streams_are_shards(const source_context& c) const noexcept {
         return is_token_stream(data_->format()) && c.mode == sample_mode::windows;
     }
@@ -88,6 +118,11 @@ private:
                 counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
                 return;
             }
+            if (!data_.all_local() && windows_) {
+                write_viewed(plan, rows, slot);
+                counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+                return;
+            }
             read_rows(plan, rows, slot.seq_len);
             const auto t1 = std::chrono::steady_clock::now();
             counters_.read_ns.fetch_add(detail::elapsed_ns(t0, t1), std::memory_order_relaxed);
@@ -107,17 +142,7 @@ private:
 
         // Appends the read requests of one sample's segments (dest: consecutive from `dest`).
         std::uint64_t sample_requests(const sample_plan& sp, std::byte* dest) {
-            const std::size_t item = dtype_size(data_.dtype());
-            std::uint64_t bytes = 0;
-            for (const segment& s : sp.segments) {
-                if (streams_are_shards_)
-                    data_.append_stream_requests(static_cast<std::uint32_t>(s.document), s.offset, s.length, dest, requests_);
-                else
-                    data_.append_requests(data_.document(s.document), s.offset, s.length, dest, requests_);
-                dest += s.length * item;
-                bytes += s.length * item;
-            }
-            return bytes;
+            return append_sample_requests(data_, streams_are_shards_, sp, dest, requests_);
         }
 
         // Windows through an mmap reader: tokens go from the page cache straight into the slot (one
@@ -146,12 +171,20 @@ private:
                     }
                 }
             }
-            // Converted straight out of the mapping, so guarded (one recovery point for the batch): a
-            // shard truncated under the job is a format_error, not a SIGBUS (storage/guarded_copy.hpp).
-            // Requested ahead: the lines of the piece being converted (one burst of misses instead of one
-            // at a time) and of the pieces after it, up to prefetch_bytes of pieces ahead, each piece's
-            // first prefetch_bytes at most.
-            volatile std::size_t at = 0;  // the piece being read, for the error (kept in memory across the jump)
+            // A shard truncated under the job is a format_error, not a SIGBUS.
+            std::size_t at = 0;
+            if (!convert_pieces(slot, at)) throw detail::file_shrank_error(pieces_[at].source->name(), pieces_[at].offset);
+            counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+        }
+
+        // Converts pieces_ straight out of their mappings into the slot, guarded (one recovery point for
+        // the batch; storage/guarded_copy.hpp). False when a mapping's file turned out shorter (SIGBUS),
+        // with `at` the piece. Requested ahead: the lines of the piece being converted (one burst of
+        // misses instead of one at a time) and of the pieces after it, up to prefetch_bytes of pieces
+        // ahead, each piece's first prefetch_bytes at most.
+        bool convert_pieces(const slot_view& slot, std::size_t& failed_at) {
+            const std::size_t item = dtype_size(data_.dtype());
+            volatile std::size_t at = 0;  // the piece being read (kept in memory across the jump)
             const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
                 std::size_t next = 0;     // the first piece not requested yet
                 std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
@@ -170,7 +203,65 @@ private:
                     slot.put_window_tokens(piece.row, piece.first, piece.bytes.data(), data_.dtype(), piece.bytes.size() / item);
                 }
             });
-            if (!whole) throw detail::file_shrank_error(pieces_[at].source->name(), pieces_[at].offset);
+            failed_at = at;
+            return whole;
+        }
+
+        // Windows of data in remote storage: rows whose bytes sit in the local block cache are converted
+        // straight from its mapped blocks, as local shards are from theirs (no staging copy); the other
+        // rows are read (from the fetch ahead, the cache or the store) into raw_ and converted from
+        // there. A cache block cut short under the job (by hand) has its rows read again.
+        void write_viewed(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
+            const std::size_t item = dtype_size(data_.dtype());
+            const std::uint64_t row_bytes = (slot.seq_len + 1) * item;
+            raw_.resize(rows.size() * row_bytes);
+            requests_.clear();
+            row_first_.clear();
+            std::uint64_t bytes = 0;
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                row_first_.push_back(requests_.size());
+                bytes += sample_requests(plan.samples[rows[i]], raw_.data() + i * row_bytes);
+            }
+            row_first_.push_back(requests_.size());
+            views_.resize(requests_.size());
+            read_row_.assign(rows.size(), 0);
+            // Until every row is in view or read: a read may drop this thread's earlier views (the cache
+            // keeps a bounded table of them), so views are taken again after one, and read last.
+            for (bool reads = true; reads;) {
+                detail::cached_views(requests_, views_);
+                to_read_.clear();
+                for (std::size_t i = 0; i < rows.size(); ++i) {
+                    if (read_row_[i] == 1) continue;  // read already
+                    for (std::size_t j = row_first_[i]; j < row_first_[i + 1]; ++j)
+                        if (views_[j].size() != requests_[j].length) {
+                            read_row_[i] = 2;
+                            break;
+                        }
+                    if (read_row_[i] == 2) {
+                        to_read_.insert(to_read_.end(), requests_.begin() + static_cast<std::ptrdiff_t>(row_first_[i]),
+                                        requests_.begin() + static_cast<std::ptrdiff_t>(row_first_[i + 1]));
+                        read_row_[i] = 1;
+                    }
+                }
+                reads = !to_read_.empty();
+                if (reads) reader_.read(to_read_);
+            }
+            pieces_.clear();
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                if (read_row_[i] == 1) continue;
+                std::uint64_t k = 0;  // the piece's first token within the window
+                for (std::size_t j = row_first_[i]; j < row_first_[i + 1]; ++j) {
+                    pieces_.push_back({views_[j], requests_[j].source, requests_[j].offset, rows[i], k});
+                    k += requests_[j].length / item;
+                }
+            }
+            std::size_t at = 0;
+            if (!convert_pieces(slot, at)) {  // a cached block's file was cut short: read every row instead
+                reader_.read(requests_);
+                std::fill(read_row_.begin(), read_row_.end(), 1);
+            }
+            for (std::size_t i = 0; i < rows.size(); ++i)
+                if (read_row_[i] == 1) slot.put_window_tokens(rows[i], 0, raw_.data() + i * row_bytes, data_.dtype(), slot.seq_len + 1);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
@@ -257,6 +348,10 @@ private:
         std::vector<std::byte> raw_;
         std::vector<read_request> requests_;
         std::vector<mapped_piece> pieces_;
+        std::vector<std::size_t> row_first_;             // write_viewed: each row's first request
+        std::vector<std::span<const std::byte>> views_;  // write_viewed: each request's bytes in the cache
+        std::vector<std::uint8_t> read_row_;             // write_viewed: 1 = read into raw_, 2 = to read
+        std::vector<read_request> to_read_;
         std::vector<const std::byte*> shard_bytes_;  // stream_pieces: each shard's mapping, once mapped
     };
 

@@ -23,6 +23,7 @@
 #include <feedline/pipeline/config.hpp>
 #include <feedline/pipeline/stats.hpp>
 #include <feedline/sampling/sampler.hpp>
+#include <feedline/storage/byte_source.hpp>
 #include <feedline/transform/collate.hpp>
 
 namespace feedline {
@@ -94,6 +95,14 @@ public:
     virtual std::string prepare(const source_context& run) = 0;
     // On the worker's own thread.
     virtual std::unique_ptr<source_worker> make_worker(const source_context& run, source_counters& counters) = 0;
+
+    // Data in remote storage: whether the pipeline should fetch ranges ahead for this source, and the
+    // ranges a worker will request for plan.samples[r], r in `rows` (dest unset), appended to `out`: the
+    // same source, offset and length a worker's read gives, or the worker does not find them
+    // (storage/fetch_ahead.hpp). Default: none (local data; a source that reads whole objects).
+    virtual bool reads_remote_ranges() const { return false; }
+    virtual void remote_ranges(const source_context& /*run*/, const batch_plan& /*plan*/, std::span<const std::uint32_t> /*rows*/,
+                               std::vector<read_request>& /*out*/) const {}
 };
 
 // A kind of source as the registry knows it: which specs it takes (by the files a spec names: a glob's

@@ -56,6 +56,10 @@ struct pipeline_stats {
     std::optional<std::uint64_t> remote_requests, remote_bytes, remote_retries, remote_failures;
     std::optional<std::uint64_t> remote_cache_hits, remote_cache_misses;  // blocks read from the local cache, and fetched into it
     std::optional<double> remote_latency_p50_s, remote_latency_p99_s;
+    // The fetch ahead (remote data): bytes workers took from it, bytes it fetched that no worker took
+    // (a worker got to the step first), and how far ahead it fetches now: steps, and requests at once.
+    std::optional<std::uint64_t> remote_fetch_ahead_bytes, remote_fetch_ahead_unused_bytes;
+    std::optional<std::uint64_t> remote_fetch_ahead_steps, remote_fetch_ahead_requests;
 
     std::string to_json() const {
         // JSON string escapes: quotes, backslashes and control characters (a path with a newline in an
@@ -117,6 +121,10 @@ struct pipeline_stats {
         put("remote_cache_misses", remote_cache_misses);
         put("remote_latency_p50_s", remote_latency_p50_s);
         put("remote_latency_p99_s", remote_latency_p99_s);
+        put("remote_fetch_ahead_bytes", remote_fetch_ahead_bytes);
+        put("remote_fetch_ahead_unused_bytes", remote_fetch_ahead_unused_bytes);
+        put("remote_fetch_ahead_steps", remote_fetch_ahead_steps);
+        put("remote_fetch_ahead_requests", remote_fetch_ahead_requests);
         if (!gpu_telemetry.empty()) telemetry += ", \"gpu_telemetry\": \"" + esc(gpu_telemetry) + "\"";
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) +
                "\", \"worker_placement\": \"" + esc(worker_placement) + "\", \"workers_reason\": \"" + esc(workers_reason) +

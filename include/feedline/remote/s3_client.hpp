@@ -562,7 +562,8 @@ public:
             r.length = ranges[i].length;
             r.dest = ranges[i].dest;
         }
-        detail::run_s3_requests(requests, s_, s_.max_requests);
+        const unsigned in_flight = s_.max_requests_set ? s_.max_requests : std::max(s_.max_requests, detail::remote_requests_in_flight);
+        detail::run_s3_requests(requests, s_, in_flight);
     }
 
 private:

@@ -224,7 +224,54 @@ public:
             fetch(requests);
     }
 
+    // The range's blocks are in the local block cache: the fetch ahead leaves it to the worker.
+    bool at_hand(std::uint64_t offset, std::uint64_t length) const override {
+        block_cache* cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads();
+        if (cache == nullptr || length == 0 || offset > size() || length > size() - offset) return false;
+        if (thread_blocks().size() > 8192) thread_blocks().clear();  // no pointer into it is held here
+        const std::uint64_t block = cache->block_bytes();
+        for (std::uint64_t b = offset / block; b <= (offset + length - 1) / block; ++b)
+            if (local_block(*cache, b) == nullptr) return false;
+        return true;
+    }
+
+    // Ranges that lie within one block of the local cache: views into its mapping (no copy).
+    void cached_views(std::span<const read_request> requests, std::span<std::span<const std::byte>> views) const override {
+        block_cache* cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads();
+        std::uint64_t hits = 0;
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+            const read_request& r = requests[i];
+            const auto* o = static_cast<const s3_object*>(r.source);
+            views[i] = {};
+            if (cache == nullptr || r.length == 0 || r.offset > o->size() || r.length > o->size() - r.offset) continue;
+            const std::uint64_t block = cache->block_bytes(), b = r.offset / block;
+            if ((r.offset + r.length - 1) / block != b) continue;  // across two blocks: read (rare for a window)
+            if (const cached_block* local = o->local_block(*cache, b)) {
+                views[i] = local->bytes.subspan(r.offset - b * block, r.length);
+                ++hits;
+            }
+        }
+        if (hits) detail::remote_counters::instance().cached(hits, 0);
+    }
+
 private:
+    // This thread's table of the blocks it has read: no lock, no reference count touched per window
+    // (blocks are immutable, named by content).
+    using block_table = std::unordered_map<block_cache::block_key, cached_block, block_cache::block_key_hash>;
+    static block_table& thread_blocks() {
+        thread_local block_table mine;
+        return mine;
+    }
+    // Block `b` from this thread's table, else the cache (then kept in the table); nullptr: not cached.
+    const cached_block* local_block(block_cache& cache, std::uint64_t b) const {
+        block_table& mine = thread_blocks();
+        const block_cache::block_key k = block_cache::key_of(cache_id_, b);
+        if (auto it = mine.find(k); it != mine.end()) return &it->second;
+        const std::uint64_t length = std::min(cache.block_bytes(), size() - b * cache.block_bytes());
+        if (auto hit = cache.find(cache_id_, b, length)) return &mine.emplace(k, std::move(*hit)).first->second;
+        return nullptr;
+    }
+
     static void check_ranges(std::span<const read_request> requests) {
         for (const read_request& r : requests) {
             const auto* o = static_cast<const s3_object*>(r.source);
@@ -238,18 +285,15 @@ private:
     void read_through_cache(block_cache& cache, std::span<const read_request> requests) const {
         const std::uint64_t block = cache.block_bytes();
         // The blocks this batch needs (a few dozen: found by a linear search), from this thread's table
-        // of blocks it has read (no lock, no reference count touched per window: blocks are immutable,
-        // named by content), else the cache, else to fetch.
+        // of blocks it has read, else the cache, else to fetch.
         struct needed {
             const s3_object* object;
             std::uint64_t index;
             const cached_block* bytes;
             bool missing;
         };
-        using table = std::unordered_map<block_cache::block_key, cached_block, block_cache::block_key_hash>;
-        thread_local table mine;
-        if (mine.size() > 8192) mine.clear();   // between batches only: `have` points into it
-        thread_local std::vector<needed> have;  // reused: no allocation per batch once warm
+        if (thread_blocks().size() > 8192) thread_blocks().clear();  // between batches only: `have` points into it
+        thread_local std::vector<needed> have;                       // reused: no allocation per batch once warm
         have.clear();
         std::vector<cached_block> fetched;  // the missing blocks' buffers, for this batch
         const auto find = [&](const s3_object* o, std::uint64_t b) -> needed* {
@@ -263,14 +307,8 @@ private:
             const auto* o = static_cast<const s3_object*>(r.source);
             for (std::uint64_t b = r.offset / block; b <= (r.offset + r.length - 1) / block; ++b) {
                 if (find(o, b) != nullptr) continue;
-                const block_cache::block_key k = block_cache::key_of(o->cache_id_, b);
-                if (auto it = mine.find(k); it != mine.end()) {
-                    have.push_back({o, b, &it->second, false});
-                    continue;
-                }
-                const std::uint64_t length = std::min(block, o->size() - b * block);
-                if (auto hit = cache.find(o->cache_id_, b, length)) {
-                    have.push_back({o, b, &mine.emplace(k, std::move(*hit)).first->second, false});
+                if (const cached_block* local = o->local_block(cache, b)) {
+                    have.push_back({o, b, local, false});
                 } else {
                     have.push_back({o, b, nullptr, true});
                     ++missing;

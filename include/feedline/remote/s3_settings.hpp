@@ -33,8 +33,11 @@ struct s3_settings {
     std::string access_key, secret_key, session_token;
     bool sign = true;                // false: anonymous requests (a public bucket)
     std::string credentials_source;  // where the keys came from, for errors and `feedline-inspect`
-    // Ranged GETs one worker keeps in flight (each worker reads its batch's windows at once).
+    // Ranged GETs one worker keeps in flight (each worker reads its batch's windows at once). Unless
+    // set (FEEDLINE_S3_MAX_REQUESTS), the pipeline's fetch ahead may keep more, from the measured
+    // latency (detail::remote_requests_in_flight).
     unsigned max_requests = 32;
+    bool max_requests_set = false;
     // The local block cache (remote/block_cache.hpp): its directory ("" = none), its budget (nullopt:
     // a tenth of the free space where it lives, at most 32 GiB; 0: no cache) and its block size.
     std::string cache_directory;
@@ -214,6 +217,7 @@ inline s3_settings s3_settings_from(const std::function<std::optional<std::strin
     }
 
     s.max_requests = static_cast<unsigned>(detail::positive_setting(env, "FEEDLINE_S3_MAX_REQUESTS", s.max_requests));
+    if (const auto v = env("FEEDLINE_S3_MAX_REQUESTS"); v && !v->empty()) s.max_requests_set = true;
     s.retry.attempts = static_cast<unsigned>(detail::positive_setting(env, "FEEDLINE_S3_ATTEMPTS", s.retry.attempts));
     s.retry.retry_seconds = detail::positive_setting(env, "FEEDLINE_S3_RETRY_SECONDS", s.retry.retry_seconds);
     s.retry.first_backoff_seconds = detail::positive_setting(env, "FEEDLINE_S3_BACKOFF_SECONDS", s.retry.first_backoff_seconds);

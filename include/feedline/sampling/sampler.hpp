@@ -368,6 +368,35 @@ public:
 
     const sampler_state& state() const noexcept { return state_; }
 
+    // Single dataset: the state at the first step of `epoch`, for restore() to begin a run there, as
+    // if the epochs before had been walked (set_epoch). Packed rows lay out each epoch before it once
+    // (their lengths differ). Throws config_error for a blend (each dataset walks its own epochs) and
+    // for an epoch past what a run can reach.
+    sampler_state state_at_epoch(std::uint64_t epoch) {
+        if (streams_.size() > 1) throw config_error("epoch", "a blend has no common epoch: each of its datasets walks its own");
+        const std::uint64_t g = config_.global_batch, limit = max_step / g;
+        std::uint64_t step = 0;
+        if (config_.mode == sample_mode::windows) {
+            const std::uint64_t per = steps_in_epoch(0);
+            if (per != 0 && epoch > limit / per) throw config_error("epoch", std::to_string(epoch) + ": past what a run can reach");
+            step = epoch * per;
+        } else {
+            for (std::uint64_t e = 0; e < epoch; ++e) {
+                check_epoch_fits(e);
+                step += steps_in_epoch(e);
+                if (step > limit) throw config_error("epoch", std::to_string(epoch) + ": past what a run can reach");
+            }
+        }
+        sampler_state s = state_;
+        if (step == 0) {
+            s.step = s.taken[0] = s.epoch[0] = s.index[0] = 0;
+        } else {
+            batch_plan last;
+            plan_at(step - 1, last, s);  // the state the previous epoch's last step leaves, as restore() expects it
+        }
+        return s;
+    }
+
     // The furthest step x global batch a state may hold: far past any run, far from wrapping 2^64.
     static constexpr std::uint64_t max_step = std::uint64_t(1) << 62;
 

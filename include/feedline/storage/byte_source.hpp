@@ -46,6 +46,20 @@ public:
     // io_uring) take it; everything else reads through read_at().
     virtual const file* local_file() const noexcept { return nullptr; }
 
+    // Whether [offset, offset + length) is on this machine already (a remote object's blocks in the
+    // local cache), so fetching it ahead gains nothing. Default: no.
+    virtual bool at_hand(std::uint64_t /*offset*/, std::uint64_t /*length*/) const { return false; }
+
+    // Where each request's bytes already sit in this process's memory or a mapping (a remote object's
+    // blocks in the local cache), so they can be converted from there without a copy: views[i] for
+    // requests[i] (all with this source's batch_key), empty where they must be read. A view stays valid
+    // until this thread next reads through these sources; a mapped one is read under a SIGBUS guard.
+    // Default: none.
+    virtual void cached_views(std::span<const read_request> requests, std::span<std::span<const std::byte>> views) const {
+        (void)requests;
+        for (auto& v : views) v = {};
+    }
+
     // Sources that can serve many ranges at once (a remote client's objects: concurrent requests)
     // share a key; read_batch is called with requests whose sources all have this source's key.
     virtual const void* batch_key() const noexcept { return this; }
@@ -74,6 +88,18 @@ inline void read_through_sources(std::span<const read_request> requests) {
         std::size_t last = first + 1;
         while (last < sorted.size() && sorted[last].source->batch_key() == sorted[first].source->batch_key()) ++last;
         sorted[first].source->read_batch(std::span<const read_request>(sorted.data() + first, last - first));
+        first = last;
+    }
+}
+
+// byte_source::cached_views for requests of any sources (a local file's: none; they are mapped by
+// the readers), one call per run of requests that share a batch key.
+inline void cached_views(std::span<const read_request> requests, std::span<std::span<const std::byte>> views) {
+    for (std::size_t first = 0; first < requests.size();) {
+        const void* key = requests[first].source->batch_key();
+        std::size_t last = first + 1;
+        while (last < requests.size() && requests[last].source->batch_key() == key) ++last;
+        requests[first].source->cached_views(requests.subspan(first, last - first), views.subspan(first, last - first));
         first = last;
     }
 }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/storage/fetch_ahead.hpp>
 #include <feedline/storage/guarded_copy.hpp>
 #include <feedline/storage/read_request.hpp>
 
@@ -81,7 +82,7 @@ public:
     // Allocates only when it meets a file for the first time. A file truncated by another process
     // after mapping would raise SIGBUS in a plain memcpy; the copy is guarded (storage/guarded_copy.hpp)
     // and throws format_error naming the file and offset instead.
-    // Sources that are not local files are read through them, all at once (read_through_sources).
+    // Sources that are not local files are read through them, all at once (read_remote: a fetch-ahead's first).
     void read(std::span<const read_request> requests) {
         others_.clear();
         for (const auto& r : requests) {
@@ -92,7 +93,7 @@ public:
             else
                 others_.push_back(r);
         }
-        detail::read_through_sources(others_);
+        detail::read_remote(others_);
         volatile std::size_t at = 0;  // the request being copied, for the error
         const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
             for (std::size_t i = 0; i < requests.size(); ++i) {

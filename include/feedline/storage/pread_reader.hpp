@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include <feedline/storage/fetch_ahead.hpp>
 #include <feedline/storage/read_request.hpp>
 
 namespace feedline {
@@ -15,7 +16,7 @@ namespace feedline {
 class pread_reader {
 public:
     // Fills every request with its source's read_at (pread, retrying EINTR and short reads, for a local
-    // file); other sources read theirs all at once (read_through_sources). Not thread-safe; allocates
+    // file); other sources read theirs all at once (read_remote: a fetch-ahead's first). Not thread-safe; allocates
     // nothing once warm; throws format_error / io_error as described by the reader concept.
     void read(std::span<const read_request> requests) {
         others_.clear();
@@ -26,7 +27,7 @@ public:
             else if (r.length > 0)
                 others_.push_back(r);
         }
-        detail::read_through_sources(others_);
+        detail::read_remote(others_);
     }
     std::string_view name() const noexcept { return "pread"; }
 

@@ -104,6 +104,11 @@ inline thread_local std::function<bool()> io_cancel;
 // not the disk).
 inline thread_local bool remote_cache_bypass = false;
 
+// Requests this thread's remote reads may keep in flight at once; 0: the storage's own setting. The
+// pipeline's fetch-ahead thread sets it from the measured latency and rate
+// (pipeline/detail/fetch_ahead_thread.hpp); a setting the user gave (FEEDLINE_S3_MAX_REQUESTS) wins.
+inline thread_local unsigned remote_requests_in_flight = 0;
+
 // Sets io_cancel for this thread while it lives.
 class scoped_io_cancel {
 public:

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/storage/fetch_ahead.hpp>
 #include <feedline/storage/read_request.hpp>
 
 namespace feedline {
@@ -105,7 +106,7 @@ public:
             else
                 others_.push_back(r);  // not a local file: through its source, all at once
         }
-        detail::read_through_sources(others_);
+        detail::read_remote(others_);
         std::exception_ptr failure;
         std::vector<unsigned> resume;  // bounce ops that keep their slot and buffer for another read
         unsigned in_flight = 0;
