@@ -402,11 +402,8 @@ class Writer:
             raise ValueError(f"vocab_size must be a positive whole number, not {vocab_size!r}")
         if not isinstance(shard_bytes, int) or shard_bytes < 0:
             raise ValueError(f"shard_bytes must be a whole number >= 0, not {shard_bytes!r}")
-        if dtype is None:
-            if vocab_size is None or vocab_size < 65500 or (format == "llmc" and vocab_size <= 65536):
-                dtype = "uint16"
-            else:
-                dtype = "uint32" if format == "llmc" else "int32"
+        if dtype is None:  # feedline-pack's own rule
+            dtype = "uint16" if vocab_size is None else _feedline.pack_dtype(format, vocab_size)
         if delimiter is None and format == "llmc":
             delimiter = 50256 if dtype == "uint16" else 128000
             if vocab_size is not None and delimiter >= vocab_size:

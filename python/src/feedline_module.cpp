@@ -535,6 +535,11 @@ NB_MODULE(_feedline, m) {
 
     m.def("cuda_devices", [] { return feedline::gpu_probe().devices; });  // 0 without a GPU or without CUDA in this build
     m.def("version", [] { return std::to_string(FEEDLINE_VERSION_MAJOR) + "." + std::to_string(FEEDLINE_VERSION_MINOR); });
+    // The dtype feedline-pack picks for a vocabulary in a format (output/pack_text.hpp): Writer's default.
+    m.def(
+        "pack_dtype",
+        [](const std::string& format, std::uint64_t vocab_size) { return std::string(to_string(feedline::pack_dtype("auto", format, vocab_size))); },
+        "format"_a, "vocab_size"_a);
     // The pipeline's options as their declarations say: for Pipeline's docstring and keyword checks.
     m.def("options", [] {
         nb::list out;
