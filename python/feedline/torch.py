@@ -73,9 +73,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
             end = (int(state["step"]) if state else 0) + self._steps_per_epoch
             kwargs["max_steps"] = min(end, int(kwargs["max_steps"])) if kwargs.get("max_steps") else end
         self._pipeline = Pipeline(*self._args, **kwargs)
-        if self._epoch is not None:  # set_epoch(): this pass is that epoch
+        if self._epoch is not None:  # set_epoch(): this pass is that epoch ...
             self._pipeline._engine.set_epoch(self._epoch, True)
             self._epoch = None
+            start = self._pipeline.state_dict()["step"]
+            resume = self._pending_state  # ... from where a checkpoint taken inside it left off
+            if resume is not None and start <= int(resume["step"]) < self._pipeline._engine.end_step:
+                self._pipeline.load_state_dict(resume)
         elif state is not None:
             self._pipeline.load_state_dict(state)
         self._pending_state = None

@@ -381,6 +381,7 @@ TEST_CASE("Pipeline.Epochs.SetEpochStartsWhereAWholeRunReachesThatEpochAndCanEnd
             CHECK(to_json(from.state()) == to_json(whole.state()));
             // Only that epoch: it ends where the next one starts.
             pipeline one(data, cfg);
+            one.set_epoch(0, /*only_that_epoch=*/true);  // changed before the first batch: the last call counts
             one.set_epoch(n, /*only_that_epoch=*/true);
             CHECK(one.end_step() == starts[n + 1]);
             const std::vector<copied> epoch = take(one, starts[n + 1] - starts[n]);

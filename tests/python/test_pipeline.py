@@ -473,6 +473,20 @@ def test_set_epoch_starts_at_that_epochs_first_batch_and_the_adapter_passes_over
         assert len(items) == per
         assert all(torch.equal(a, b[2]) for a, b in zip(items, whole[n * per:(n + 1) * per]))
     assert ds.state_dict()["step"] == 3 * per  # the end of epoch 2
+    # A checkpoint taken inside an epoch: the usual loop (load_state_dict, then set_epoch before each
+    # pass) goes on from it, not from the epoch's first batch again.
+    ds = ft.IterableDataset(data["megatron"], **CONFIG)
+    ds.set_epoch(1)
+    it = iter(DataLoader(ds, batch_size=None, num_workers=0))
+    for _ in range(2):
+        next(it)
+    saved = ds.state_dict()
+    resumed = ft.IterableDataset(data["megatron"], **CONFIG)
+    resumed.load_state_dict(saved)
+    resumed.set_epoch(1)
+    items = [i["inputs"].clone() for i in DataLoader(resumed, batch_size=None, num_workers=0)]
+    assert len(items) == per - 2
+    assert all(torch.equal(a, b[2]) for a, b in zip(items, whole[per + 2:2 * per]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU (torch.cuda.is_available() is False)")

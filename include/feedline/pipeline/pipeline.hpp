@@ -150,7 +150,7 @@ public:
         datasets_ = datasets;  // copies for the workers' own samplers and the fetch ahead's
         weights_ = weights;
         sampler_ = std::make_unique<sampler>(std::move(datasets), weights, sc);
-        end_step_ = end_of_run(sc.global_batch);
+        end_step_ = run_end_step_ = end_of_run(sc.global_batch);
         // Windows of one small dataset: every worker plans with a sampler of its own (plan_at), so
         // planning runs in parallel instead of behind planner_ (with 2 workers, waiting for the lock
         // cost each worker as much as planning itself). Packed mode plans sequentially (plan_at would
@@ -173,12 +173,11 @@ public:
         std::uint64_t all_samplers_bytes = 0;
         for (std::size_t i = 0; i < sources_.size(); ++i) all_samplers_bytes += sampler_->stream(i).memory_bytes();
         std::uint64_t worker_bytes = 0, index_bytes = all_samplers_bytes + (own_planners_ ? sampler_bytes * workers.workers : 0);
-        if (remote_step_bytes) index_bytes += all_samplers_bytes;
         for (const auto& s : sources_) {
             worker_bytes += s.source->worker_bytes(source_context::of(config_));
             index_bytes += s.source->index_bytes(source_context::of(config_));
         }
-        memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes, remote_step_bytes);
+        memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes, remote_step_bytes, all_samplers_bytes);
         all_rows_.resize(config_.batch_size);
         for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
         counters_ = std::make_unique<source_counters[]>(sources_.size());
@@ -272,6 +271,7 @@ public:
     void set_epoch(std::uint64_t epoch, bool only_that_epoch = false) {
         if (delivery_.started()) throw config_error("set_epoch", "call set_epoch() before the first batch");
         const sampler_state start = sampler_->state_at_epoch(epoch);
+        end_step_ = run_end_step_;
         if (only_that_epoch) {
             const std::uint64_t next = sampler_->state_at_epoch(epoch + 1).step;
             end_step_ = end_step_ ? std::min(end_step_, next) : next;
@@ -372,14 +372,15 @@ private:
     // Picks the number of slots within the budget (the config's prefetch if given). Throws config_error
     // when even two slots do not fit.
     // Remote data (`remote_step_bytes`: a step's ranges) gets a fetch-ahead share of what is left after
-    // the slots the ring needs.
+    // the slots the ring needs and the fetch thread's own sampler (`planner_bytes`), charged only when
+    // it runs.
     memory_plan plan_memory(std::uint64_t budget, unsigned workers, std::size_t slot_bytes, std::uint64_t worker_bytes,
-                            std::uint64_t index_bytes, std::uint64_t remote_step_bytes) const {
+                            std::uint64_t index_bytes, std::uint64_t remote_step_bytes, std::uint64_t planner_bytes) const {
         memory_plan p{
             .budget = budget, .slot_bytes = slot_bytes, .worker_bytes = worker_bytes, .index_bytes = index_bytes, .workers = workers};
         std::uint64_t fixed = workers * worker_bytes + index_bytes;
         if (remote_step_bytes && config_.shards.fetch_ahead != 0) {
-            const std::uint64_t needed = fixed + std::max<std::uint64_t>(2, config_.prefetch) * slot_bytes;
+            const std::uint64_t needed = fixed + std::max<std::uint64_t>(2, config_.prefetch) * slot_bytes + planner_bytes;
             const std::uint64_t share = budget > needed ? (budget - needed) / defaults::fetch_ahead_budget_divisor : 0;
             if (config_.shards.fetch_ahead > 0) {  // asked for: it fits, or the error says what would
                 p.fetch_ahead_bytes = static_cast<std::uint64_t>(config_.shards.fetch_ahead) * remote_step_bytes;
@@ -392,7 +393,10 @@ private:
                 const std::uint64_t bytes = std::min(share, defaults::fetch_ahead_max_steps * remote_step_bytes);
                 p.fetch_ahead_bytes = bytes >= 2 * remote_step_bytes ? bytes : 0;
             }
-            fixed += p.fetch_ahead_bytes;
+            if (p.fetch_ahead_bytes) {
+                p.index_bytes += planner_bytes;
+                fixed += p.fetch_ahead_bytes + planner_bytes;
+            }
         }
         const std::size_t start = std::max<std::size_t>(2, defaults::start_depth_per_worker * std::size_t(workers));
         const std::size_t wanted = config_.prefetch ? config_.prefetch : start + std::max<std::size_t>(defaults::min_depth_headroom, start);
@@ -451,7 +455,9 @@ private:
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
         start_state_ = sampler_->state();
-        if (memory_.fetch_ahead_bytes) fetch_ahead_ = std::make_unique<fetch_ahead>(memory_.fetch_ahead_bytes);
+        if (memory_.fetch_ahead_bytes)
+            fetch_ahead_ =
+                std::make_unique<fetch_ahead>(memory_.fetch_ahead_bytes, [this] { return next_step_.load(std::memory_order_relaxed); });
         try {
             for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
             start_fetch_ahead();
@@ -623,7 +629,8 @@ private:
     std::vector<sampler_dataset> datasets_;
     std::vector<double> weights_;
     std::unique_ptr<sampler> sampler_;
-    std::uint64_t end_step_ = 0;  // end_step()
+    std::uint64_t end_step_ = 0;      // end_step()
+    std::uint64_t run_end_step_ = 0;  // what max_steps and epochs make it (set_epoch may end sooner)
     bool own_planners_ = false;
     std::vector<std::unique_ptr<sampler>> planners_;  // own_planners_: worker i's sampler
     std::atomic<std::uint64_t> next_step_{0};         // the next step a worker takes

@@ -238,6 +238,7 @@ public:
     // Ranges that lie within one block of the local cache: views into its mapping (no copy).
     void cached_views(std::span<const read_request> requests, std::span<std::span<const std::byte>> views) const override {
         block_cache* cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads();
+        if (thread_blocks().size() > 8192) thread_blocks().clear();  // bounded: the views of earlier calls are not used again
         std::uint64_t hits = 0;
         for (std::size_t i = 0; i < requests.size(); ++i) {
             const read_request& r = requests[i];

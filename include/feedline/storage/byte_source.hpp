@@ -53,7 +53,8 @@ public:
     // Where each request's bytes already sit in this process's memory or a mapping (a remote object's
     // blocks in the local cache), so they can be converted from there without a copy: views[i] for
     // requests[i] (all with this source's batch_key), empty where they must be read. A view stays valid
-    // until this thread next reads through these sources; a mapped one is read under a SIGBUS guard.
+    // until this thread next reads through these sources or asks for views again; a mapped one is read
+    // under a SIGBUS guard.
     // Default: none.
     virtual void cached_views(std::span<const read_request> requests, std::span<std::span<const std::byte>> views) const {
         (void)requests;

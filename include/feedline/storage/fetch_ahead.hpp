@@ -37,7 +37,10 @@ struct fetch_ahead_counts {
 
 class fetch_ahead {
 public:
-    explicit fetch_ahead(std::uint64_t budget_bytes) : budget_(budget_bytes) {}
+    // `first_unclaimed`: the first step no worker has taken yet (a pipeline's claim counter). Ranges of
+    // steps before it are not kept: their worker may have written the step already.
+    explicit fetch_ahead(std::uint64_t budget_bytes, std::function<std::uint64_t()> first_unclaimed = {})
+            : budget_(budget_bytes), first_unclaimed_(std::move(first_unclaimed)) {}
     fetch_ahead(const fetch_ahead&) = delete;
     fetch_ahead& operator=(const fetch_ahead&) = delete;
 
@@ -46,16 +49,6 @@ public:
     std::uint64_t room() const {
         std::lock_guard lock(mutex_);
         return budget_ - std::min(budget_, held_);
-    }
-    // Waits until `bytes` fit (or `stopped()`, checked every 100 ms). False when stopped.
-    bool wait_for_room(std::uint64_t bytes, const std::function<bool()>& stopped) {
-        std::unique_lock lock(mutex_);
-        bytes = std::min(bytes, budget_);
-        while (held_ + bytes > budget_) {
-            if (stopped()) return false;
-            changed_.wait_for(lock, std::chrono::milliseconds(100));
-        }
-        return !stopped();
     }
 
     // The fetch-ahead thread: reads `ranges` (their dest is ignored), the ranges of `step` onwards, all
@@ -66,24 +59,42 @@ public:
     };
     void fetch(std::span<const planned> ranges) {
         if (ranges.empty()) return;
+        // Entries and buffers made before the lock, so linking them cannot fail half-way (a worker
+        // would wait on an entry nobody fetches).
+        std::vector<std::shared_ptr<entry>> made;
+        made.reserve(ranges.size());
+        for (const planned& p : ranges) {
+            auto e = std::make_shared<entry>();
+            e->step = p.step;
+            e->range = p.range;
+            e->bytes.reset(new std::byte[p.range.length]);
+            e->range.dest = e->bytes.get();
+            made.push_back(std::move(e));
+        }
         std::vector<std::shared_ptr<entry>> fetching;
         std::vector<read_request> requests;
+        fetching.reserve(made.size());
+        requests.reserve(made.size());
         {
             std::lock_guard lock(mutex_);
-            for (const planned& p : ranges) {
-                auto e = std::make_shared<entry>();
-                e->step = p.step;
-                e->range = p.range;
-                e->bytes.reset(new std::byte[p.range.length]);
-                e->range.dest = e->bytes.get();
-                held_ += p.range.length;
-                entries_.emplace(key_of(p.range), e);
-                by_step_[p.step].push_back(e);
-                entries_held_.store(entries_.size(), std::memory_order_release);
-                steps_held_.store(by_step_.size(), std::memory_order_release);
-                fetching.push_back(e);
-                requests.push_back(e->range);
+            // Read under the lock: a worker claims a step before its step_done() takes the lock, so a
+            // step done already is seen as claimed here, and one done later drops what is linked now.
+            const std::uint64_t first = first_unclaimed_ ? first_unclaimed_() : 0;
+            try {
+                for (auto& e : made) {
+                    if (e->step < first) continue;
+                    entries_.emplace(key_of(e->range), e);
+                    fetching.push_back(e);
+                    held_ += e->range.length;
+                    by_step_[e->step].push_back(e);
+                    requests.push_back(e->range);
+                }
+            } catch (...) {  // out of memory linking: undo, so nobody waits for these
+                for (const auto& e : fetching) drop(e);
+                sync_sizes();
+                throw;
             }
+            sync_sizes();
         }
         bool ok = true;
         try {
@@ -91,12 +102,30 @@ public:
         } catch (...) {
             ok = false;  // forgotten: each worker reads its own ranges and reports what fails
         }
+        // Ranges the read left in a local cache (whole blocks were fetched for them) are served from
+        // there: keeping a copy too would only hold budget.
+        std::vector<char> local(fetching.size(), 0);
+        if (ok)
+            for (std::size_t i = 0; i < fetching.size(); ++i) {
+                const read_request& r = fetching[i]->range;
+                try {
+                    local[i] = r.source->at_hand(r.offset, r.length) ? 1 : 0;
+                } catch (...) {
+                }
+            }
         std::lock_guard lock(mutex_);
-        for (const auto& e : fetching) {
+        for (std::size_t i = 0; i < fetching.size(); ++i) {
+            const auto& e = fetching[i];
             e->state = ok ? phase::ready : phase::failed;
             if (ok) fetched_bytes_ += e->range.length;
-            if (!ok || e->orphan) drop(e);
+            if (local[i]) {
+                e->state = phase::failed;  // dropped without counting as unused: the cache serves it
+                drop(e);
+            } else if (!ok || e->orphan) {
+                drop(e);
+            }
         }
+        sync_sizes();
         changed_.notify_all();
     }
 
@@ -130,10 +159,7 @@ public:
                 rest.push_back(r);
                 continue;
             }
-            std::memcpy(r.dest, e->bytes.get(), r.length);
-            std::lock_guard lock(mutex_);
-            held_ -= r.length;
-            changed_.notify_all();
+            std::memcpy(r.dest, e->bytes.get(), r.length);  // unlinked: nothing frees it meanwhile
         }
     }
 
@@ -152,7 +178,7 @@ public:
                     drop(e);
             }
         by_step_.erase(it);
-        steps_held_.store(by_step_.size(), std::memory_order_release);
+        sync_sizes();
         changed_.notify_all();
     }
 
@@ -209,16 +235,21 @@ private:
             }
         entries_held_.store(entries_.size(), std::memory_order_release);
         e->linked = false;
+        held_ -= e->range.length;
     }
     void drop(const std::shared_ptr<entry>& e) {
         if (!e->linked) return;
         unlink(e);
-        held_ -= e->range.length;
         if (e->state == phase::ready) unused_bytes_ += e->range.length;
         e->bytes.reset();
     }
+    void sync_sizes() {
+        entries_held_.store(entries_.size(), std::memory_order_release);
+        steps_held_.store(by_step_.size(), std::memory_order_release);
+    }
 
     const std::uint64_t budget_;
+    const std::function<std::uint64_t()> first_unclaimed_;
     mutable std::mutex mutex_;
     std::condition_variable changed_;
     std::unordered_multimap<range_key, std::shared_ptr<entry>, range_key_hash> entries_;

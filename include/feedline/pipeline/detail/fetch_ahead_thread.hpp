@@ -84,11 +84,11 @@ public:
 
 private:
     void run() noexcept {
-        name_this_thread("feedline-fetch");
-        const scoped_io_cancel cancel(o_.stopped);
         const auto start = std::chrono::steady_clock::now();
         const auto now_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
         try {
+            name_this_thread("feedline-fetch");
+            const scoped_io_cancel cancel(o_.stopped);
             fetch_pacing pacing;
             std::vector<std::vector<std::uint32_t>> rows_of(o_.sources.size());
             std::vector<read_request> ranges;
@@ -113,7 +113,9 @@ private:
                 group.clear();
                 const std::uint64_t room = store_.room();
                 std::uint64_t bytes = 0;
-                while (next < target) {
+                // At most max_in_flight ranges a fetch: what is in flight at once, and a bound on what a
+                // read through the block cache downloads at once (whole blocks).
+                while (next < target && group.size() < max_in_flight && !o_.stopped()) {
                     const batch_plan& plan = plan_of(next);
                     ranges.clear();
                     ranges_of(plan, rows_of, ranges);
@@ -124,7 +126,7 @@ private:
                     std::uint64_t b = 0;
                     for (const auto& r : ranges) b += r.length;
                     step_bytes = b;
-                    if (bytes + b > room) break;  // fetched once there is room
+                    if (bytes + b > room || (!group.empty() && group.size() + ranges.size() > max_in_flight)) break;  // next time
                     for (const auto& r : ranges) group.push_back({next, r});
                     bytes += b;
                     idle = 0, ++next;
