@@ -8,6 +8,9 @@
 //                     into one reused buffer (uint16 -> int32), the baseline the targets are set against
 //   gather_prefetch_Nt the same loop with feedline's software prefetch of the next windows: what is
 //                     left of the library's cost once both use the same technique
+//   gather_handoff_Nt the naive loop writing batch b into buffer b % S of a pool the threads share (S =
+//                     the pipeline's slots for N workers), as workers write into a ring's slots: what
+//                     handing batches between threads costs in the caches, without the library
 //   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
 // Rates are steady state: a pipeline's clock starts at its first batch (the start-up, from the
 // constructor to the first batch, is reported on its own as first_batch_ms), and each case moves
@@ -62,14 +65,20 @@ struct mapped_shards {
 // `threads` threads gather `batches` batches of random windows into per-thread reused buffers. With
 // `prefetch`, the loop does what feedline's workers do with a batch's plan: draws all of the batch's
 // windows first and requests each window's cache lines two windows before converting it.
-double naive_gather(const mapped_shards& m, shape S, unsigned threads, std::uint64_t batches, bool prefetch = false) {
+// With `handoff_slots` > 0, batch b is written into buffer b % handoff_slots of a pool shared by the
+// threads, as the pipeline's workers write into its ring's slots, instead of a buffer of the thread's own.
+double naive_gather(const mapped_shards& m, shape S, unsigned threads, std::uint64_t batches, bool prefetch = false,
+                    std::size_t handoff_slots = 0) {
     const std::uint64_t B = S.B, T = S.T;
     std::vector<std::thread> pool;
     std::atomic<std::uint64_t> sink{0};
+    std::vector<std::vector<std::int32_t>> shared(2 * handoff_slots, std::vector<std::int32_t>(B * T, 1));
     auto t0 = clock_type::now();
     for (unsigned t = 0; t < threads; ++t)
         pool.emplace_back([&, t] {
-            std::vector<std::int32_t> inputs(B * T), targets(B * T);
+            std::vector<std::int32_t> own_inputs(handoff_slots ? 0 : B * T), own_targets(handoff_slots ? 0 : B * T);
+            std::int32_t* inputs = own_inputs.data();
+            std::int32_t* targets = own_targets.data();
             std::vector<const std::uint16_t*> windows(B);
             auto fetch = [T](const std::uint16_t* w) {
                 for (std::uint64_t j = 0; j < T + 1; j += 32) __builtin_prefetch(w + j, 0, 3);
@@ -78,6 +87,10 @@ double naive_gather(const mapped_shards& m, shape S, unsigned threads, std::uint
             std::mt19937_64 rng(t + 1);
             std::uint64_t local = 0;
             for (std::uint64_t b = t; b < batches; b += threads) {
+                if (handoff_slots) {
+                    inputs = shared[2 * (b % handoff_slots)].data();
+                    targets = shared[2 * (b % handoff_slots) + 1].data();
+                }
                 if (!prefetch) {
                     for (std::uint64_t i = 0; i < B; ++i) {
                         const auto& [tok, n] = m.shards[rng() % m.shards.size()];
@@ -344,6 +357,8 @@ int main(int argc, char** argv) {
             cases.add(key("feedline", S, n, "tokens/s"),
                       [&, S, n, per_case] { return feedline_rate(data, S, n, per_case, first_batch_ms[S.name() + std::to_string(n)]); });
             cases.add(key("gather_prefetch", S, n, "tokens/s"), [&, S, n, per_case] { return naive_gather(m, S, n, per_case, true); });
+            cases.add(key("gather_handoff", S, n, "tokens/s"),
+                      [&, S, n, per_case] { return naive_gather(m, S, n, per_case, false, 2 * std::max(2u, 2 * n)); });
         }
     if (!only.empty()) {
         cases.keep_only(only);
@@ -355,10 +370,13 @@ int main(int argc, char** argv) {
     for (const shape S : shapes)
         for (const unsigned n : workers) {
             const double naive = r[key("naive_gather", S, n, "tokens/s")].median, fed = r[key("feedline", S, n, "tokens/s")].median,
-                         pre = r[key("gather_prefetch", S, n, "tokens/s")].median;
+                         pre = r[key("gather_prefetch", S, n, "tokens/s")].median,
+                         handoff = r[key("gather_handoff", S, n, "tokens/s")].median;
             const double first = summarise(first_batch_ms[S.name() + std::to_string(n)]).median;
-            std::printf("%s, %u thread(s): feedline / naive gather %.3f, / gather with prefetch %.3f; first batch %.1f ms\n",
-                        S.name().c_str(), n, fed / naive, fed / pre, first);
+            std::printf(
+                "%s, %u thread(s): feedline / naive gather %.3f, / gather with prefetch %.3f, / gather into shared slots %.3f; first "
+                "batch %.1f ms\n",
+                S.name().c_str(), n, fed / naive, fed / pre, fed / handoff, first);
             sweep.push_back({{"shape", S.name()},
                              {"batch_size", S.B},
                              {"seq_len", S.T},
@@ -366,7 +384,9 @@ int main(int argc, char** argv) {
                              {"feedline", fed},
                              {"naive_gather", naive},
                              {"gather_prefetch", pre},
+                             {"gather_handoff", handoff},
                              {"vs_naive_gather", fed / naive},
+                             {"vs_gather_handoff", fed / handoff},
                              {"vs_gather_prefetch", fed / pre},
                              {"first_batch_ms", first}});
         }

@@ -96,16 +96,28 @@ std::vector<std::string> config_arguments(const std::string& path) {
     return args;
 }
 
+// Most useful first (doctor::rank); a finding made moot by another is indented under it.
 void print_findings(const std::vector<doctor::finding>& findings) {
-    for (const auto& x : findings)
-        std::printf("%s [%s]: %s\n  evidence: %s\n", x.code.c_str(), x.severity.c_str(), x.action.c_str(),
-                    tools::json_text(x.evidence).c_str());
+    for (const auto& x : findings) {
+        const char* indent = x.moot_by.empty() ? "" : "    ";
+        const std::string gain =
+            x.gain ? fmt::format(" (gain: {}{:.0f}% tokens/s)", x.code == "gpu-underused" ? "up to +" : "+", 100 * *x.gain) : std::string();
+        std::printf("%s%s [%s]%s: %s\n%s  evidence: %s\n", indent, x.code.c_str(), x.severity.c_str(), gain.c_str(), x.action.c_str(),
+                    indent, tools::json_text(x.evidence).c_str());
+    }
 }
 
 nlohmann::json findings_json(const std::vector<doctor::finding>& findings) {
     nlohmann::json list = nlohmann::json::array();
-    for (const auto& x : findings)
-        list.push_back({{"code", x.code}, {"severity", x.severity}, {"evidence", x.evidence}, {"action", x.action}});
+    for (const auto& x : findings) {
+        nlohmann::json f{{"code", x.code},
+                         {"severity", x.severity},
+                         {"evidence", x.evidence},
+                         {"action", x.action},
+                         {"gain", x.gain ? nlohmann::json(*x.gain) : nlohmann::json()}};
+        if (!x.moot_by.empty()) f["moot_by"] = x.moot_by;
+        list.push_back(std::move(f));
+    }
     return list;
 }
 

@@ -69,8 +69,11 @@ TEST_CASE("Autotuner.Depth.DeepenedForABurstyTrainerUpToTheSlots") {
     autotuner::knobs k{.workers = 1, .depth = 2};
     (void)d.interval(k, 0, 0, 1);
     // Bursts: the trainer stalls (> 1%) while the producer also waited for room (> 10%).
-    for (int i = 0; i < 4; ++i) k = d.interval(k, 0.2, 0.3, 1);
-    CHECK(k.depth == 6);
+    // Each raise adds half the depth (at least one): 2, 3, 4, 6.
+    for (const std::size_t want : {3, 4, 6}) {
+        k = d.interval(k, 0.2, 0.3, 1);
+        CHECK(k.depth == want);
+    }
     CHECK(k.workers == 1);  // depth first: the workers were idle, not short
     // At the slots allocated the ring cannot deepen: a stall is then answered with one more worker.
     k = d.interval(k, 0.2, 0.3, 1);

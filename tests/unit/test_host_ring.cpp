@@ -167,6 +167,46 @@ TEST_CASE("HostRing.Depth.ProducersRunAtMostDepthAheadOfReleases") {
     CHECK(ring.depth() == 1);
 }
 
+// Below full depth each release lets exactly one more batch start: it wakes that batch's producer
+// and no other (before, every sleeping producer woke at each release, and 15 of 16 went back to sleep).
+TEST_CASE("HostRing.Depth.AReleaseWakesOnlyTheProducerItAdmits") {
+    host_ring ring({.slots = 8, .slot_bytes = 16});
+    ring.set_depth(2);
+    for (std::uint64_t s = 0; s < 2; ++s) {
+        fill(ring.acquire(s), 16, s);
+        ring.publish(s, 16);
+    }
+    std::atomic<int> started{0};
+    std::vector<std::thread> producers;
+    for (std::uint64_t s = 2; s < 5; ++s)
+        producers.emplace_back([&ring, &started, s] {
+            std::byte* p = ring.acquire(s);
+            if (p == nullptr) return;
+            fill(p, 16, s);
+            ring.publish(s, 16);
+            started.fetch_add(1);
+        });
+    for (int i = 0; i < 100000 && ring.producers_asleep() < 3; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    REQUIRE(ring.producers_asleep() == 3);
+    const std::uint64_t woken = ring.producer_wakeups();
+    auto h0 = ring.next();
+    REQUIRE(h0);
+    h0.reset();  // admits batch 2 only
+    for (int i = 0; i < 100000 && started.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    CHECK(started.load() == 1);
+    CHECK(ring.producer_wakeups() == woken + 1);
+    CHECK(ring.producers_asleep() == 2);  // 3 and 4 never woke
+    for (std::uint64_t s = 1; s < 5; ++s) {
+        auto b = ring.next();  // each release admits the next producer in turn
+        REQUIRE(b);
+        CHECK(b->sequence() == s);
+        CHECK(holds(b->host(), 16, s));
+    }
+    for (auto& t : producers) t.join();
+    CHECK(started.load() == 3);
+    CHECK(ring.producer_wakeups() == woken + 3);
+}
+
 // Coalesced wake-ups (the pipelines' setting): a consumer that had to sleep is woken once half the
 // depth is ready, not by every publish; closing, a held batch or the time limit end the wait early.
 namespace {

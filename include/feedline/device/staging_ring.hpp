@@ -142,16 +142,13 @@ public:
     std::byte* acquire(std::uint64_t seq) {
         slot& s = slots_[seq % n_];
         auto t0 = std::chrono::steady_clock::now();
-        // At full depth a producer waits on its own slot's wait point, so a release wakes the one
-        // producer it frees instead of every sleeping one: with 16 workers behind a consumer that
-        // takes batches as fast as they come, waking all of them at each release cost more than the
-        // copies (docs/benchmarks.md). Below full depth the condition depends on other slots'
-        // releases too; those waits use writable_, which every release notifies.
+        // A producer sleeps on its own slot's wait point, whatever the depth, and each release wakes
+        // only the producers it lets go: the one whose slot it freed, and below full depth the one its
+        // count admits (release_slot). With 16 workers behind a consumer that takes batches as fast as
+        // they come, waking every sleeping producer at each release cost more than the copies
+        // (docs/benchmarks.md). A depth change or close() wakes them all.
         auto free_for_seq = [&] { return s.stamp.load(std::memory_order_acquire) == 2 * seq && within_depth(seq); };
-        while (!stopped() && !free_for_seq()) {
-            const bool full = depth() >= n_;
-            (full ? s.room : writable_).wait([&] { return stopped() || free_for_seq() || (depth() >= n_) != full; });
-        }
+        s.room.wait([&] { return stopped() || free_for_seq(); });
         producer_wait_ns_.fetch_add(elapsed_ns(t0), std::memory_order_relaxed);
         if (stopped()) return nullptr;
         prepare_fill(seq % n_);
@@ -258,20 +255,26 @@ public:
     // ring; memory is allocated for slots() up front either way. A consumer must hold fewer handles
     // than the depth, as it must hold fewer than slots().
     void set_depth(std::size_t depth) noexcept {
-        depth_.store(std::clamp<std::size_t>(depth, 1, n_), std::memory_order_release);
+        depth_.store(std::clamp<std::size_t>(depth, 1, n_), std::memory_order_seq_cst);  // see release_slot
         notify_producers();
     }
     std::size_t depth() const noexcept { return depth_.load(std::memory_order_acquire); }
 
     std::uint64_t next_sequence() const noexcept { return next_; }
-    // Producers asleep in acquire() now, and wake-ups sent to a sleeping consumer so far (close()
-    // included): lets tests wait for a producer to block, or check that a publish woke nobody.
+    // Producers asleep in acquire() now, and wake-ups sent to a sleeping consumer or to sleeping
+    // producers so far (close() included): lets tests wait for a producer to block, or check that a
+    // publish or a release woke nobody it did not let go.
     std::size_t producers_asleep() const noexcept {
-        std::size_t n = writable_.sleepers();
+        std::size_t n = 0;
         for (std::size_t i = 0; i < n_; ++i) n += slots_[i].room.sleepers();
         return n;
     }
     std::uint64_t consumer_wakeups() const noexcept { return ready_.wakes(); }
+    std::uint64_t producer_wakeups() const noexcept {
+        std::uint64_t n = 0;
+        for (std::size_t i = 0; i < n_; ++i) n += slots_[i].room.wakes();
+        return n;
+    }
     // Handles given out and not yet released (a ring must not be destroyed while this is non-zero).
     std::size_t outstanding() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
 
@@ -321,12 +324,11 @@ private:
         std::atomic<std::uint64_t> stamp{0};
         std::size_t bytes = 0;
         batch_shape shape;
-        detail::wait_point room;  // its next producer waits here at full depth (acquire)
+        detail::wait_point room;  // its next producer waits here (acquire)
     };
 
     // Every producer, wherever it waits (depth changes, close).
     void notify_producers() noexcept {
-        writable_.notify();
         for (std::size_t i = 0; i < n_; ++i) slots_[i].room.notify();
     }
 
@@ -334,8 +336,8 @@ private:
     // Below full depth, seq may start only once all but depth - 1 of the batches before it were
     // released. At full depth the slot stamps alone decide (a consumer may release out of order).
     bool within_depth(std::uint64_t seq) const noexcept {
-        const std::size_t d = depth_.load(std::memory_order_acquire);
-        return d >= n_ || seq < first_ + consumed_.load(std::memory_order_acquire) + d;
+        const std::size_t d = depth_.load(std::memory_order_seq_cst);
+        return d >= n_ || seq < first_ + consumed_.load(std::memory_order_seq_cst) + d;
     }
     static std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
         return static_cast<std::uint64_t>(
@@ -345,10 +347,15 @@ private:
     void release_slot(std::uint64_t seq, std::size_t slot, void* stream) noexcept {
         record_release(slot, stream);
         slots_[slot].stamp.store(2 * (seq + n_), std::memory_order_release);
-        consumed_.fetch_add(1, std::memory_order_release);
+        // seq_cst with the depth's load and store: a release that reads an old depth wakes the wrong
+        // slot, but then set_depth's notify of every slot comes after this count in the single total
+        // order, so a producer it misses sees the new count when it checks again.
+        const std::uint64_t consumed = consumed_.fetch_add(1, std::memory_order_seq_cst) + 1;
         outstanding_.fetch_sub(1, std::memory_order_relaxed);
         slots_[slot].room.notify();  // one RMW each when nobody sleeps there
-        writable_.notify();
+        // Below full depth this release admits one more batch: the one `depth` past the released count.
+        const std::size_t d = depth_.load(std::memory_order_seq_cst);
+        if (d < n_) slots_[(first_ + consumed + d - 1) % n_].room.notify();
     }
 
     std::size_t n_, slot_bytes_;
@@ -364,7 +371,7 @@ private:
     std::exception_ptr failure_;
     std::atomic<std::uint64_t> published_{0}, consumed_{0}, producer_wait_ns_{0}, consumer_wait_ns_{0}, consumer_sleeps_{0};
     std::atomic<std::size_t> outstanding_{0};
-    detail::wait_point writable_, ready_;
+    detail::wait_point ready_;
 };
 
 inline void batch_handle::wait_on(void* stream) {

@@ -27,13 +27,16 @@ namespace feedline::doctor {
 
 struct gpu_observation {
     std::optional<double> memory_total_mib, memory_used_mib, utilization;
+    std::optional<double> peak_tflops;  // the GPU's dense peak at the training precision (bf16 H100 SXM: 989)
 };
 
 // What is known about a run; every field may be missing, and a rule that needs a missing one stays quiet.
 struct observations {
     std::vector<gpu_observation> gpus;
     std::optional<double> cores, ram_total_mib, ram_used_mib, swap_total_mib, swap_used_mib;
+    std::optional<double> cpu_utilization;  // the host's CPUs, busy share of all of them
     std::optional<double> micro_batch, grad_accum, data_workers, stall_fraction, tokens_per_s;
+    std::optional<double> params;  // the model's parameters (for MFU: 6 x params FLOPs per token)
     std::optional<bool> pinned_memory;
     std::optional<double> rss_anon_mib, rss_file_mib;  // the training process
     std::optional<double> gpu_numa_node;               // the GPU's NUMA node
@@ -47,6 +50,10 @@ struct finding {
     std::string code, severity;  // severity: "action" (needs action) or "info"
     nlohmann::json evidence;
     std::string action;
+    // What the change would bring, where it can be estimated: the share more tokens/s (0.69: 1.69x).
+    std::optional<double> gain;
+    // The finding whose cause makes this one moot (shown as info under it), or empty.
+    std::string moot_by;
 };
 
 // Thresholds (docs/sizing.md says why each is where it is).
@@ -58,6 +65,7 @@ inline constexpr double gpu_memory_target = 0.95;     // the most a raised micro
 inline constexpr double host_memory_pressure = 0.90;  // RAM used / total
 inline constexpr double swap_in_use_mib = 64;         // swap used beyond noise
 inline constexpr double remote_retried = 0.01;        // retried attempts / requests: the store pushes back
+inline constexpr double cpu_idle = 0.50;              // host CPU utilization below this: the CPUs are not what the GPU waits on
 
 namespace detail {
 
@@ -76,12 +84,65 @@ inline std::optional<double> number(const nlohmann::json& o, const char* key, co
     return v;
 }
 
+// Edit distance (insertions, deletions, substitutions), for "did you mean".
+inline std::size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diag = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+// The names other tools give some fields (PyTorch's DataLoader, nvidia-smi): the error says which one
+// this schema means instead of only "unknown".
+inline const char* known_alias(const std::string& k) {
+    static const std::pair<const char*, const char*> aliases[] = {{"num_workers", "data_workers"},
+                                                                  {"pin_memory", "pinned_memory"},
+                                                                  {"batch_size", "micro_batch"},
+                                                                  {"micro_batch_size", "micro_batch"},
+                                                                  {"gradient_accumulation_steps", "grad_accum"},
+                                                                  {"accumulation_steps", "grad_accum"},
+                                                                  {"memory.total", "memory_total_mib"},
+                                                                  {"memory.used", "memory_used_mib"},
+                                                                  {"utilization.gpu", "utilization"},
+                                                                  {"nproc", "cores"},
+                                                                  {"parameters", "params"}};
+    for (const auto& [from, to] : aliases)
+        if (k == from) return to;
+    return nullptr;
+}
+
 inline void only(const nlohmann::json& o, std::initializer_list<const char*> keys, const std::string& where, const std::string& prefix) {
     if (!o.is_object()) bad(where, prefix.empty() ? "scenario" : prefix.substr(0, prefix.size() - 1), "must be a JSON object");
     for (auto it = o.begin(); it != o.end(); ++it) {
         const std::string& k = it.key();  // not a structured binding: clang 14 cannot capture one
-        if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; })) bad(where, prefix + k, "unknown field");
+        if (std::any_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; })) continue;
+        std::string hint;
+        if (const char* a = known_alias(k); a && std::any_of(keys.begin(), keys.end(), [&](const char* x) { return std::string(x) == a; }))
+            hint = std::string(": this schema calls it ") + prefix + a;
+        else {
+            const char* best = nullptr;
+            std::size_t best_d = 3;  // at most 2 edits away
+            for (const char* x : keys)
+                if (const std::size_t d = edit_distance(k, x); d < best_d) best = x, best_d = d;
+            if (best) hint = std::string(" (did you mean ") + prefix + best + "?)";
+        }
+        bad(where, prefix + k, "unknown field" + hint);
     }
+}
+
+// A fraction in [0, 1]; a number in (1, 100] reads as a percentage and the error says how to write it.
+inline void fraction(const std::optional<double>& v, const std::string& where, const std::string& field) {
+    if (!v || *v <= 1) return;
+    if (*v >= 2 && *v <= 100) bad(where, field, fmt::format("is a fraction in [0, 1]: {:g}% is {:g}", *v, *v / 100));
+    bad(where, field, "is a fraction in [0, 1]");
 }
 
 inline void not_above(const std::optional<double>& used, const std::optional<double>& total, const std::string& where,
@@ -101,17 +162,19 @@ inline observations parse_scenario(const nlohmann::json& j, const std::string& w
         for (std::size_t i = 0; i < g->size(); ++i) {
             const auto& e = (*g)[i];
             const std::string p = "gpus[" + std::to_string(i) + "].";
-            only(e, {"memory_total_mib", "memory_used_mib", "utilization"}, where, p);
+            only(e, {"memory_total_mib", "memory_used_mib", "utilization", "peak_tflops"}, where, p);
             gpu_observation x{number(e, "memory_total_mib", where, p), number(e, "memory_used_mib", where, p),
-                              number(e, "utilization", where, p)};
-            if (x.utilization && *x.utilization > 1) bad(where, p + "utilization", "is a fraction in [0, 1]");
+                              number(e, "utilization", where, p), number(e, "peak_tflops", where, p)};
+            fraction(x.utilization, where, p + "utilization");
             not_above(x.memory_used_mib, x.memory_total_mib, where, p + "memory_used_mib");
             o.gpus.push_back(x);
         }
     }
     if (auto h = j.find("host"); h != j.end()) {
-        only(*h, {"cores", "ram_total_mib", "ram_used_mib", "swap_total_mib", "swap_used_mib"}, where, "host.");
+        only(*h, {"cores", "ram_total_mib", "ram_used_mib", "swap_total_mib", "swap_used_mib", "cpu_utilization"}, where, "host.");
         o.cores = number(*h, "cores", where, "host.");
+        o.cpu_utilization = number(*h, "cpu_utilization", where, "host.");
+        fraction(o.cpu_utilization, where, "host.cpu_utilization");
         o.ram_total_mib = number(*h, "ram_total_mib", where, "host.");
         o.ram_used_mib = number(*h, "ram_used_mib", where, "host.");
         o.swap_total_mib = number(*h, "swap_total_mib", where, "host.");
@@ -120,13 +183,15 @@ inline observations parse_scenario(const nlohmann::json& j, const std::string& w
         not_above(o.swap_used_mib, o.swap_total_mib, where, "host.swap_used_mib");
     }
     if (auto t = j.find("training"); t != j.end()) {
-        only(*t, {"micro_batch", "grad_accum", "data_workers", "pinned_memory", "stall_fraction", "tokens_per_s"}, where, "training.");
+        only(*t, {"micro_batch", "grad_accum", "data_workers", "pinned_memory", "stall_fraction", "tokens_per_s", "params"}, where,
+             "training.");
+        o.params = number(*t, "params", where, "training.");
         o.micro_batch = number(*t, "micro_batch", where, "training.");
         o.grad_accum = number(*t, "grad_accum", where, "training.");
         o.data_workers = number(*t, "data_workers", where, "training.");
         o.stall_fraction = number(*t, "stall_fraction", where, "training.");
         o.tokens_per_s = number(*t, "tokens_per_s", where, "training.");
-        if (o.stall_fraction && *o.stall_fraction > 1) bad(where, "training.stall_fraction", "is a fraction in [0, 1]");
+        fraction(o.stall_fraction, where, "training.stall_fraction");
         if (auto p = t->find("pinned_memory"); p != t->end() && !p->is_null()) {
             if (!p->is_boolean()) bad(where, "training.pinned_memory", "must be true, false or null");
             o.pinned_memory = p->get<bool>();
@@ -330,6 +395,60 @@ inline observations parse_input(const std::string& text, const std::string& wher
     return parse_log(lines, where);
 }
 
+// 0.4 GiB, 512 MiB, 31.4 GiB: sizes as a person reads them (never "0.00 GiB").
+inline std::string mib_text(double mib_value) {
+    if (mib_value >= 1024) return fmt::format("{:.1f} GiB", mib_value / 1024);
+    if (mib_value >= 10) return fmt::format("{:.0f} MiB", mib_value);
+    return fmt::format("{:.1f} MiB", mib_value);
+}
+
+// 1.2 M, 7.0 B, 850: counts as a person reads them (no scientific notation).
+inline std::string human_count(double v) {
+    if (v >= 1e12) return fmt::format("{:.1f} T", v / 1e12);
+    if (v >= 1e9) return fmt::format("{:.1f} B", v / 1e9);
+    if (v >= 1e6) return fmt::format("{:.1f} M", v / 1e6);
+    if (v >= 1e4) return fmt::format("{:.1f} k", v / 1e3);
+    return fmt::format("{:.0f}", v);
+}
+
+// Findings in the order of what they bring. First the actions with a gain estimated from the run
+// (waiting for data, an idle GPU), largest first; then memory that is running out (swap, RAM), which
+// can cost more than any of them; then the other actions. A busy GPU with the data ahead (gpu-bound)
+// makes the data side's setup moot: those findings become info, listed right under it, so nobody adds
+// loader processes and pinned memory to a host that is already short of RAM to no gain. Other info
+// comes last.
+inline void rank(std::vector<finding>& f) {
+    const bool gpu_bound = std::any_of(f.begin(), f.end(), [](const finding& x) { return x.code == "gpu-bound"; });
+    const bool short_of_ram =
+        std::any_of(f.begin(), f.end(), [](const finding& x) { return x.code == "swap-in-use" || x.code == "host-memory-pressure"; });
+    for (auto& x : f) {
+        const bool data_side =
+            x.code == "no-data-workers" || x.code == "pageable-copies" || x.code == "cores-short" || x.code == "numa-remote";
+        if (!data_side) continue;
+        if (gpu_bound) {
+            x.severity = "info";
+            x.moot_by = "gpu-bound";
+            x.action = "moot while the GPU is the bottleneck (gpu-bound): " + x.action;
+        } else if (short_of_ram && (x.code == "no-data-workers" || x.code == "pageable-copies")) {
+            x.action += "; free host memory first: each loader process and pinned buffer takes RAM";
+        }
+    }
+    auto tier = [](const finding& x) {
+        if (x.severity == "action") {
+            if (x.gain) return 0;
+            if (x.code == "swap-in-use" || x.code == "host-memory-pressure") return 1;
+            return 2;
+        }
+        if (x.code == "gpu-bound") return 3;
+        if (x.moot_by == "gpu-bound") return 4;
+        return 5;
+    };
+    std::stable_sort(f.begin(), f.end(), [&](const finding& a, const finding& b) {
+        if (tier(a) != tier(b)) return tier(a) < tier(b);
+        return a.gain.value_or(0) > b.gain.value_or(0);
+    });
+}
+
 inline std::vector<finding> diagnose(const observations& o) {
     std::vector<finding> out;
     auto mean_util = [&]() -> std::optional<double> {
@@ -340,6 +459,11 @@ inline std::vector<finding> diagnose(const observations& o) {
         return k ? std::optional<double>(s / k) : std::nullopt;
     }();
     const bool busy = mean_util && *mean_util >= gpu_busy;
+    const bool data_bound = o.stall_fraction && *o.stall_fraction >= data_bound_stall;
+    auto or_null = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    // Removing a wait of s of the time: 1 / (1 - s) the tokens/s.
+    const std::optional<double> stall_gain =
+        data_bound ? std::optional<double>(1 / (1 - std::min(*o.stall_fraction, 0.99)) - 1) : std::nullopt;
 
     if (o.stall_fraction && *o.stall_fraction >= data_bound_stall)
         out.push_back(
@@ -349,7 +473,8 @@ inline std::vector<finding> diagnose(const observations& o) {
              fmt::format(
                  "the trainer waited for data {:.1f}% of its time: raise the data workers{}, deepen the prefetch, or tokenize ahead "
                  "(feedline-pack) instead of on the fly",
-                 100 * *o.stall_fraction, o.data_workers ? fmt::format(" (now {:g})", *o.data_workers) : std::string())});
+                 100 * *o.stall_fraction, o.data_workers ? fmt::format(" (now {:g})", *o.data_workers) : std::string()),
+             stall_gain});
     // Starved by object storage: the waits are requests' latency, which more requests in flight hide.
     if (o.stall_fraction && *o.stall_fraction >= data_bound_stall && o.remote_requests && *o.remote_requests > 0)
         out.push_back(
@@ -363,7 +488,8 @@ inline std::vector<finding> diagnose(const observations& o) {
                  "(FEEDLINE_S3_MAX_REQUESTS per worker, more workers), or copy the data to local disk; feedline-doctor check "
                  "--data URL measures how many a rate needs (docs/remote.md)",
                  o.remote_latency_p50_s ? fmt::format(" at {:.0f} ms a request (p50)", *o.remote_latency_p50_s * 1e3) : std::string(),
-                 100 * *o.stall_fraction)});
+                 100 * *o.stall_fraction),
+             stall_gain});
     if (o.remote_requests && o.remote_retries && *o.remote_requests > 0 && *o.remote_retries / *o.remote_requests >= remote_retried)
         out.push_back({"remote-retries",
                        "info",
@@ -377,52 +503,106 @@ inline std::vector<finding> diagnose(const observations& o) {
              "info",
              {{"gpu_utilization", *mean_util}, {"stall_fraction", o.stall_fraction ? nlohmann::json(*o.stall_fraction) : nlohmann::json()}},
              "the GPU is busy and the data side is ahead: more data workers or prefetch will not speed this run up"});
-    if (busy && o.micro_batch && o.grad_accum)
+    // A GPU below 90% busy that no data stall explains: what decides the cause, and how to measure it.
+    if (mean_util && !busy && !data_bound) {
+        std::string why;
+        if (!o.stall_fraction)
+            why =
+                "how long the trainer waits for data is not known, and it decides the cause: measure it in the training loop (the "
+                "time spent getting the next batch over the step's time; feedline's stats().stall_fraction). 5% or more: the "
+                "loader is short (more workers, pinned memory, data packed ahead); under 2%: the GPU waits on the training "
+                "process itself";
+        else
+            why = fmt::format("the trainer waited for data only {:.1f}% of its time, so the GPU waits on the training process itself",
+                              100 * *o.stall_fraction);
+        std::string cpu;
+        if (o.cpu_utilization)
+            cpu = *o.cpu_utilization < cpu_idle
+                      ? fmt::format(
+                            " The CPUs are {:.0f}% busy: not short of cores; look for waits (host syncs such as .item() or "
+                            ".cpu() each step, logging, checkpoints, collective communication).",
+                            100 * *o.cpu_utilization)
+                      : fmt::format(
+                            " The CPUs are {:.0f}% busy: the training process may be short of CPU (Python between kernel "
+                            "launches, an optimizer on the CPU, loader processes competing with it).",
+                            100 * *o.cpu_utilization);
+        out.push_back({"gpu-underused",
+                       "action",
+                       {{"gpu_utilization", *mean_util},
+                        {"stall_fraction", or_null(o.stall_fraction)},
+                        {"cpu_utilization", or_null(o.cpu_utilization)}},
+                       fmt::format("the GPU is busy {:.0f}% of the time (a fed GPU is at 90% or more): {}. Between steps it then waits "
+                                   "on kernel launches and Python between them, host syncs, small kernels or communication: profile "
+                                   "one step (torch.profiler, nsys), raise the micro-batch, capture the step in a CUDA graph.{}",
+                                   100 * *mean_util, why, cpu),
+                       gpu_busy / std::max(*mean_util, 0.01) - 1});
+    }
+    // The fullest GPU decides how far the micro-batch can grow: data-parallel ranks hold the same model,
+    // and the one with the most memory in use (its activations, another process) runs out first.
+    if (o.micro_batch && o.grad_accum) {
+        std::optional<std::size_t> fullest;
+        double share = 0;
         for (std::size_t i = 0; i < o.gpus.size(); ++i) {
             const auto& g = o.gpus[i];
             if (!g.memory_total_mib || !g.memory_used_mib || *g.memory_total_mib <= 0) continue;
-            const double share = *g.memory_used_mib / *g.memory_total_mib;
-            if (share > gpu_memory_headroom) continue;
-            // Memory grows at most linearly with the micro-batch (weights and optimizer states do not
-            // grow at all): the factor keeps even that bound under 95%, and divides the accumulation,
-            // so the global batch stays what it is.
-            double k = 1;
+            if (const double s = *g.memory_used_mib / *g.memory_total_mib; !fullest || s > share) fullest = i, share = s;
+        }
+        // Memory grows at most linearly with the micro-batch (weights and optimizer states do not
+        // grow at all): the factor keeps even that bound under 95%, and divides the accumulation,
+        // so the global batch stays what it is.
+        double k = 1;
+        if (fullest && share <= gpu_memory_headroom)
             while (*o.grad_accum / (2 * k) >= 1 && std::fmod(*o.grad_accum, 2 * k) == 0 && share * 2 * k <= gpu_memory_target) k *= 2;
-            if (k < 2) continue;
+        if (k >= 2) {
+            const auto& g = o.gpus[*fullest];
             out.push_back(
                 {"gpu-memory-headroom",
                  "action",
-                 {{"gpu", i},
+                 {{"gpu", *fullest},
                   {"memory_used_mib", *g.memory_used_mib},
                   {"memory_total_mib", *g.memory_total_mib},
-                  {"utilization", *g.utilization},
+                  {"utilization", or_null(g.utilization)},
                   {"micro_batch", *o.micro_batch},
                   {"grad_accum", *o.grad_accum}},
-                 fmt::format(
-                     "GPU {} uses {:.0f}% of its memory while busy: micro-batch {:g} -> {:g} and gradient accumulation {:g} -> {:g} keep "
-                     "the global batch ({:g} sequences per GPU per step) with {:g}x fewer, larger steps",
-                     i, 100 * share, *o.micro_batch, *o.micro_batch * k, *o.grad_accum, *o.grad_accum / k, *o.micro_batch * *o.grad_accum,
-                     k)});
-            break;  // one finding for the run: data-parallel GPUs are alike
+                 fmt::format("GPU {} (the fullest{}) uses {:.0f}% of its memory: micro-batch {:g} -> {:g} and gradient accumulation "
+                             "{:g} -> {:g} keep the global batch ({:g} sequences per GPU per step) with {:g}x fewer, larger kernels. "
+                             "Compare tokens/s, not steps/s, after the change; a feedline checkpoint resumes with the new shape",
+                             *fullest, o.gpus.size() > 1 ? fmt::format(" of {}", o.gpus.size()) : std::string(), 100 * share,
+                             *o.micro_batch, *o.micro_batch * k, *o.grad_accum, *o.grad_accum / k, *o.micro_batch * *o.grad_accum, k)});
         }
+    }
     if (o.ram_total_mib && o.ram_used_mib && *o.ram_total_mib > 0 && *o.ram_used_mib / *o.ram_total_mib >= host_memory_pressure) {
         const double avail = *o.ram_total_mib - *o.ram_used_mib;
-        out.push_back(
-            {"host-memory-pressure",
-             "action",
-             {{"ram_used_mib", *o.ram_used_mib}, {"ram_total_mib", *o.ram_total_mib}},
-             fmt::format("host RAM is {:.0f}% used ({:.0f} MiB free): cut data workers' copies and prefetch depth; feedline bounds "
-                         "its own memory by a budget, by default a quarter of what is available ({:.0f} MiB now)",
-                         100 * *o.ram_used_mib / *o.ram_total_mib, avail, avail / 4)});
+        // Who holds it: the training process's own (anonymous) memory, against the page cache it maps,
+        // which the kernel reclaims; loader processes each hold their own copy of the dataset object.
+        std::string who =
+            o.rss_anon_mib
+                ? fmt::format(" The training process holds {} of its own memory{}.", mib_text(*o.rss_anon_mib),
+                              o.rss_file_mib ? fmt::format(" and maps {} of files (page cache, reclaimable)", mib_text(*o.rss_file_mib))
+                                             : std::string())
+                : std::string();
+        if (o.data_workers && *o.data_workers > 0)
+            who += fmt::format(" Each of the {:g} loader worker processes holds its own copy of what the dataset object keeps in memory.",
+                               *o.data_workers);
+        out.push_back({"host-memory-pressure",
+                       "action",
+                       {{"ram_used_mib", *o.ram_used_mib},
+                        {"ram_total_mib", *o.ram_total_mib},
+                        {"rss_anon_mib", or_null(o.rss_anon_mib)},
+                        {"data_workers", or_null(o.data_workers)}},
+                       fmt::format("host RAM is {:.0f}% used ({} free): find what holds it before adding anything (`ps -eo rss,pid,comm "
+                                   "--sort=-rss | head`; RssAnon in /proc/PID/status is a process's own memory, RssFile mapped page "
+                                   "cache).{}",
+                                   100 * *o.ram_used_mib / *o.ram_total_mib, mib_text(avail), who)});
     }
     if (o.swap_used_mib && *o.swap_used_mib >= swap_in_use_mib)
         out.push_back({"swap-in-use",
                        "action",
                        {{"swap_used_mib", *o.swap_used_mib},
                         {"swap_total_mib", o.swap_total_mib ? nlohmann::json(*o.swap_total_mib) : nlohmann::json()}},
-                       fmt::format("{:.0f} MiB are swapped out: a training step that touches swapped pages waits for the disk; free memory "
+                       fmt::format("{} swapped out: a training step that touches swapped pages waits for the disk; free memory "
                                    "(fewer loader processes, a smaller prefetch) or turn swap off on training nodes",
-                                   *o.swap_used_mib)});
+                                   mib_text(*o.swap_used_mib))});
     if (o.data_workers && *o.data_workers == 0)
         out.push_back({"no-data-workers",
                        "action",
@@ -467,6 +647,23 @@ inline std::vector<finding> diagnose(const observations& o) {
                              "before PCIe; pin them to the GPU's node",
                              *o.gpu_numa_node)});
     }
+    // Model FLOPs utilization: 6 FLOPs per parameter per token (forward and backward) over the GPUs' peak.
+    if (o.tokens_per_s && o.params && *o.params > 0 && !o.gpus.empty()) {
+        std::optional<double> peak;
+        for (const auto& g : o.gpus)
+            if (g.peak_tflops && *g.peak_tflops > 0) peak = *g.peak_tflops;
+        if (peak) {
+            const double mfu = 6 * *o.params * *o.tokens_per_s / (double(o.gpus.size()) * *peak * 1e12);
+            out.push_back(
+                {"mfu",
+                 "info",
+                 {{"mfu", mfu}, {"tokens_per_s", *o.tokens_per_s}, {"params", *o.params}, {"gpus", o.gpus.size()}, {"peak_tflops", *peak}},
+                 fmt::format("{:.1f}% model FLOPs utilization ({} tokens/s x 6 x {} parameters over {} GPU(s) of {:g} TFLOP/s); "
+                             "30-50% is usual for dense transformers. Compare tokens/s, not steps/s, when the batch shape changes",
+                             100 * mfu, human_count(*o.tokens_per_s), human_count(*o.params), o.gpus.size(), *peak)});
+        }
+    }
+    rank(out);
     return out;
 }
 

@@ -21,6 +21,14 @@ struct defaults {
     // and at least `min_depth_headroom` more (gradient accumulation's bursts with a single worker).
     static constexpr std::size_t start_depth_per_worker = 2;
     static constexpr std::size_t min_depth_headroom = 4;
+    // Batches come in step order, so one late batch holds up every worker once the others have run
+    // `depth` steps past it: the slack is depth / workers batches of each worker's time. Small batches
+    // need more of them to cover the same hiccup (a page fault, a preempted worker), and cost little:
+    // while the slots stay within `deep_ring_bytes`, the autotuner may deepen to this many per worker.
+    // On 16 CPUs with 8-16 workers behind a fast consumer, 8 per worker instead of 4 took feedline
+    // from 0.46-0.65 to 0.65-1.0 of the naive gather (docs/benchmarks.md).
+    static constexpr std::size_t max_depth_per_worker = 8;
+    static constexpr std::uint64_t deep_ring_bytes = 64u << 20;
     // Scratch per shard worker beyond one batch of raw tokens (read requests, mapped pieces).
     static constexpr std::uint64_t shard_scratch_extra_bytes = 64u << 10;
     // Per text worker: its tokenizer (feedline's encoders: a word cache of at most 8 MiB, in practice
@@ -78,6 +86,7 @@ struct defaults {
 static_assert(defaults::max_auto_workers >= 1);
 static_assert(defaults::budget_divisor >= 1);
 static_assert(defaults::start_depth_per_worker >= 2, "a worker needs one slot being filled while the trainer holds another");
+static_assert(defaults::max_depth_per_worker >= 2 * defaults::start_depth_per_worker, "room for the autotuner to deepen");
 static_assert(defaults::prefetch_bytes % defaults::cache_line == 0, "prefetch whole cache lines");
 static_assert(defaults::autotune_every >= 2, "the first interval (start-up) is not judged; intervals must hold batches");
 static_assert(defaults::park_when_stalled_below < defaults::add_worker_when_stalled,

@@ -399,7 +399,11 @@ private:
             }
         }
         const std::size_t start = std::max<std::size_t>(2, defaults::start_depth_per_worker * std::size_t(workers));
-        const std::size_t wanted = config_.prefetch ? config_.prefetch : start + std::max<std::size_t>(defaults::min_depth_headroom, start);
+        std::size_t wanted = config_.prefetch ? config_.prefetch : start + std::max<std::size_t>(defaults::min_depth_headroom, start);
+        if (!config_.prefetch)  // small batches: deeper, while the ring stays small (defaults.hpp)
+            wanted =
+                std::max<std::size_t>(wanted, std::min<std::uint64_t>(defaults::max_depth_per_worker * std::uint64_t(workers),
+                                                                      defaults::deep_ring_bytes / std::max<std::size_t>(1, slot_bytes)));
         const std::uint64_t fits = budget > fixed ? (budget - fixed) / std::max<std::size_t>(1, slot_bytes) : 0;
         if (fits < 2)
             throw config_error("memory_budget", std::to_string(budget) + " bytes cannot hold 2 batches of " + std::to_string(slot_bytes) +

@@ -4,6 +4,7 @@
 // decisions (park/wake workers, ring depth), which change only timing, never which batch holds what.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -41,7 +42,9 @@ public:
     //
     // - the trainer waited (> 1%) although the producers also sat waiting for room (> 10% each): the
     //   ring is too shallow for the trainer's bursts (gradient accumulation, evaluation pauses), so
-    //   the depth grows by one, up to the slots the budget allocated;
+    //   the depth grows by half (at least one), up to the slots the budget allocated: geometric, so a
+    //   ring of 8 slots per worker is reached in a few intervals and a stall that depth does not
+    //   cure reaches the worker rule soon after;
     // - the trainer waited > 5% and the producers were busy: the data side is short, one more worker;
     // - the trainer barely waited (< 0.5%) and each producer spent over half the interval waiting for
     //   room: one worker is parked (its core goes back to the trainer).
@@ -59,7 +62,7 @@ public:
         const double each = interval * producer_threads;
         if (limits_.tune_depth && stalled > defaults::deepen_when_stalled * interval &&
             producers_waited > defaults::deepen_when_producers_wait * each && now.depth < limits_.max_depth)
-            ++now.depth;
+            now.depth = std::min(limits_.max_depth, now.depth + std::max<std::size_t>(1, now.depth / 2));
         else if (limits_.tune_workers && stalled > defaults::add_worker_when_stalled * interval && now.workers < limits_.max_workers)
             ++now.workers;
         else if (limits_.tune_workers && stalled < defaults::park_when_stalled_below * interval &&
