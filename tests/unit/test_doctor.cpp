@@ -21,6 +21,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <feedline/pipeline.hpp>
 
@@ -229,14 +230,17 @@ std::set<std::string> codes_of(const std::string& scenario) {
     return out;
 }
 
-std::string scenario_error(const std::string& scenario) {
+// The field a bad scenario's error names, and its whole message.
+std::pair<std::string, std::string> scenario_refusal(const std::string& scenario) {
     try {
         doctor::parse_scenario(nlohmann::json::parse(scenario), "scenario.json");
     } catch (const feedline::config_error& e) {
-        return e.field();
+        return {e.field(), e.what()};
     }
-    return "(no error)";
+    return {"(no error)", "(no error)"};
 }
+std::string scenario_error(const std::string& scenario) { return scenario_refusal(scenario).first; }
+std::string scenario_message(const std::string& scenario) { return scenario_refusal(scenario).second; }
 
 }  // namespace
 
@@ -291,14 +295,6 @@ std::vector<std::string> ordered_codes(const std::vector<doctor::finding>& f) {
     std::vector<std::string> out;
     for (const auto& x : f) out.push_back(x.code);
     return out;
-}
-std::string scenario_message(const std::string& scenario) {
-    try {
-        doctor::parse_scenario(nlohmann::json::parse(scenario), "scenario.json");
-    } catch (const feedline::config_error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 }  // namespace
 

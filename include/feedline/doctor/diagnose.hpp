@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <feedline/detail/edit_distance.hpp>
 #include <feedline/error.hpp>
 #include <feedline/exec/topology.hpp>
 #include <feedline/format/jsonl_field.hpp>
@@ -84,22 +85,6 @@ inline std::optional<double> number(const nlohmann::json& o, const char* key, co
     return v;
 }
 
-// Edit distance (insertions, deletions, substitutions), for "did you mean".
-inline std::size_t edit_distance(const std::string& a, const std::string& b) {
-    std::vector<std::size_t> row(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-        std::size_t diag = row[0];
-        row[0] = i;
-        for (std::size_t j = 1; j <= b.size(); ++j) {
-            const std::size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diag = up;
-        }
-    }
-    return row[b.size()];
-}
-
 // The names other tools give some fields (PyTorch's DataLoader, nvidia-smi): the error says which one
 // this schema means instead of only "unknown".
 inline const char* known_alias(const std::string& k) {
@@ -131,7 +116,7 @@ inline void only(const nlohmann::json& o, std::initializer_list<const char*> key
             const char* best = nullptr;
             std::size_t best_d = 3;  // at most 2 edits away
             for (const char* x : keys)
-                if (const std::size_t d = edit_distance(k, x); d < best_d) best = x, best_d = d;
+                if (const std::size_t d = feedline::detail::edit_distance(k, x); d < best_d) best = x, best_d = d;
             if (best) hint = std::string(" (did you mean ") + prefix + best + "?)";
         }
         bad(where, prefix + k, "unknown field" + hint);

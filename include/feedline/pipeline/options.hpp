@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/detail/edit_distance.hpp>
+
 #if FEEDLINE_HAS_JSON
 #include <nlohmann/json.hpp>
 #endif
@@ -179,24 +181,10 @@ namespace detail {
 // The nearest name to an unknown one, for "did you mean": the fewest single-letter edits (at most a
 // third of the name's length), else "".
 inline std::string option_suggestion(std::string_view name) {
-    auto distance = [](std::string_view a, std::string_view b) {
-        std::vector<std::size_t> row(b.size() + 1);
-        for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-        for (std::size_t i = 1; i <= a.size(); ++i) {
-            std::size_t diagonal = row[0];
-            row[0] = i;
-            for (std::size_t j = 1; j <= b.size(); ++j) {
-                const std::size_t above = row[j];
-                row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-                diagonal = above;
-            }
-        }
-        return row[b.size()];
-    };
     std::string best;
     std::size_t best_distance = name.size() / 3 + 1;
     for_each_option([&](const auto& o) {
-        if (const std::size_t d = distance(name, o.name); d < best_distance) best_distance = d, best = std::string(o.name);
+        if (const std::size_t d = edit_distance(name, o.name); d < best_distance) best_distance = d, best = std::string(o.name);
     });
     return best.empty() ? std::string() : " (did you mean " + best + "?)";
 }
