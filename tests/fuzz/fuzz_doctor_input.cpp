@@ -1,6 +1,7 @@
 // Fuzz target: feedline-doctor's inputs. Any bytes, read as diagnose reads a file (a scenario or a
 // log, by content; nesting past the limit refused unparsed) or as a run's JSON-lines log, either give
-// observations or throw feedline's config_error/format_error naming the field or line; the findings drawn from what parses carry known codes, a known severity and finite numbers.
+// observations or throw feedline's config_error/format_error naming the field or line; the findings drawn from what parses carry known codes, a known severity, finite numbers and gains, and
+// moot findings are info.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -27,9 +28,10 @@ bool finite_numbers(const nlohmann::json& j) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size == 0) return 0;
     const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-    static const std::set<std::string> codes = {"data-bound",          "gpu-bound",       "gpu-memory-headroom", "host-memory-pressure",
-                                                "swap-in-use",         "no-data-workers", "pageable-copies",     "cores-short",
-                                                "mmap-counted-as-rss", "numa-remote"};
+    static const std::set<std::string> codes = {
+        "data-bound",           "remote-bound", "remote-retries",  "gpu-bound",       "gpu-underused", "gpu-memory-headroom",
+        "host-memory-pressure", "swap-in-use",  "no-data-workers", "pageable-copies", "cores-short",   "mmap-counted-as-rss",
+        "numa-remote",          "mfu"};
     try {
         doctor::observations o;
         if (data[0] % 2 == 0) {  // as feedline-doctor diagnose reads a file: scenario or log, by its content
@@ -41,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         for (const auto& f : doctor::diagnose(o)) {
             if (!codes.count(f.code) || (f.severity != "action" && f.severity != "info") || f.action.empty()) __builtin_trap();
-            if (!finite_numbers(f.evidence)) __builtin_trap();
+            if (!finite_numbers(f.evidence) || (f.gain && !(std::isfinite(*f.gain) && *f.gain >= 0))) __builtin_trap();
+            if (!f.moot_by.empty() && f.severity != "info") __builtin_trap();
         }
     } catch (const feedline::error&) {
     }

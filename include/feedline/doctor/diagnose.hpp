@@ -637,8 +637,9 @@ inline std::vector<finding> diagnose(const observations& o) {
         std::optional<double> peak;
         for (const auto& g : o.gpus)
             if (g.peak_tflops && *g.peak_tflops > 0) peak = *g.peak_tflops;
-        if (peak) {
-            const double mfu = 6 * *o.params * *o.tokens_per_s / (double(o.gpus.size()) * *peak * 1e12);
+        // Figures typed by hand can be absurd (1e300 parameters): no finding rather than an infinite one.
+        const double mfu = peak ? 6 * *o.params * *o.tokens_per_s / (double(o.gpus.size()) * *peak * 1e12) : 0;
+        if (peak && std::isfinite(mfu)) {
             out.push_back(
                 {"mfu",
                  "info",
