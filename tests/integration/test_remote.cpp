@@ -13,11 +13,13 @@
 #include <feedline/doctor/measure.hpp>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "fault_proxy.hpp"
 #include "run_command.hpp"
@@ -539,6 +541,39 @@ TEST_CASE("Remote.Cache.TheBudgetHoldsAndOnlyTheCachesOwnFilesAreDeleted") {
     std::filesystem::create_directories(dir / "elsewhere");
     ft::write_text(dir / "elsewhere/FEEDLINE-REMOTE-CACHE", "something else\n");
     CHECK_THROWS_AS(block_cache({.directory = dir / "elsewhere", .budget_bytes = budget}), io_error);
+}
+
+TEST_CASE("Remote.Cache.ThreadsPublishingTheSameBlocksUnderEvictionKeepTheLedgerEqualToTheFiles") {
+    // Four threads insert the same 48 blocks in different orders into a cache that holds 10: the same
+    // block is published by two threads at once (one loses, its reservation given back) while others
+    // evict by scanning the directory. However they interleave, the ledger never falls below the bytes
+    // the files hold (which would let later inserts exceed the budget), and the files never exceed it.
+    ft::scratch_dir dir;
+    const std::uint64_t block = 4096, budget = 10 * (block + 64);
+    block_cache cache({.directory = dir / "cache", .budget_bytes = budget, .block_bytes = block});
+    const std::string object = "00112233445566778899aabbccddeeff";
+    std::atomic<std::uint64_t> under_counted{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            std::vector<std::byte> bytes(block);
+            for (int round = 0; round < 30; ++round)
+                for (std::uint64_t k = 0; k < 48; ++k) {
+                    const std::uint64_t index = (k * (2 * t + 1) + round) % 48;
+                    std::fill(bytes.begin(), bytes.end(), static_cast<std::byte>(index));
+                    cache.insert(object, index, bytes);  // no find: the mappings it keeps would end the inserts
+                    if (const auto a = cache.audit(); a.ledger_bytes < a.file_bytes || a.file_bytes > budget) ++under_counted;
+                }
+        });
+    for (auto& t : threads) t.join();
+    CHECK(under_counted.load() == 0);
+    const auto end = cache.audit();
+    CHECK(end.ledger_bytes == end.file_bytes);
+    CHECK(end.file_bytes == cache_files_bytes(dir / "cache"));
+    CHECK(cache.snapshot().evicted > 0);
+    const auto [files, bad] = cache.verify_all();
+    CHECK(files > 0);
+    CHECK(bad == 0);
 }
 
 TEST_CASE("Remote.Cache.TwoProcessesSharingOneCacheGetIdenticalBatchesAndAConsistentCache") {

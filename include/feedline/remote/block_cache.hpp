@@ -218,15 +218,27 @@ public:
         const bool written = write_all(fd, bytes.data(), bytes.size(), 0) && write_all(fd, &t, sizeof t, bytes.size());
         ::close(fd);
         // Published without replacing: when another thread or process published the block meanwhile,
-        // its copy stays and this one's reservation is given back, so the ledger stays exact.
-        int published = written ? ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) : -1;
-        if (published != 0 && written && errno == EINVAL) published = ::rename(temp.c_str(), final_path.c_str());  // no NOREPLACE here
-        if (published != 0) {
-            const bool someone_else = written && errno == EEXIST;
-            ::unlink(temp.c_str());
-            release(size);
-            return someone_else || refuse();
+        // its copy stays and this one's reservation is given back, so the ledger stays exact. Renamed
+        // or removed under the lock, as the reservation was: a scan of the directory (evict) running
+        // meanwhile could otherwise miss the file in both names, or count it after its reservation was
+        // given back, and set the ledger below what the files hold; later inserts would then exceed the
+        // budget by that much.
+        int published = -1;
+        bool someone_else = false;
+        {
+            ledger_lock held(*this);
+            if (written) published = ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE);
+            if (published != 0 && written && errno == EINVAL) published = ::rename(temp.c_str(), final_path.c_str());  // no NOREPLACE here
+            if (published != 0) {
+                someone_else = written && errno == EEXIST;
+                ::unlink(temp.c_str());
+                if (held) {
+                    const std::uint64_t used = read_ledger();
+                    write_ledger(used > size ? used - size : 0);
+                }
+            }
         }
+        if (published != 0) return someone_else || refuse();
         std::lock_guard lock(mutex_);
         ++counts_.inserted;
         return true;
@@ -236,6 +248,22 @@ public:
     std::uint64_t used_bytes() {
         ledger_lock held(*this);
         return read_ledger();
+    }
+
+    // The ledger against the directory, read under the lock (no publish or eviction meanwhile): the
+    // bytes the ledger says and the bytes the block files and live writers' temporary files hold. They
+    // are equal unless something outside the cache changed the directory (or an old kernel's rename
+    // replaced a block published twice, which leaves the ledger above the files). Deletes nothing.
+    struct ledger_audit {
+        std::uint64_t ledger_bytes = 0, file_bytes = 0;
+    };
+    ledger_audit audit() {
+        ledger_lock held(*this);
+        ledger_audit a{.ledger_bytes = read_ledger()};
+        for_each_entry([&](const std::string&, const std::string& name, const struct stat& st) {
+            if (is_block_name(name) || temp_writer(name) > 0) a.file_bytes += static_cast<std::uint64_t>(st.st_size);
+        });
+        return a;
     }
 
     // Every block file, checked: how many there are and how many do not check out (for tests and
@@ -345,11 +373,6 @@ private:
         return evict(UINT64_MAX);
     }
     void write_ledger(std::uint64_t v) const { (void)!::pwrite(ledger_fd_, &v, sizeof v, 0); }
-    void release(std::uint64_t size) {
-        ledger_lock held(*this);
-        const std::uint64_t used = read_ledger();
-        write_ledger(used > size ? used - size : 0);
-    }
     static bool write_all(int fd, const void* p, std::size_t n, std::uint64_t at) {
         const auto* c = static_cast<const char*>(p);
         while (n > 0) {
