@@ -772,6 +772,37 @@ def test_pack_from_python_refuses_bad_input_and_leaves_nothing_when_stopped(data
         feedline.pack(tmp_path / "missing.jsonl", out / "x", data["model"], progress=False)
 
 
+def test_the_packages_console_commands_run_its_own_tools(data, tmp_path):
+    """feedline-pack, -inspect, -iterate and -doctor come with the package (next to its Python), run the
+    tools it carries, and do what the CMake build's tools do: the same bytes, the same batches, the tool's
+    own exit status and messages."""
+    scripts = Path(sys.executable).parent
+    def run(name, *args):
+        return subprocess.run([str(scripts / name), *args], capture_output=True, text=True, timeout=120)
+    for name in ("feedline-pack", "feedline-inspect", "feedline-iterate", "feedline-doctor"):
+        assert (scripts / name).exists(), f"{name} was not installed with the package"
+        r = run(name, "--help")
+        assert r.returncode == 0 and "Usage" in r.stdout, (name, r.stderr)
+    r = run("feedline-pack", "--quiet", "--append-eos", "--input", data["jsonl"], "--model", data["model"],
+            "--output", str(tmp_path / "corpus"))
+    assert r.returncode == 0, r.stderr
+    for ext in (".bin", ".idx"):  # byte for byte what the fixture's feedline-pack (the CMake build's) wrote
+        assert (tmp_path / ("corpus" + ext)).read_bytes() == Path(data["megatron"] + ext).read_bytes()
+    r = run("feedline-iterate", str(tmp_path / "corpus"), *cli_args(6))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["token_sum"] == iterate(data["megatron"], *cli_args(6))["token_sum"]
+    r = run("feedline-inspect", "--json", str(tmp_path / "corpus"))
+    assert r.returncode == 0 and json.loads(r.stdout)["documents"] == 300, r.stderr
+    r = run("feedline-inspect", str(tmp_path / "missing"))  # the tool's own error and status, not Python's
+    assert r.returncode != 0 and "missing" in r.stderr and "Traceback" not in r.stderr
+    r = run("feedline-doctor", "plan", "--params", "1e9", "--gpus", "8", "--gpu-memory", "80GiB", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["fits"] is True, r.stderr
+    # A package built without a tool says which and why, with the shell's "not found" status.
+    r = subprocess.run([sys.executable, "-c", "import sys; from feedline import _cli; sys.argv = ['x']; _cli._run('feedline-none')"],
+                       capture_output=True, text=True)
+    assert r.returncode == 127 and "feedline-none: not in this feedline package" in r.stderr
+
+
 def test_an_evaluation_pass_has_every_window_once_and_a_length(data):
     """shuffle="none", tail="mask", epochs=1: every window of the data once, in order, across the ranks;
     the last batch's extra rows have targets -100 (what cross_entropy ignores); len() is the pass's steps."""
