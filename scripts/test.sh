@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every test: AddressSanitizer + UndefinedBehaviorSanitizer (clang, with the libFuzzer
 # targets), ThreadSanitizer (gcc) and the default build (gcc), then the Python package's tests (pytest,
-# against the default build's tools). Exits non-zero on any failure.
+# against its manylinux wheel installed in a fresh venv, compared with the default build's tools). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -24,4 +24,15 @@ run_preset default
 echo "=== python: install the package in a fresh venv and test it"
 rm -rf .venv-py
 scripts/install-python.sh
-FEEDLINE_BIN_DIR="$PWD/build/default/bin" .venv-py/bin/python -m pytest -q -p no:cacheprovider tests/python
+# Against the installed wheel, with no compiler, linker, CMake or make on PATH: it must need none.
+nobuild="$PWD/build/path-without-build-tools"
+rm -rf "$nobuild" && mkdir -p "$nobuild"
+for f in /usr/local/bin/* /usr/bin/*; do
+  n=$(basename "$f")
+  case "$n" in
+    cc | c++ | cpp | gcc* | g++* | *-gcc* | *-g++* | clang* | cmake | ctest | cpack | make | ninja | ld | ld.* | *-ld | *-ld.* | as | *-as | nvcc) continue ;;
+  esac
+  [[ -e $nobuild/$n ]] || ln -s "$f" "$nobuild/$n"
+done
+PATH="$PWD/.venv-py/bin:$nobuild" FEEDLINE_TEST_NO_BUILD_TOOLS=1 FEEDLINE_BIN_DIR="$PWD/build/default/bin" \
+  .venv-py/bin/python -m pytest -q -p no:cacheprovider tests/python

@@ -803,6 +803,27 @@ def test_the_packages_console_commands_run_its_own_tools(data, tmp_path):
     assert r.returncode == 127 and "feedline-none: not in this feedline package" in r.stderr
 
 
+def test_the_installed_package_is_a_manylinux_wheel_that_needs_no_build_tools_or_source_tree():
+    """What scripts/install-python.sh installs is the repaired wheel: the module and the tools load the
+    shared libraries bundled in it (feedline.libs), nothing is imported from the source tree, and (in the
+    project's test run, FEEDLINE_TEST_NO_BUILD_TOOLS=1) no compiler, linker or CMake is on PATH."""
+    import importlib.metadata
+    import shutil
+    root = Path(__file__).resolve().parents[2]
+    package = Path(feedline.__file__).resolve().parent
+    assert "site-packages" in package.parts and package != root / "python" / "feedline", f"not the installed package: {package}"
+    wheel = (Path(importlib.metadata.distribution("feedline")._path) / "WHEEL").read_text()
+    assert "manylinux_" in wheel, wheel
+    maps = Path("/proc/self/maps").read_text()
+    bundled = package.parent / "feedline.libs"
+    assert f"{bundled}/libsentencepiece-" in maps and f"{bundled}/liburing-" in maps
+    for tool in ("feedline-pack", "feedline-doctor"):
+        ldd = subprocess.run(["ldd", str(package / "bin" / tool)], capture_output=True, text=True).stdout
+        assert f"{package}/bin/../../feedline.libs/" in ldd and "not found" not in ldd, ldd  # their RPATH: $ORIGIN/../../feedline.libs
+    if os.environ.get("FEEDLINE_TEST_NO_BUILD_TOOLS") == "1":
+        assert [t for t in ("cc", "c++", "gcc", "g++", "clang", "cmake", "make", "ld") if shutil.which(t)] == []
+
+
 def test_an_evaluation_pass_has_every_window_once_and_a_length(data):
     """shuffle="none", tail="mask", epochs=1: every window of the data once, in order, across the ranks;
     the last batch's extra rows have targets -100 (what cross_entropy ignores); len() is the pass's steps."""
