@@ -13,6 +13,9 @@ wheel=$(scripts/build-wheel.sh | tail -1)
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
 # The `tokenizers` package, for the differential tests of feedline's tokenizer.json encoder (and its benchmark).
 "$venv/bin/pip" install -q --disable-pip-version-check "tokenizers==0.23.3"
+# torchdata's StatefulDataLoader, for the test of the adapter's Stateful protocol. Without its
+# dependencies: 0.9.0's StatefulDataLoader works over Debian's torch 1.13, and pip would fetch a torch 2.
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps "torchdata==0.9.0"
 # Imported from outside the source tree, so it is the installed package that is found.
 python="$PWD/$venv/bin/python"
 (cd / && "$python" -c "import feedline, feedline.torch; print('feedline', feedline.__version__, 'for Python: installed at', feedline.__file__)")

@@ -6,7 +6,8 @@
 Each item is a dict of tensors (inputs, targets, and positions / cu_seqlens in packed mode) sharing the
 batch's slot. Where items are held across steps, as DataLoader(batch_size=k) holds k before collating,
 pass copy=True: each item is then copied into memory torch owns. state_dict() / load_state_dict() follow
-torchdata's Stateful protocol.
+torchdata's Stateful protocol, so torchdata's StatefulDataLoader (num_workers=0) saves and restores the
+run's exact position with its own state_dict(), without replaying batches.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     run's state would live in a worker where state_dict() cannot see it, so num_workers > 0 is refused.
 
     Each pass over it (an epoch of the training loop) continues the stream where the last one stopped,
-    so every epoch sees new data: steps_per_epoch batches a pass where given (len() is that), else until
-    max_steps (the whole run's steps, as in Pipeline and in a resume), else without end."""
+    so every epoch sees new data: steps_per_epoch batches a pass where given (len() is that; passes
+    counted from step 0, so a pass resumed from a checkpoint inside it ends where it would have), else
+    until max_steps (the whole run's steps, as in Pipeline and in a resume), else without end."""
 
     def __init__(self, *args: Any, steps_per_epoch: Optional[int] = None, **kwargs: Any) -> None:
         super().__init__()
@@ -70,7 +72,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._pipeline.close()
         kwargs = dict(self._kwargs)
         if self._steps_per_epoch and self._epoch is None:
-            end = (int(state["step"]) if state else 0) + self._steps_per_epoch
+            # Passes are counted from step 0: this one ends at the next multiple, so a resume from a
+            # checkpoint taken inside a pass finishes that pass, and one taken at its end runs the next.
+            end = ((int(state["step"]) if state else 0) // self._steps_per_epoch + 1) * self._steps_per_epoch
             kwargs["max_steps"] = min(end, int(kwargs["max_steps"])) if kwargs.get("max_steps") else end
         self._pipeline = Pipeline(*self._args, **kwargs)
         if self._epoch is not None:  # set_epoch(): this pass is that epoch ...

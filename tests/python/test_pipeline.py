@@ -433,6 +433,35 @@ def test_dataloader_adapter_gives_new_data_every_epoch_and_refuses_worker_proces
         list(DataLoader(ft.IterableDataset(data["megatron"], max_steps=2, **CONFIG), batch_size=None, num_workers=1))
 
 
+def test_torchdatas_stateful_dataloader_resumes_the_adapter_inside_an_epoch_exactly(data):
+    """torchdata's StatefulDataLoader keeps the adapter's state in its own state_dict() (the Stateful
+    protocol): a run stopped inside its second epoch and restored in a new loader gives the batches of an
+    uninterrupted run, finishing that epoch where it would have ended, without replaying any. The plain
+    DataLoader with the adapter's own state_dict() resumes the same way."""
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    import feedline.torch as ft
+    def loader(kind):
+        ds = ft.IterableDataset(data["megatron"], steps_per_epoch=5, copy=True, **CONFIG)
+        return ds, kind(ds, batch_size=None, num_workers=0)
+    _, whole = loader(sdl.StatefulDataLoader)
+    reference = [[i["inputs"] for i in whole] for _ in range(3)]
+    assert [len(e) for e in reference] == [5, 5, 5]
+    for kind in (sdl.StatefulDataLoader, torch.utils.data.DataLoader):
+        ds, first = loader(kind)
+        got = [[i["inputs"] for i in first]]
+        it = iter(first)
+        got.append([next(it)["inputs"] for _ in range(2)])
+        state = first.state_dict() if kind is sdl.StatefulDataLoader else ds.state_dict()
+        assert (state["dataset_state"] if kind is sdl.StatefulDataLoader else state)["step"] == 7
+        del it, first, ds
+        ds, second = loader(kind)
+        (second if kind is sdl.StatefulDataLoader else ds).load_state_dict(state)
+        got[1] += [i["inputs"] for i in second]  # the rest of the second epoch: 3 batches
+        got.append([i["inputs"] for i in second])
+        assert [len(e) for e in got] == [5, 5, 5], kind
+        assert all(torch.equal(a, b) for ea, eb in zip(got, reference) for a, b in zip(ea, eb)), kind
+
+
 def test_set_epoch_starts_at_that_epochs_first_batch_and_the_adapter_passes_over_that_epoch(data):
     per = len(feedline.Pipeline(data["megatron"], epochs=1, **CONFIG))
     whole = [(b.step, b.epoch, b.inputs.clone()) for b in feedline.Pipeline(data["megatron"], max_steps=3 * per, **CONFIG)]
