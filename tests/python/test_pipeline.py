@@ -678,6 +678,25 @@ def test_nanogpts_train_bin_is_read_as_raw_uint16_tokens(tmp_path):
     info = json.loads(subprocess.run([str(os.environ["FEEDLINE_BIN_DIR"] + "/feedline-inspect"), "--json", spec],
                                      capture_output=True, text=True, check=True).stdout)
     assert info["format"] == "raw" and info["tokens"] == len(tokens) and info["delimiter"] == 50256
+    # Another tokenizer's end-of-text, named in the spec (Python, the tools and blends take it alike):
+    # uint32 ids with 2 ending every document.
+    import numpy as np
+    rng = np.random.default_rng(5)
+    ids = np.concatenate([np.append(rng.integers(10, 100000, int(rng.integers(1, 40))), 2) for _ in range(400)]).astype(np.uint32)
+    ids.tofile(tmp_path / "other.bin")
+    eot = 2
+    named = f"raw:uint32:eot={eot}:{tmp_path / 'other.bin'}"
+    seen = 0
+    for b in feedline.Pipeline(named, mode="packed", max_steps=5, **CONFIG):
+        for r in range(4):
+            for t in range(31):
+                if int(b.inputs[r, t]) == eot:
+                    assert int(b.positions[r, t + 1]) == 0
+                    seen += 1
+    assert seen > 0
+    info = json.loads(subprocess.run([str(os.environ["FEEDLINE_BIN_DIR"] + "/feedline-inspect"), "--json", named],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["delimiter"] == eot
 
 
 def test_raw_files_with_a_partial_token_or_a_bad_spec_are_refused_naming_them(tmp_path):
@@ -687,6 +706,8 @@ def test_raw_files_with_a_partial_token_or_a_bad_spec_are_refused_naming_them(tm
     assert e.value.file == str(tmp_path / "odd.bin") and e.value.offset == 4
     with pytest.raises(feedline.ConfigError, match="raw:<dtype>:<path>"):
         feedline.Pipeline(f"raw:float32:{tmp_path / 'odd.bin'}", **CONFIG)
+    with pytest.raises(feedline.ConfigError, match="eot=x is not a token id"):
+        feedline.Pipeline(f"raw:uint16:eot=x:{tmp_path / 'odd.bin'}", **CONFIG)
     with pytest.raises(feedline.IoError, match="missing.bin"):
         feedline.Pipeline(f"raw:uint16:{tmp_path / 'missing.bin'}", **CONFIG)
 

@@ -187,11 +187,19 @@ TEST_CASE("Raw.NanoGptFile.ReadWithTheNamedDtypeDocumentsEndAtTheDelimiter") {
     }
     CHECK(all == std::vector<std::uint32_t>(tokens.begin(), tokens.end()));
 
-    // The delimiter can be named (a file of another tokenizer's ids).
+    // The delimiter can be named (a file of another tokenizer's ids): by the API, or in the spec, which
+    // every tool, blend and Python take; eot=none reads one stream cut only at row ends.
     token_dataset other("raw:uint16:" + dir / "train.bin");
     other.set_delimiter(9);
     CHECK(other.document_count() == 2);  // [5 6 7 eot eot 9] [10 eot 11]
     CHECK(other.document(1).length == 3);
+    token_dataset named("raw:uint16:eot=9:" + dir / "train.bin");
+    CHECK(named.delimiter() == 9);
+    CHECK(named.document_count() == 2);
+    CHECK(named.document(1).length == 3);
+    token_dataset none("raw:uint16:eot=none:" + dir / "train.bin");
+    CHECK(none.document_count() == 1);
+    CHECK(none.document(0).length == tokens.size());
 }
 
 TEST_CASE("Raw.ManyFilesAndWidths.OneStreamAcrossFiles") {
@@ -254,7 +262,10 @@ TEST_CASE("Raw.BadFilesAndSpecs.TypedErrorsNamingTheFile") {
         CHECK(refusal<io_error>("raw:uint16:" + empty_dir.path().string()).find("no .bin files") != std::string::npos);
     }
     SUBCASE("a spec without a dtype, with a float or unknown one") {
-        for (const std::string& spec : {"raw:" + odd, std::string("raw:uint16:"), "raw:float32:" + odd, "raw:u16:" + odd}) {
+        for (const std::string& spec :
+             {"raw:" + odd, std::string("raw:uint16:"), "raw:float32:" + odd, "raw:u16:" + odd, "raw:uint16:eot=:" + odd,
+              "raw:uint16:eot=-1:" + odd, "raw:uint16:eot=2147483648:" + odd, "raw:uint16:eot=99999999999999999999:" + odd,
+              std::string("raw:uint16:eot=5"), std::string("raw:uint16:eot=5:")}) {
             CAPTURE(spec);
             CHECK(refusal<config_error>(spec).find("raw:<dtype>:<path>") != std::string::npos);
         }
@@ -266,6 +277,12 @@ TEST_CASE("Raw.BadFilesAndSpecs.TypedErrorsNamingTheFile") {
             FAIL("accepted");
         } catch (const config_error& e) {
             CHECK(std::string(e.what()).find("one dataset holds one dtype") != std::string::npos);
+        }
+        try {
+            token_dataset ds(std::vector<std::string>{"raw:uint16:eot=3:" + even, "raw:uint16:" + even});
+            FAIL("accepted");
+        } catch (const config_error& e) {
+            CHECK(std::string(e.what()).find("another eot=") != std::string::npos);
         }
         auto shards = write_shards(dir, "llmc", token_dtype::uint16, 50256, 1000);
         try {

@@ -51,6 +51,7 @@ struct resolved_spec {
     dataset_format format = dataset_format::megatron;
     std::vector<std::string> shards;
     token_dtype raw_dtype = token_dtype::uint16;  // raw: the dtype the spec names
+    std::optional<std::uint32_t> raw_delimiter;   // raw: the spec's eot=, if given
 };
 
 // Resolves one or more specs. Each is a Megatron prefix, a .idx/.bin path, an llm.c .bin, a directory
@@ -104,6 +105,8 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
         if (!out.shards.empty() && out.format == dataset_format::raw && raw.dtype != out.raw_dtype)
             throw config_error("dataset", "'" + spec + "' names " + std::string(to_string(raw.dtype)) + " tokens but earlier files are " +
                                               std::string(to_string(out.raw_dtype)) + "; one dataset holds one dtype");
+        if (!out.shards.empty() && out.format == dataset_format::raw && raw.delimiter != out.raw_delimiter)
+            throw config_error("dataset", "'" + spec + "' ends documents with another eot= than the files before it; one dataset has one");
         const storage_scheme& scheme = scheme_for(raw.location);
         const expanded_location where = expand_location(raw.location);
         std::vector<std::string> files;
@@ -120,6 +123,7 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
         }
         for (auto& f : files) add(dataset_format::raw, std::move(f), spec);
         out.raw_dtype = raw.dtype;
+        out.raw_delimiter = raw.delimiter;
     };
     for (const auto& spec : specs) {
         if (auto raw = parse_raw_spec(spec)) {
@@ -196,7 +200,7 @@ public:
                 info.bin = &r.bin();
                 info.tokens = r.tokens();
                 check_dtype(r.dtype(), s);
-                delimiter_ = raw_layout::default_delimiter(r.dtype());
+                delimiter_ = spec.raw_delimiter.value_or(raw_layout::default_delimiter(r.dtype()));
             }
             total_tokens_ += info.tokens;
             shards_.push_back(std::move(info));

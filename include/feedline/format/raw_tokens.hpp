@@ -36,14 +36,18 @@ inline constexpr std::uint32_t default_delimiter(token_dtype t) noexcept {
 
 struct raw_spec {
     token_dtype dtype = token_dtype::uint16;
-    std::string location;  // a file, glob, directory or URL
+    std::optional<std::uint32_t> delimiter;  // "eot=<id>" or "eot=none"; else raw_layout::default_delimiter
+    std::string location;                    // a file, glob, directory or URL
 };
 
-// Parses "raw:<dtype>:<location>"; nullopt for a spec that does not start with "raw:". Throws
-// config_error naming the spec for a missing or non-integer dtype or an empty location.
+// Parses "raw:<dtype>:<location>" or "raw:<dtype>:eot=<id>:<location>" (the token that ends each
+// document, for tokenizers other than GPT-2's and Llama 3's; "eot=none": no delimiter, packed rows cut
+// documents only at row ends); nullopt for a spec that does not start with "raw:". Throws config_error
+// naming the spec for a missing or non-integer dtype, a bad eot or an empty location.
 inline std::optional<raw_spec> parse_raw_spec(const std::string& spec) {
     if (spec.rfind(raw_layout::prefix, 0) != 0) return std::nullopt;
-    const std::string usage = "'" + spec + "': a headerless token file is named raw:<dtype>:<path>, e.g. raw:uint16:train.bin";
+    const std::string usage =
+        "'" + spec + "': a headerless token file is named raw:<dtype>:<path> or raw:<dtype>:eot=<id>:<path>, e.g. raw:uint16:train.bin";
     const std::size_t colon = spec.find(':', raw_layout::prefix.size());
     if (colon == std::string::npos || colon + 1 == spec.size()) throw config_error("dataset", usage);
     const std::string name = spec.substr(raw_layout::prefix.size(), colon - raw_layout::prefix.size());
@@ -56,6 +60,22 @@ inline std::optional<raw_spec> parse_raw_spec(const std::string& spec) {
     if (out.dtype == token_dtype::float32 || out.dtype == token_dtype::float64)
         throw config_error("dataset", usage + " (tokens are integers, not " + name + ")");
     out.location = spec.substr(colon + 1);
+    if (out.location.rfind("eot=", 0) == 0) {
+        const std::size_t end = out.location.find(':');
+        const std::string value = out.location.substr(4, end == std::string::npos ? std::string::npos : end - 4);
+        if (end == std::string::npos || end + 1 == out.location.size()) throw config_error("dataset", usage + " (no path after eot=)");
+        if (value == "none") {
+            out.delimiter = raw_layout::no_delimiter;
+        } else {
+            const bool digits = !value.empty() && value.size() <= 10 && value.find_first_not_of("0123456789") == std::string::npos;
+            const std::uint64_t id = digits ? std::stoull(value) : UINT64_MAX;
+            if (id >= raw_layout::no_delimiter)
+                throw config_error("dataset", usage + " (eot=" + value + " is not a token id below 2^31, or none)");
+            out.delimiter = static_cast<std::uint32_t>(id);
+        }
+        out.location = out.location.substr(end + 1);
+    }
+    if (out.location.empty()) throw config_error("dataset", usage + " (no path)");
     return out;
 }
 
