@@ -68,6 +68,41 @@ TEST_CASE("feedline-train: a resumed run reproduces the uninterrupted run's loss
     }
 }
 
+TEST_CASE("feedline-train: a checkpoint resumes with another micro-batch x accumulation of the same global batch") {
+    // The doctor's advice (micro-batch 2 x 4 -> 4 x 2, the global batch kept): the resumed run sees the
+    // uninterrupted run's samples at every step, so its losses follow that run's to float rounding (the
+    // gradient is summed over other micro-batches). Another global batch is refused, naming both.
+    ft::trainer_corpus data;
+    for (const char* mode : {"windows", "packed"}) {
+        CAPTURE(mode);
+        const std::string common = std::string("--mode ") + mode + " --decay-steps 10 --warmup 2";
+        auto full = ft::run(data.train_command(common + " --batch-size 2 --grad-accum 4 --max-steps 10"), data.dir);
+        REQUIRE_MESSAGE(full.code == 0, full.err);
+        const std::string ck = data.dir / (std::string("shape-") + mode);
+        auto first = ft::run(data.train_command(common + " --batch-size 2 --grad-accum 4 --max-steps 4 --checkpoint " + ck), data.dir);
+        REQUIRE_MESSAGE(first.code == 0, first.err);
+        auto second = ft::run(data.train_command(common + " --batch-size 4 --grad-accum 2 --max-steps 10 --resume " + ck), data.dir);
+        REQUIRE_MESSAGE(second.code == 0, second.err);
+        auto third = ft::run(data.train_command(common + " --batch-size 8 --grad-accum 1 --max-steps 10 --resume " + ck), data.dir);
+        REQUIRE_MESSAGE(third.code == 0, third.err);
+        const auto a = ft::progress_lines(full.out);
+        REQUIRE(a.size() == 10);
+        for (const auto& run : {second, third}) {
+            const auto c = ft::progress_lines(run.out);
+            REQUIRE(c.size() == 6);
+            for (std::size_t i = 0; i < 6; ++i) {
+                CAPTURE(i);
+                CHECK(c[i]["step"] == a[4 + i]["step"]);
+                CHECK(c[i]["loss"].get<double>() == doctest::Approx(a[4 + i]["loss"].get<double>()).epsilon(1e-4));
+            }
+        }
+        auto other = ft::run(data.train_command(common + " --batch-size 2 --grad-accum 2 --max-steps 10 --resume " + ck), data.dir);
+        CHECK(other.code == 1);
+        CHECK(other.err.find("8 samples x 32 tokens per step") != std::string::npos);
+        CHECK(other.err.find("this run asks for 4 x 32") != std::string::npos);
+    }
+}
+
 TEST_CASE("feedline-train: trains straight from JSONL tokenized on the fly, and resumes it exactly") {
     ft::trainer_corpus data;
     // The same flags as on shards, with the JSONL the shards were packed from as --data.

@@ -214,7 +214,7 @@ TEST_CASE("Checkpoint.DamageIsRefusedNamingTheFileAndResumeFallsBack") {
         j["step"] = 3;
         spill(newest / "trainer.json", j.dump());
         reseal(newest);
-        expect_refused("the trainer is at step 3 (2 batches each) but the pipeline's state is at batch 8");
+        expect_refused("the trainer is at step 3 (2 micro-batches each) but the pipeline's state is at batch 8");
     }
     SUBCASE("a manifest that is missing, not JSON, or names a path") {
         fs::remove(newest / "manifest.json");

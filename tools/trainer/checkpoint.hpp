@@ -253,14 +253,16 @@ inline checkpoint parse_checkpoint(const std::string& json_text, const std::stri
     } catch (const feedline::format_error& e) {
         throw checkpoint_error(e.what());
     }
-    // The two steps must agree: the pipeline took grad_accum batches per optimizer step (a last step
-    // cut short by the end of the data took fewer).
+    // The two steps must agree: the pipeline takes one batch per optimizer step (all its micro-batches),
+    // or, in checkpoints of an earlier feedline-train, one per micro-batch: grad_accum per step (a last
+    // step cut short by the end of the data took fewer).
     try {
         const auto state = feedline::pipeline_state_from_json(c.pipeline_state);
         const std::uint64_t first = c.step * c.grad_accum;
-        if (c.grad_accum != 0 && (first / c.grad_accum != c.step || state.step < first || state.step - first >= c.grad_accum))
+        const bool per_step = state.global_batch == c.global_batch && state.step == c.step;
+        if (!per_step && c.grad_accum != 0 && (first / c.grad_accum != c.step || state.step < first || state.step - first >= c.grad_accum))
             throw checkpoint_error(json_path + ": the trainer is at step " + std::to_string(c.step) + " (" + std::to_string(c.grad_accum) +
-                                   " batches each) but the pipeline's state is at batch " + std::to_string(state.step));
+                                   " micro-batches each) but the pipeline's state is at batch " + std::to_string(state.step));
     } catch (const feedline::error& e) {
         throw checkpoint_error(json_path + ": pipeline_state: " + e.what());
     }
@@ -447,19 +449,19 @@ inline saved_checkpoint save_checkpoint(const std::filesystem::path& root, const
     if (::mkdir(work.c_str(), 0755) != 0) throw checkpoint_error(work.string() + ": cannot create (" + std::strerror(errno) + ")");
     try {
         nlohmann::json j = {{"format", "feedline-train checkpoint"},
-                                  {"version", 1},
-                                  {"step", c.step},
-                                  {"tokens", c.tokens},
-                                  {"model", to_json(c.model)},
-                                  {"global_batch", c.global_batch},
-                                  {"seq_len", c.seq_len},
-                                  {"grad_accum", c.grad_accum},
-                                  {"seed", c.seed},
-                                  {"mode", c.mode},
-                                  {"generation", saved.generation},
-                                  {"id", saved.id},
-                                  {"parent", saved.parent},
-                                  {"pipeline_state", nlohmann::json::parse(c.pipeline_state)}};
+                            {"version", 1},
+                            {"step", c.step},
+                            {"tokens", c.tokens},
+                            {"model", to_json(c.model)},
+                            {"global_batch", c.global_batch},
+                            {"seq_len", c.seq_len},
+                            {"grad_accum", c.grad_accum},
+                            {"seed", c.seed},
+                            {"mode", c.mode},
+                            {"generation", saved.generation},
+                            {"id", saved.id},
+                            {"parent", saved.parent},
+                            {"pipeline_state", nlohmann::json::parse(c.pipeline_state)}};
         if (!c.pipeline_options.is_null()) j["pipeline_options"] = c.pipeline_options;
         const std::string json_text = j.dump(2) + "\n";
         std::string tensors(sizeof detail::tensors_magic, '\0');

@@ -209,7 +209,26 @@ int run(options o, trainer::communicator& comm) {
         if (feedline::kinds_of(feedline::parse_data_spec(spec)).text) c.text.tokenizer = o.tokenizer;
         return c;
     };
-    const feedline::pipeline_config train_config = data_config(o.data, o.seed, o.workers, 0);
+    // One pipeline batch per optimizer step: batch_size x grad_accum rows per rank, cut into grad_accum
+    // micro-batches here. The sampler's global batch is then the optimizer's (rows per step over all
+    // ranks), so a checkpoint resumes with any micro-batch x accumulation x ranks of the same product
+    // (the doctor's "micro-batch 16 x 8 -> 32 x 4"): the sample stream does not depend on the split.
+    // A checkpoint of an earlier feedline-train, whose pipeline took one batch per micro-batch, goes on
+    // that way (same micro-batch, accumulation and ranks).
+    std::uint64_t batches_per_step = 1;
+    if (resumed) {
+        const auto saved = feedline::pipeline_state_from_json(resumed->pipeline_state);
+        if (saved.global_batch == o.batch_size * comm.size() && o.grad_accum > 1) {
+            if (resumed->grad_accum != o.grad_accum)
+                throw feedline::config_error("--resume",
+                                             fmt::format("{}: written by an earlier feedline-train, which resumes only with the same "
+                                                         "--batch-size and --grad-accum ({} x {})",
+                                                         o.resume, o.batch_size, resumed->grad_accum));
+            batches_per_step = o.grad_accum;
+        }
+    }
+    feedline::pipeline_config train_config = data_config(o.data, o.seed, o.workers, 0);
+    train_config.batch_size = o.batch_size * (o.grad_accum / batches_per_step);
     feedline::pipeline data(o.data, train_config);
     std::uint64_t step = 0, tokens = 0;
     if (resumed) {
@@ -275,7 +294,7 @@ int run(options o, trainer::communicator& comm) {
     while (step < o.max_steps && !out_of_data && (o.max_seconds <= 0 || seconds_since(start) < o.max_seconds)) {
         model->zero_grads();
         std::uint64_t targets = 0;
-        for (std::uint64_t micro = 0; micro < o.grad_accum; ++micro) {
+        for (std::uint64_t taken = 0; taken < batches_per_step; ++taken) {
             const auto t0 = clock_type::now();
             std::optional<feedline::batch> b = data.next();
             window_wait += seconds_since(t0);
@@ -285,7 +304,13 @@ int run(options o, trainer::communicator& comm) {
             }
             targets += check_batch(*b, o.model.vocab, unigram);
             b->wait_on(model->stream());  // GPU: the compute stream waits for this batch's copy; no host sync
-            model->forward_backward(view_of(*b), /*backward=*/true);
+            const trainer::batch_view all = view_of(*b);
+            for (std::uint64_t row = 0; row < all.rows; row += o.batch_size) {  // its micro-batches
+                const std::uint64_t at = row * all.seq_len;
+                model->forward_backward({all.inputs + at, all.targets + at, all.positions ? all.positions + at : nullptr,
+                                         std::min(o.batch_size, all.rows - row), all.seq_len},
+                                        /*backward=*/true);
+            }
             b->release(model->stream());  // the slot is refilled only after this step's kernels read it
         }
         if (out_of_data) break;

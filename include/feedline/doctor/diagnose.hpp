@@ -551,7 +551,9 @@ inline std::vector<finding> diagnose(const observations& o) {
                   {"grad_accum", *o.grad_accum}},
                  fmt::format("GPU {} (the fullest{}) uses {:.0f}% of its memory: micro-batch {:g} -> {:g} and gradient accumulation "
                              "{:g} -> {:g} keep the global batch ({:g} sequences per GPU per step) with {:g}x fewer, larger kernels. "
-                             "Compare tokens/s, not steps/s, after the change: each micro-batch then holds more tokens",
+                             "Compare tokens/s, not steps/s, after the change: each micro-batch then holds more tokens. A checkpoint "
+                             "resumes with the new shape where the loader takes a whole step's rows at once and splits them into "
+                             "micro-batches (feedline-train does; a feedline pipeline given batch_size = micro-batch x accumulation does)",
                              *fullest, o.gpus.size() > 1 ? fmt::format(" of {}", o.gpus.size()) : std::string(), 100 * share,
                              *o.micro_batch, *o.micro_batch * k, *o.grad_accum, *o.grad_accum / k, *o.micro_batch * *o.grad_accum, k)});
         }
