@@ -3,6 +3,7 @@
 // measured (diagnose). Exit status: 0 when nothing needs action (the job fits; no finding asks for
 // action), 1 when something does, 2 for bad input (the message names the field).
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -50,10 +51,32 @@ double parse_bytes(const std::string& text, const char* field) {
     throw feedline::config_error(field, "'" + text + "': unknown unit '" + unit + "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
 }
 
+// "7B", "1.3e9", "350M", "70 b": a parameter count (k, M, B or G, T: powers of 1000).
+double parse_count(const std::string& text, const char* field) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        throw feedline::config_error(field, "'" + text + "' is not a count (e.g. 7B, 350M, 1.3e9)");
+    }
+    std::string unit = text.substr(used);
+    unit.erase(0, unit.find_first_not_of(' '));
+    static const std::vector<std::pair<std::string, double>> units = {{"", 1},    {"k", 1e3}, {"K", 1e3}, {"M", 1e6},  {"m", 1e6},
+                                                                      {"B", 1e9}, {"b", 1e9}, {"G", 1e9}, {"T", 1e12}, {"t", 1e12}};
+    for (const auto& [name, scale] : units)
+        if (unit == name) return v * scale;  // make_plan checks the value (positive, finite)
+    throw feedline::config_error(field, "'" + text + "': unknown suffix '" + unit + "' (k, M, B, T)");
+}
+
+// Figures as a person reads them: 512 MiB, 31.4 GiB (never "0.00 GiB"), 17 cores (never "1 cores").
 std::string human(const doctor::figure& f) {
-    if (f.unit == "bytes") return fmt::format("{:.2f} GiB", f.value / doctor::gib);
-    if (f.unit == "bytes/s") return fmt::format("{:.1f} MB/s", f.value / 1e6);
-    if (f.unit == "tokens/s") return fmt::format("{:.3g} tokens/s", f.value);
+    if (f.value == 0 && f.unit != "cores") return "0";  // not computed, or nothing: the rule says which
+    const auto bytes = [](double v) { return (v < 0 ? "-" : "") + doctor::mib_text(std::abs(v) / (1024.0 * 1024.0)); };
+    if (f.unit == "bytes") return bytes(f.value);
+    if (f.unit == "bytes/s") return bytes(f.value) + "/s";
+    if (f.unit == "tokens/s") return doctor::human_count(f.value) + " tokens/s";
+    if (f.unit == "cores") return fmt::format("{:g} core{}", f.value, f.value == 1 ? "" : "s");
     return fmt::format("{:g} {}", f.value, f.unit);
 }
 
@@ -276,7 +299,8 @@ int main(int argc, char** argv) {
     bool json = false;
     CLI::App* plan = app.add_subcommand("plan", "GPU memory, host memory, CPU cores and read bandwidth a data-parallel job needs");
     plan->add_option("--config", config, "JSON object with these flags' names as keys (flags on the command line win)");
-    plan->add_option("--params", in.params, "model parameters (e.g. 7e9); or give the shape below");
+    std::string params;
+    plan->add_option("--params", params, "model parameters (7B, 350M, 1.3e9); or give the shape below");
     plan->add_option("--layers", in.layers, "transformer layers");
     plan->add_option("--hidden", in.hidden, "hidden size");
     plan->add_option("--heads", in.heads, "attention heads");
@@ -360,6 +384,7 @@ int main(int argc, char** argv) {
     if (diag->parsed()) return tools::run_tool("feedline-doctor", 2, [&] { return run_diagnose(input, json); });
 
     return tools::run_tool("feedline-doctor", 2, [&] {
+        if (!params.empty()) in.params = parse_count(params, "params");
         in.gpu_memory = parse_bytes(gpu_memory, "gpu-memory");
         in.gpu_reserve = parse_bytes(gpu_reserve, "gpu-reserve");
         in.dataset_bytes = parse_bytes(dataset_bytes, "dataset-bytes");
@@ -370,6 +395,7 @@ int main(int argc, char** argv) {
                                   {"ranks", r.ranks},
                                   {"fits", r.fits},
                                   {"min_ranks", r.min_ranks},
+                                  {"would_fit", r.would_fit},
                                   {"per_gpu", to_json(r.per_gpu)},
                                   {"per_node", to_json(r.per_node)}};
             std::printf("%s\n", tools::json_text(out).c_str());
@@ -383,11 +409,18 @@ int main(int argc, char** argv) {
                 std::printf("%s:\n", title);
                 for (const auto& f : *list) std::printf("  %-22s %16s   %s\n", f.name.c_str(), human(f).c_str(), f.rule.c_str());
             }
-            if (r.fits)
-                std::printf("fits: %.2f GiB of GPU memory to spare\n", r.get("gpu_memory_margin").value / doctor::gib);
-            else
-                std::printf("does not fit: %.2f GiB short per GPU; with these settings it needs at least %llu data-parallel ranks\n",
-                            -r.get("gpu_memory_margin").value / doctor::gib, static_cast<unsigned long long>(r.min_ranks));
+            const double margin_mib = r.get("gpu_memory_margin").value / (1024.0 * 1024.0);
+            if (r.fits) {
+                std::printf("fits: %s of GPU memory to spare\n", doctor::mib_text(margin_mib).c_str());
+            } else {
+                std::printf("does not fit: %s short per GPU%s\n", doctor::mib_text(-margin_mib).c_str(),
+                            r.min_ranks == 0 ? ", and no number of GPUs holds it with these settings" : "");
+                if (r.would_fit.empty())
+                    std::printf("nothing within these settings' reach fits it: a GPU with more memory, tensor or pipeline parallelism\n");
+                else
+                    std::printf("what would fit it (one change each):\n");
+                for (const auto& w : r.would_fit) std::printf("  %s\n", w.c_str());
+            }
         }
         return r.fits ? 0 : 1;
     });

@@ -111,12 +111,13 @@ TEST_CASE("Doctor.Plan.HandComputedStatesForEachStagePrecisionAndOptimizer") {
     CHECK(r.get("optimizer_states").value == 1e9);
     in.optimizer = "adamw";
     in.zero_stage = 3;
-    in.offload_optimizer = true;  // states leave the GPU; host holds the node's 8 partitions
+    in.offload_optimizer = true;  // states and gradients leave the GPU; host holds the node's 8 partitions
     r = make_plan(in);
     CHECK(r.get("parameters").value == 0.25e9);
-    CHECK(r.get("gradients").value == 0.25e9);
+    CHECK(r.get("gradients").value == 0);
     CHECK(r.get("optimizer_states").value == 0);
-    CHECK(r.get("host_offloaded_states").value == 12e9);
+    CHECK(r.get("model_states").value == 0.25e9);
+    CHECK(r.get("offloaded_states").value == 16e9);  // 12 bytes of Adam state + 4 of fp32 gradient per parameter
 }
 
 TEST_CASE("Doctor.Plan.ActivationsParametersAndTheFewestRanksThatFit") {
@@ -152,8 +153,8 @@ TEST_CASE("Doctor.Plan.ActivationsParametersAndTheFewestRanksThatFit") {
     d.worker_tokens_per_s = 2e6;
     r = make_plan(d);
     CHECK(r.get("tokens_per_s").value == 8e6);
-    CHECK(r.get("data_workers").value == 4);
-    CHECK(r.get("cpu_cores").value == 8 + 4 + 1);
+    CHECK(r.get("data_workers").value == 8);       // 0.5 of a worker per GPU, but each GPU's process runs one
+    CHECK(r.get("cpu_cores").value == 8 + 8 + 1);  // what check and diagnose count: GPUs x (1 + workers) + the OS
     CHECK(r.get("read_bandwidth").value == doctest::Approx(8e6 * doctor::text_bytes_per_token));
     // From a GPU's peak: 6 Ψ FLOPs per token.
     d.tokens_per_s_per_gpu = 0;
@@ -180,8 +181,78 @@ TEST_CASE("Doctor.Plan.BadInputNamesTheField") {
     CHECK(with([](plan_input& x) { x.gpus = 0; }) == "gpus");
     CHECK(with([](plan_input& x) { x.mfu = 1.5; }) == "mfu");
     CHECK(with([](plan_input& x) { x.gpu_memory = -1; }) == "gpu-memory");
-    // A model that fits on no number of GPUs: stage 0 replicates 16 Ψ on each.
-    CHECK(with([](plan_input& x) { x.params = 7.5e9, x.gpu_memory = 80 * doctor::gib, x.gpus = 1024; }) == "gpu-memory");
+}
+
+TEST_CASE("Doctor.Plan.AJobThatFitsNowhereGetsAVerdictWithWhatWouldFitIt") {
+    // 7.5 B at stage 0 on 80 GiB GPUs: 16 Ψ = 120 GB on each, whatever their number. Not an error: the
+    // plan says so and lists the changes that fit it, each evaluated.
+    plan_input in = zero_case(7.5e9, 1, 0);
+    in.gpu_memory = 80 * doctor::gib;
+    auto r = make_plan(in);
+    CHECK_FALSE(r.fits);
+    CHECK(r.min_ranks == 0);
+    const auto has = [&](const std::string& text) {
+        return std::any_of(r.would_fit.begin(), r.would_fit.end(), [&](const std::string& w) { return w == text; });
+    };
+    CHECK(has("--zero-stage 1: fits on 2 data-parallel ranks or more"));  // 4 Ψ + 12 Ψ / 2 = 75 GB
+    CHECK(has("--zero-stage 3: fits on 2 data-parallel ranks or more"));
+    CHECK(has("--offload-optimizer --zero-stage 1: fits as planned (1 data-parallel rank)"));  // 2 Ψ = 15 GB
+    CHECK(std::none_of(r.would_fit.begin(), r.would_fit.end(), [](const std::string& w) { return w.find("more GPUs") == 0; }));
+    // At stage 3 on one GPU: more GPUs or offload, never "raise the ZeRO stage".
+    in.zero_stage = 3;
+    r = make_plan(in);
+    CHECK_FALSE(r.fits);
+    CHECK(r.min_ranks == 2);
+    CHECK(r.would_fit.front() == "more GPUs: it fits on 2 data-parallel ranks or more (now 1)");
+    CHECK(std::none_of(r.would_fit.begin(), r.would_fit.end(), [](const std::string& w) { return w.find("--zero-stage") == 0; }));
+    // Activations that no setting brings under a GPU: nothing within reach, said as such.
+    plan_input big;
+    big.layers = 96, big.hidden = 12288, big.heads = 96, big.vocab = 50257, big.seq_len = 32768, big.micro_batch = 1;
+    big.gpu_memory = 80 * doctor::gib;
+    big.zero_stage = 3;
+    big.offload_optimizer = true;
+    big.activation_checkpointing = true;
+    r = make_plan(big);
+    CHECK_FALSE(r.fits);
+    CHECK(r.would_fit.empty());
+    // A micro-batch too large: the smaller one, with the accumulation that keeps the global batch.
+    plan_input mb;
+    mb.layers = 24, mb.hidden = 2048, mb.heads = 16, mb.vocab = 50257, mb.seq_len = 2048, mb.micro_batch = 64;
+    mb.gpu_memory = 80 * doctor::gib;
+    r = make_plan(mb);
+    CHECK_FALSE(r.fits);
+    CHECK(std::any_of(r.would_fit.begin(), r.would_fit.end(), [](const std::string& w) {
+        return w.rfind("--micro-batch 1 (with --grad-accum x 64 to keep the global batch): fits", 0) == 0;
+    }));
+    CHECK(std::any_of(r.would_fit.begin(), r.would_fit.end(),
+                      [](const std::string& w) { return w.rfind("--activation-checkpointing", 0) == 0; }));
+}
+
+TEST_CASE("Doctor.Plan.HostMemoryFollowsDeepSpeedsEstimator") {
+    // DeepSpeed's estimate_zero2_model_states_mem_needs (stage_1_and_2.py), one node:
+    //   offload:    cpu = Ψ x max(4 x GPUs, 16) x 1.5, gpu = 2 Ψ
+    //   no offload: cpu = Ψ x 4 x GPUs x 1.5           (fp32 weights per process while loading)
+    // The case: 7 B on 3 GPUs with ZeRO-Offload, which DeepSpeed puts at 168 GB of host memory.
+    for (const double psi : {1.3e9, 7e9, 70e9})
+        for (const std::uint64_t gpus : {1, 3, 8}) {
+            CAPTURE(psi);
+            CAPTURE(gpus);
+            plan_input in = zero_case(psi, gpus, 2);
+            in.offload_optimizer = true;
+            auto r = make_plan(in);
+            CHECK(r.get("host_model_states").value == doctest::Approx(psi * std::max(4.0 * double(gpus), 16.0) * 1.5));
+            CHECK(r.get("model_states").value == doctest::Approx(2 * psi));
+            in.offload_optimizer = false;
+            r = make_plan(in);
+            CHECK(r.get("host_model_states").value == doctest::Approx(psi * 4 * double(gpus) * 1.5));
+        }
+    plan_input in = zero_case(7e9, 3, 2);
+    in.offload_optimizer = true;
+    CHECK(make_plan(in).get("host_model_states").value == doctest::Approx(168e9));
+    // The host total counts it, with staging, page cache and processes.
+    const auto r = make_plan(in);
+    CHECK(r.get("host_memory").value == doctest::Approx(r.get("host_model_states").value + r.get("host_pinned_staging").value +
+                                                        r.get("host_page_cache").value + r.get("host_processes").value));
 }
 
 TEST_CASE("Doctor.Tool.JsonConfigAndExitCodes") {
@@ -204,7 +275,19 @@ TEST_CASE("Doctor.Tool.JsonConfigAndExitCodes") {
     CHECK(nlohmann::json::parse(from_file.out)["per_gpu"] == j["per_gpu"]);
     auto short_of = ft::run(tool + " --config " + std::string(dir / "job.json") + " --gpu-memory 30GiB", dir);  // 29.2 + 1 GiB at 64 ranks
     CHECK(short_of.code == 1);  // does not fit: action needed
-    CHECK(short_of.out.find("needs at least") != std::string::npos);
+    CHECK(short_of.out.find("more GPUs: it fits on") != std::string::npos);
+    // Parameter counts as people write them; sizes never printed as 0.00 GiB, cores never as "1 cores".
+    auto words = ft::run(tool + " --params 7.5B --gpus 8 --nodes 8 --zero-stage 1 --gpu-memory 80GiB --json", dir);
+    REQUIRE_MESSAGE(words.code == 0, words.err);
+    CHECK(nlohmann::json::parse(words.out)["per_gpu"] == j["per_gpu"]);
+    auto text = ft::run(tool + " --params 350M --gpus 1", dir);
+    CHECK(text.code == 0);
+    CHECK(text.out.find("0.00 GiB") == std::string::npos);
+    CHECK(text.out.find(" 1 cores") == std::string::npos);
+    CHECK(text.out.find("3.8 GiB") != std::string::npos);  // optimizer states: 12 x 350 M bytes
+    auto suffix = ft::run(tool + " --params 7X", dir);
+    CHECK(suffix.code == 2);
+    CHECK(suffix.err.find("params") != std::string::npos);
 
     // Bad input: exit 2 with the field named.
     auto bad = ft::run(tool + " --params -5", dir);
@@ -217,9 +300,14 @@ TEST_CASE("Doctor.Tool.JsonConfigAndExitCodes") {
     auto unknown = ft::run(tool + " --config " + std::string(dir / "bad.json"), dir);
     CHECK(unknown.code == 2);
     CHECK(unknown.err.find("warp-drive") != std::string::npos);
+    // Fits on no number of GPUs: a verdict (exit 1, an action) with what would fit, not an input error.
     auto never = ft::run(tool + " --params 7.5e9 --gpus 1024 --gpu-memory 80GiB", dir);
-    CHECK(never.code == 2);
-    CHECK(never.err.find("gpu-memory") != std::string::npos);
+    CHECK(never.code == 1);
+    CHECK(never.out.find("no number of GPUs holds it") != std::string::npos);
+    CHECK(never.out.find("--zero-stage 1: fits as planned (1024 data-parallel ranks)") != std::string::npos);
+    auto never_json = ft::run(tool + " --params 7.5e9 --gpus 1024 --gpu-memory 80GiB --json", dir);
+    CHECK(never_json.code == 1);
+    CHECK(nlohmann::json::parse(never_json.out)["would_fit"].size() >= 3);
 }
 
 namespace {

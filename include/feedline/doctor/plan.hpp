@@ -14,6 +14,11 @@
 //   tensor or sequence parallelism; with full recomputation, 2 s b h per layer (each layer's input)
 //   plus one layer's full activations while it is recomputed.
 // - Training FLOPs: 6 P per token (Kaplan et al. 2020), 8 P with full recomputation (one more forward).
+// - Host memory for the model: DeepSpeed's estimate_zero2_model_states_mem_needs
+//   (deepspeed/runtime/zero/stage_1_and_2.py): without offload, each process holds the fp32 weights
+//   (4 bytes per parameter) while a checkpoint loads or the model is built; with ZeRO-Offload, 16 bytes
+//   per parameter of the node's partitions (fp32 master weights, Adam's two moments, fp32 gradients),
+//   whichever is more, times 1.5 for buffers and fragmentation.
 #pragma once
 
 #include <algorithm>
@@ -71,6 +76,9 @@ struct plan_result {
     std::vector<figure> per_gpu, per_node;
     bool fits = false;
     std::uint64_t min_ranks = 0;  // the fewest data-parallel ranks whose GPUs hold it (0: none)
+    // When it does not fit: the changes that make it fit, each evaluated (e.g. "--zero-stage 3: fits on
+    // 12 or more GPUs"), most direct first; empty when nothing within reach does.
+    std::vector<std::string> would_fit;
     const figure& get(const std::string& name) const {
         for (const auto* list : {&per_gpu, &per_node})
             for (const auto& f : *list)
@@ -153,6 +161,54 @@ inline constexpr double measured_text_worker_tokens_per_s = 2.27e6;
 // Bytes read per token: uint16 shards; the demo's JSONL (7.98 MB for 2.94 M tokens).
 inline constexpr double shard_bytes_per_token = 2.0, text_bytes_per_token = 2.7;
 
+namespace detail {
+
+// Model states on one GPU with `ranks` data-parallel ranks: what stage z partitions is divided by
+// them; an offloaded optimizer takes its states and the gradients to host memory.
+inline std::array<double, 3> states_on_gpu(const plan_input& in, double psi, double ranks) {
+    const state_bytes b = bytes_per_parameter(in);
+    const unsigned z = in.zero_stage;
+    const double p = psi * b.params / (z >= 3 ? ranks : 1.0);
+    const double g = in.offload_optimizer ? 0.0 : psi * b.grads / (z >= 2 ? ranks : 1.0);
+    const double o = in.offload_optimizer ? 0.0 : psi * b.optimizer / (z >= 1 ? ranks : 1.0);
+    return {p, g, o};
+}
+
+// Activations of one micro-batch, 16-bit (twice that in fp32); 0 without the model's shape.
+inline double activation_bytes(const plan_input& in) {
+    if (in.layers == 0) return 0;
+    const double s = double(in.seq_len), bb = double(in.micro_batch), h = double(in.hidden), a = double(in.heads), l = double(in.layers);
+    const double width = in.precision == "fp32" ? 2.0 : 1.0;
+    const double per_layer = s * bb * h * (34 + 5 * a * s / h) * width;
+    return in.activation_checkpointing ? l * 2 * s * bb * h * width + per_layer : l * per_layer;
+}
+
+// The fewest data-parallel ranks whose GPUs hold the job (only partitioned states shrink with them);
+// 0 when what no number of ranks divides already exceeds a GPU.
+inline std::uint64_t min_ranks(const plan_input& in, double psi) {
+    const double act = activation_bytes(in);
+    auto fits_with = [&](double ranks) {
+        const auto x = states_on_gpu(in, psi, ranks);
+        return x[0] + x[1] + x[2] + act + in.gpu_reserve <= in.gpu_memory;
+    };
+    if (!fits_with(std::numeric_limits<double>::infinity())) return 0;
+    std::uint64_t lo = 1, hi = 1;
+    while (!fits_with(double(hi))) {
+        if (hi >= (std::uint64_t(1) << 40)) return 0;  // only on the exact boundary of the check above
+        hi *= 2;
+    }
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        if (fits_with(double(mid)))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+}  // namespace detail
+
 inline plan_result make_plan(const plan_input& in) {
     check_input(in);
     plan_result r;
@@ -164,76 +220,60 @@ inline plan_result make_plan(const plan_input& in) {
     const state_bytes b = bytes_per_parameter(in);
     const unsigned z = in.zero_stage;
 
-    // Model states per GPU: what stage z partitions is divided by Nd; offloaded optimizer states
-    // leave the GPU for host memory.
-    auto states_on_gpu = [&](double ranks) {
-        const double p = psi * b.params / (z >= 3 ? ranks : 1.0);
-        const double g = psi * b.grads / (z >= 2 ? ranks : 1.0);
-        const double o = in.offload_optimizer ? 0.0 : psi * b.optimizer / (z >= 1 ? ranks : 1.0);
-        return std::array<double, 3>{p, g, o};
-    };
-    const auto st = states_on_gpu(nd);
+    const auto st = detail::states_on_gpu(in, psi, nd);
     const std::string part = "ZeRO stage " + std::to_string(z) + " over " + std::to_string(r.ranks) + " rank(s)";
     r.per_gpu.push_back({"parameters", st[0], "bytes",
                          std::to_string(int(b.params)) + " bytes x " + params_rule + (z >= 3 ? ", / Nd (" + part + ")" : "")});
-    r.per_gpu.push_back(
-        {"gradients", st[1], "bytes", std::to_string(int(b.grads)) + " bytes per parameter" + (z >= 2 ? ", / Nd (" + part + ")" : "")});
+    r.per_gpu.push_back({"gradients", st[1], "bytes",
+                         in.offload_optimizer
+                             ? "offloaded with the optimizer (ZeRO-Offload): moved to host memory as they are reduced"
+                             : std::to_string(int(b.grads)) + " bytes per parameter" + (z >= 2 ? ", / Nd (" + part + ")" : "")});
     r.per_gpu.push_back({"optimizer_states", st[2], "bytes",
                          in.offload_optimizer ? "offloaded to host memory" : b.rule + (z >= 1 ? ", / Nd (" + part + ")" : "")});
+    r.per_gpu.push_back({"model_states", st[0] + st[1] + st[2], "bytes",
+                         "parameters + gradients + optimizer states (the ZeRO paper's total: 16 Ψ, 4 Ψ + 12 Ψ / Nd, 2 Ψ + 14 Ψ / Nd, "
+                         "16 Ψ / Nd for stages 0-3 with mixed-precision Adam)"});
 
-    // Activations of one micro-batch, 16-bit (twice that in fp32).
-    double act = 0;
-    std::string act_rule = "not computed: needs the model's shape (--layers, --hidden, --heads, --vocab)";
-    if (shape) {
-        const double s = double(in.seq_len), bb = double(in.micro_batch), h = double(in.hidden), a = double(in.heads),
-                     l = double(in.layers);
-        const double per_layer = s * bb * h * (34 + 5 * a * s / h) * (in.precision == "fp32" ? 2.0 : 1.0);
-        if (in.activation_checkpointing) {
-            act = l * 2 * s * bb * h * (in.precision == "fp32" ? 2.0 : 1.0) + per_layer;
-            act_rule =
-                "2 s b h per layer (each layer's input) + one layer's s b h (34 + 5 a s / h) while recomputed (Korthikanti et al. 2022)";
-        } else {
-            act = l * per_layer;
-            act_rule = "s b h (34 + 5 a s / h) bytes per layer, no recomputation (Korthikanti et al. 2022, section 4.1)";
-        }
-    }
+    const double act = detail::activation_bytes(in);
+    const std::string act_rule =
+        !shape ? "not computed: needs the model's shape (--layers, --hidden, --heads, --vocab)"
+        : in.activation_checkpointing
+            ? "2 s b h per layer (each layer's input) + one layer's s b h (34 + 5 a s / h) while recomputed (Korthikanti et al. 2022)"
+            : "s b h (34 + 5 a s / h) bytes per layer, no recomputation (Korthikanti et al. 2022, section 4.1)";
     r.per_gpu.push_back({"activations", act, "bytes", act_rule});
     r.per_gpu.push_back({"reserve", in.gpu_reserve, "bytes", "--gpu-reserve: CUDA context, library workspaces, allocator slack"});
     const double used = st[0] + st[1] + st[2] + act + in.gpu_reserve;
     r.per_gpu.push_back({"gpu_memory_needed", used, "bytes", "model states + activations + reserve"});
     r.per_gpu.push_back({"gpu_memory_margin", in.gpu_memory - used, "bytes", "--gpu-memory minus what is needed (negative: does not fit)"});
     r.fits = used <= in.gpu_memory;
+    r.min_ranks = detail::min_ranks(in, psi);
 
-    // The fewest ranks that fit: only partitioned states shrink with Nd.
-    auto fits_with = [&](double ranks) {
-        const auto x = states_on_gpu(ranks);
-        return x[0] + x[1] + x[2] + act + in.gpu_reserve <= in.gpu_memory;
-    };
-    const auto at_infinity = states_on_gpu(std::numeric_limits<double>::infinity());  // what no number of ranks divides
-    const double unpartitioned = at_infinity[0] + at_infinity[1] + at_infinity[2];
-    if (unpartitioned + act + in.gpu_reserve > in.gpu_memory) {
-        r.min_ranks = 0;
-        std::string why = "--zero-stage " + std::to_string(z) + (in.offload_optimizer ? " with the optimizer offloaded" : "") + ": ";
-        why += fmt::format(
-            "what no number of GPUs divides ({:.2f} GiB of model states, {:.2f} GiB of activations, {:.2f} GiB reserve) exceeds "
-            "--gpu-memory {:.2f} GiB",
-            unpartitioned / gib, act / gib, in.gpu_reserve / gib, in.gpu_memory / gib);
-        throw feedline::config_error("gpu-memory", why + "; raise the ZeRO stage, offload, checkpoint activations or lower --micro-batch");
+    // Not fitting: what would, each change evaluated on its own (a reader acts on one at a time).
+    if (!r.fits) {
+        auto ranks_text = [](std::uint64_t n) { return fmt::format("{} data-parallel rank{}", n, n == 1 ? "" : "s"); };
+        if (r.min_ranks != 0)
+            r.would_fit.push_back(fmt::format("more GPUs: it fits on {} or more (now {})", ranks_text(r.min_ranks), r.ranks));
+        auto consider = [&](const std::string& change, auto edit) {
+            plan_input x = in;
+            edit(x);
+            const std::uint64_t n = detail::min_ranks(x, psi);
+            if (n == 0) return;
+            r.would_fit.push_back(n <= r.ranks ? change + ": fits as planned (" + ranks_text(r.ranks) + ")"
+                                               : change + ": fits on " + ranks_text(n) + " or more");
+        };
+        for (unsigned stage = z + 1; stage <= 3; ++stage)
+            consider("--zero-stage " + std::to_string(stage), [&](plan_input& x) { x.zero_stage = stage; });
+        if (!in.offload_optimizer)
+            consider(std::string("--offload-optimizer") + (z == 0 ? " --zero-stage 1" : ""), [](plan_input& x) {
+                x.offload_optimizer = true;
+                x.zero_stage = std::max(x.zero_stage, 1u);
+            });
+        if (shape && !in.activation_checkpointing)
+            consider("--activation-checkpointing", [](plan_input& x) { x.activation_checkpointing = true; });
+        if (shape && in.micro_batch > 1)
+            consider("--micro-batch 1 (with --grad-accum x " + std::to_string(in.micro_batch) + " to keep the global batch)",
+                     [](plan_input& x) { x.micro_batch = 1; });
     }
-    std::uint64_t lo = 1, hi = 1;
-    while (!fits_with(double(hi))) {
-        if (hi >= (std::uint64_t(1) << 40))  // only on the exact boundary of the check above
-            throw feedline::config_error("gpu-memory", "the job fits on no number of GPUs below 2^40 with these settings");
-        hi *= 2;
-    }
-    while (lo < hi) {
-        const std::uint64_t mid = lo + (hi - lo) / 2;
-        if (fits_with(double(mid)))
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    r.min_ranks = lo;
 
     // Training rate and the data it consumes.
     const double flops_per_token = (in.activation_checkpointing ? 8.0 : 6.0) * psi;
@@ -252,23 +292,34 @@ inline plan_result make_plan(const plan_input& in) {
                                               std::string(in.data == "text" ? "JSONL tokenized on the fly" : "token shards") +
                                               ", docs/benchmarks.md (measure yours: bench_end_to_end)";
     const double node_rate = rate * double(in.gpus);
-    const double workers_per_node = rate > 0 ? std::ceil(node_rate / per_worker) : 0;
+    // Each GPU's process runs its own workers, at least one: the count check and diagnose need too.
+    const double workers_per_gpu = std::max(1.0, rate > 0 ? std::ceil(rate / per_worker) : 1.0);
+    const double workers_per_node = workers_per_gpu * double(in.gpus);
     const double bytes_per_token = in.data == "text" ? text_bytes_per_token : shard_bytes_per_token;
 
     // Host memory per node.
-    const double offloaded = in.offload_optimizer ? psi * b.optimizer / (z >= 1 ? nd : 1.0) * double(in.gpus) : 0;
+    const double offloaded = in.offload_optimizer ? psi * (b.optimizer + 4) / (z >= 1 ? nd : 1.0) * double(in.gpus) : 0;
+    const double checkpoint_peak = 4 * psi * double(in.gpus);
+    const double host_states = 1.5 * std::max(checkpoint_peak, offloaded);
     const double batch_bytes = double(in.micro_batch) * double(in.seq_len) * 4 * 2;  // int32 inputs + targets
     const double pinned = batch_bytes * double(in.prefetch) * double(in.gpus);
     r.per_node.push_back({"tokens_per_s", node_rate, "tokens/s",
                           rate > 0 ? rate_rule + " x GPUs per node" : "not computed: give --tokens-per-s-per-gpu or --gpu-tflops"});
-    r.per_node.push_back({"data_workers", workers_per_node, "cores",
-                          rate > 0
-                              ? "tokens/s per node / " + fmt::format("{:.3g}", per_worker) + " tokens/s per worker (" + worker_rule + ")"
-                              : "not computed: no training rate"});
+    r.per_node.push_back(
+        {"data_workers", workers_per_node, "cores",
+         rate > 0 ? "GPUs x max(1, tokens/s per GPU / " + fmt::format("{:.3g}", per_worker) + " tokens/s per worker (" + worker_rule + "))"
+                  : "GPUs x 1 (no training rate given: one worker per GPU's process)"});
     r.per_node.push_back({"cpu_cores", double(in.gpus) + workers_per_node + double(in.os_cores), "cores",
-                          "one training process per GPU + data workers + " + std::to_string(in.os_cores) + " for the OS"});
-    r.per_node.push_back({"host_offloaded_states", offloaded, "bytes",
-                          in.offload_optimizer ? "optimizer states of the node's ranks (" + part + ")" : "no offload"});
+                          "one training process per GPU + data workers + " + std::to_string(in.os_cores) +
+                              " for the OS (the count feedline-doctor check uses)"});
+    r.per_node.push_back({"checkpoint_peak", checkpoint_peak, "bytes",
+                          "fp32 weights (4 bytes per parameter) in each GPU's process while a checkpoint loads or the model is built"});
+    r.per_node.push_back({"offloaded_states", offloaded, "bytes",
+                          in.offload_optimizer ? "fp32 gradients and optimizer states, " + std::to_string(int(b.optimizer + 4)) +
+                                                     " bytes per parameter of the node's partitions (" + part + ")"
+                                               : "no offload"});
+    r.per_node.push_back({"host_model_states", host_states, "bytes",
+                          "1.5 x the larger of the two above (DeepSpeed's estimate_zero2_model_states_mem_needs: buffers, fragmentation)"});
     r.per_node.push_back(
         {"host_pinned_staging", pinned, "bytes", "--prefetch batches of micro-batch x seq-len int32 inputs and targets per GPU"});
     r.per_node.push_back(
@@ -278,7 +329,7 @@ inline plan_result make_plan(const plan_input& in) {
     double host = 0;
     for (const auto& f : r.per_node)
         if (f.name.rfind("host_", 0) == 0) host += f.value;
-    r.per_node.push_back({"host_memory", host, "bytes", "offloaded states + pinned staging + page cache + processes"});
+    r.per_node.push_back({"host_memory", host, "bytes", "model states on the host + pinned staging + page cache + processes"});
     r.per_node.push_back({"read_bandwidth", node_rate * bytes_per_token, "bytes/s",
                           "tokens/s per node x " + std::to_string(bytes_per_token).substr(0, 3) + " bytes per token (" +
                               (in.data == "text" ? "the demo corpus's JSONL" : "uint16 shards") + ")"});
