@@ -203,18 +203,19 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
         std::printf("%s\n", tools::json_text(out).c_str());
     } else {
         const auto& d = out["machine"];
+        const auto n = [](double v, const char* one, const char* many) { return fmt::format("{:g} {}", v, v == 1 ? one : many); };
+        const auto mib = [&](const char* key) { return d[key].is_null() ? 0.0 : d[key].get<double>() / (1024.0 * 1024.0); };
+        const std::string swap = mib("swap_total_bytes") == 0 ? std::string("no swap")
+                                                              : fmt::format("swap {} used of {}", doctor::mib_text(mib("swap_used_bytes")),
+                                                                            doctor::mib_text(mib("swap_total_bytes")));
         std::printf(
-            "feedline-doctor check: %s usable cores (%s allowed%s), %s thread(s) per core, %zu NUMA node(s), %.1f GiB RAM (%.1f "
-            "available), "
-            "swap %.1f GiB used of %.1f, io_uring: %s\n  GPUs: %zu (%s)\n",
-            fmt::format("{:g}", d["usable_cores"].get<double>()).c_str(), d["allowed_cpus"].get<std::string>().c_str(),
+            "feedline-doctor check: %s (%s allowed%s), %s per core, %s, %s RAM (%s available), %s, io_uring: %s\n  GPUs: %zu (%s)\n",
+            n(d["usable_cores"].get<double>(), "usable core", "usable cores").c_str(), d["allowed_cpus"].get<std::string>().c_str(),
             d["cgroup_cpu_quota"].is_null() ? "" : fmt::format(", cgroup quota {:g}", d["cgroup_cpu_quota"].get<double>()).c_str(),
-            d["threads_per_core"].is_null() ? "?" : d["threads_per_core"].dump().c_str(), d["numa_nodes"].size(),
-            d["ram_total_bytes"].is_null() ? 0.0 : d["ram_total_bytes"].get<double>() / doctor::gib,
-            d["ram_available_bytes"].is_null() ? 0.0 : d["ram_available_bytes"].get<double>() / doctor::gib,
-            d["swap_used_bytes"].is_null() ? 0.0 : d["swap_used_bytes"].get<double>() / doctor::gib,
-            d["swap_total_bytes"].is_null() ? 0.0 : d["swap_total_bytes"].get<double>() / doctor::gib,
-            d["io_uring"].get<std::string>().c_str(), d["gpus"].size(), d["gpu_source"].get<std::string>().c_str());
+            d["threads_per_core"].is_null() ? "? threads" : n(d["threads_per_core"].get<double>(), "thread", "threads").c_str(),
+            n(double(d["numa_nodes"].size()), "NUMA node", "NUMA nodes").c_str(), doctor::mib_text(mib("ram_total_bytes")).c_str(),
+            doctor::mib_text(mib("ram_available_bytes")).c_str(), swap.c_str(), d["io_uring"].get<std::string>().c_str(), d["gpus"].size(),
+            d["gpu_source"].get<std::string>().c_str());
         for (const auto& g : d["gpus"]) {
             std::string line =
                 fmt::format("    {} on NUMA node {} (CPUs {})", g["pci_bus_id"].get<std::string>(), g["numa_node"].get<int>(),

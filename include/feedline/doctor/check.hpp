@@ -163,8 +163,9 @@ inline std::vector<finding> check(const machine& m, const check_job& job = {}) {
         if (usable + 1e-9 < need)
             out.push_back(
                 {"cores-short", only_the_os ? "info" : "action", ev,
-                 fmt::format("{:g} usable cores for {} training process(es) x ({} data workers + 1) + {} for the OS = {:g}: {}", usable,
-                             std::max(1u, gpus), workers, p.os_reserve, need,
+                 fmt::format("{:g} usable core{} for {} training process{} x ({} data worker{} + 1) + {} for the OS = {:g}: {}", usable,
+                             usable == 1 ? "" : "s", std::max(1u, gpus), std::max(1u, gpus) == 1 ? "" : "es", workers,
+                             workers == 1 ? "" : "s", p.os_reserve, need,
                              only_the_os ? "the trainers and workers fit, and share their cores with the OS (a small machine: expect "
                                            "a few percent of step time lost to the system's own work)"
                                          : "the workers will compete with the trainers; fewer workers per GPU, or more cores")});
