@@ -2,6 +2,9 @@
 // is set up right and what it delivers on a dataset (check), and why a GPU waits from what a run
 // measured (diagnose). Exit status: 0 when nothing needs action (the job fits; no finding asks for
 // action), 1 when something does, 2 for bad input (the message names the field).
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +26,7 @@
 #include <feedline/doctor/diagnose.hpp>
 #include <feedline/doctor/measure.hpp>
 #include <feedline/doctor/plan.hpp>
+#include <feedline/doctor/watch.hpp>
 #include "tool_main.hpp"
 
 namespace doctor = feedline::doctor;
@@ -287,6 +291,69 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
     return doctor::needs_action(findings) ? 1 : 0;
 }
 
+// watch: the process `pid` (or the command it runs, started here and stopped with SIGTERM when
+// --seconds runs out), then its findings and, with --scenario, the scenario diagnose reads back.
+int run_watch(pid_t pid, const std::vector<std::string>& command, const doctor::watch_options& o, const std::string& scenario_path,
+              bool json) {
+    if ((pid > 0) == !command.empty()) throw feedline::config_error("watch", "give --pid N or a command after --, one of them");
+    int child_status = -1;
+    std::function<bool()> stop = [] { return false; };
+    if (!command.empty()) {
+        std::vector<char*> argv;
+        for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        if (const int e = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ); e != 0)
+            throw feedline::io_error(command[0], e, "cannot start the command to watch");
+        stop = [&] {  // reaped as soon as it ends: a zombie would look alive in /proc
+            int st = 0;
+            if (::waitpid(pid, &st, WNOHANG) == pid) child_status = st;
+            return child_status != -1;
+        };
+    }
+    const doctor::watch_report w = doctor::watch(pid, o, stop);
+    if (!command.empty() && child_status == -1) {  // --seconds ran out: stop it, as a scheduler would
+        ::kill(pid, SIGTERM);
+        for (int i = 0; i < 100 && ::waitpid(pid, &child_status, WNOHANG) == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (child_status == -1) ::kill(pid, SIGKILL), ::waitpid(pid, &child_status, 0);
+    }
+    if (!scenario_path.empty()) {
+        std::ofstream f(scenario_path);
+        f << w.scenario.dump(1) << "\n";
+        if (!f) throw feedline::io_error(scenario_path, errno, "cannot write the scenario");
+    }
+    const auto findings = doctor::diagnose(w.seen);
+    if (json) {
+        std::printf("%s\n", tools::json_text(nlohmann::json{{"findings", findings_json(findings)},
+                                                            {"needs_action", doctor::needs_action(findings)},
+                                                            {"scenario", w.scenario},
+                                                            {"watched", w.summary}})
+                                .c_str());
+    } else {
+        const auto& m = w.summary;
+        std::printf(
+            "feedline-doctor watch: pid %d for %.1f s (%g samples): up to %u process%s and %u thread%s; the tree used %.2f cores, "
+            "held up to %s of its own memory, read %s/s; swap in %.1f MiB/s, out %.1f MiB/s; GPUs: %s\n",
+            static_cast<int>(pid), m["seconds"].get<double>(), m["samples"].get<double>(), m["processes_peak"].get<unsigned>(),
+            m["processes_peak"].get<unsigned>() == 1 ? "" : "es", m["threads_peak"].get<unsigned>(),
+            m["threads_peak"].get<unsigned>() == 1 ? "" : "s", m["tree_cpu_cores"].get<double>(),
+            doctor::mib_text(m["tree_rss_anon_mib_peak"].get<double>()).c_str(),
+            doctor::mib_text(m["read_bytes_per_s"].get<double>() / (1024.0 * 1024.0)).c_str(), m["swap_in_mib_per_s"].get<double>(),
+            m["swap_out_mib_per_s"].get<double>(),
+            w.seen.gpus.empty() ? m["gpu_source"].get<std::string>().c_str() : std::to_string(w.seen.gpus.size()).c_str());
+        for (const auto& p : m["processes"])
+            std::printf("  %7d %-16s %5.2f cores  %s own, %s mapped, %u thread(s)\n", p["pid"].get<int>(),
+                        p["name"].get<std::string>().c_str(), p["cpu_cores"].get<double>(),
+                        doctor::mib_text(p["rss_anon_mib"].get<double>()).c_str(),
+                        doctor::mib_text(p["rss_file_mib"].get<double>()).c_str(), p["threads"].get<unsigned>());
+        if (findings.empty()) std::printf("no findings\n");
+        print_findings(findings);
+    }
+    if (!command.empty() && WIFEXITED(child_status) && WEXITSTATUS(child_status) != 0)
+        std::fprintf(stderr, "feedline-doctor watch: the command exited with status %d\n", WEXITSTATUS(child_status));
+    return doctor::needs_action(findings) ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -359,6 +426,21 @@ int main(int argc, char** argv) {
     chk->add_flag("--h2d", h2d, "with a GPU: host-to-device copy rates from pinned and pageable memory");
     chk->add_flag("--json", json, "one JSON object: {\"machine\": {...}, \"findings\": [...], \"data\": {...}}");
 
+    pid_t watch_pid = 0;
+    std::vector<std::string> watch_command;
+    std::string watch_scenario;
+    doctor::watch_options watching;
+    CLI::App* wat = app.add_subcommand(
+        "watch", "samples a training process (any trainer) and the machine, then gives the findings: watch -- CMD ARGS..., or --pid N");
+    wat->add_option("--pid", watch_pid, "a running process to watch (with its child processes)");
+    wat->add_option("--seconds", watching.seconds, "how long to watch (0: until the process ends); a command is then stopped (SIGTERM)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    wat->add_option("--interval", watching.interval, "seconds between samples")->capture_default_str()->check(CLI::Range(0.01, 60.0));
+    wat->add_option("--scenario", watch_scenario, "write what was seen as a scenario file (feedline-doctor diagnose reads it)");
+    wat->add_flag("--json", json, "one JSON object: {\"findings\", \"scenario\", \"watched\": per-process figures}");
+    wat->add_option("command", watch_command, "the training command to start and watch, after --");
+
     try {
         // A --config file's values go first, so the command line's override them.
         std::vector<std::string> args(argv + 1, argv + argc);
@@ -383,6 +465,8 @@ int main(int argc, char** argv) {
         return tools::run_tool("feedline-doctor", 2, [&] { return run_check(root, job, measure, h2d, json); });
     }
     if (diag->parsed()) return tools::run_tool("feedline-doctor", 2, [&] { return run_diagnose(input, json); });
+    if (wat->parsed())
+        return tools::run_tool("feedline-doctor", 2, [&] { return run_watch(watch_pid, watch_command, watching, watch_scenario, json); });
 
     return tools::run_tool("feedline-doctor", 2, [&] {
         if (!params.empty()) in.params = parse_count(params, "params");

@@ -6,7 +6,10 @@
 // diagnose reads the telemetry of trainer logs and pipeline stats lines.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
@@ -812,6 +815,71 @@ TEST_CASE("Doctor.Check.OnAGpuNvmlAndTheCopiesAreMeasured") {
         if (!g["mig"].get<bool>()) CHECK(g["memory_total_bytes"].get<double>() > 1e9);
     }
     CHECK(visible == gpu.devices);  // CUDA's devices, matched to sysfs and NVML by PCI address
+}
+
+TEST_CASE("Doctor.Watch.SeesACommandsCpuItsChildProcessesAndItsMemoryAndWritesTheScenario") {
+    ft::scratch_dir dir;
+    const std::string tool = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor watch --json --interval 0.05";
+    // A CPU-bound loop, stopped (SIGTERM) when --seconds runs out: one core of the tree's, busy.
+    const auto start = std::chrono::steady_clock::now();
+    auto busy = ft::run(tool + " --seconds 1.5 -- sh -c 'while :; do :; done'", dir);
+    REQUIRE_MESSAGE(busy.code != 2, busy.err);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // stopped, not waited out
+    auto j = nlohmann::json::parse(busy.out);
+    CHECK(j["watched"]["tree_cpu_cores"].get<double>() > 0.5);
+    CHECK(j["watched"]["samples"].get<double>() >= 5);
+    CHECK(j["scenario"]["host"]["cpu_utilization"].get<double>() > 0.2);
+    CHECK(j["scenario"]["training"]["data_workers"].is_null());  // no child process: unknown, not 0
+    // A trainer-like process with two loader child processes, growing its own memory to ~200 MiB.
+    const std::string grow =
+        "python3 -c \"import subprocess, time\n"
+        "kids = [subprocess.Popen(['sleep', '1.5']) for _ in range(2)]\n"
+        "a = []\n"
+        "for _ in range(10): a.append(bytearray(20 << 20)); time.sleep(0.05)\n"
+        "[k.wait() for k in kids]\"";
+    auto grown = ft::run(tool + " --scenario " + (dir / "seen.json") + " -- " + grow, dir);
+    REQUIRE_MESSAGE(grown.code != 2, grown.err);
+    j = nlohmann::json::parse(grown.out);
+    CHECK(j["watched"]["processes_peak"] == 3);
+    CHECK(j["scenario"]["training"]["data_workers"] == 2);
+    CHECK(j["scenario"]["process"]["rss_anon_mib"].get<double>() >= 150);
+    CHECK(j["scenario"]["host"]["ram_used_mib"].get<double>() <= j["scenario"]["host"]["ram_total_mib"].get<double>());
+    // The scenario it wrote is what diagnose reads: the same findings.
+    auto again = ft::run(std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor diagnose --json " + (dir / "seen.json"), dir);
+    REQUIRE_MESSAGE(again.code != 2, again.err);
+    CHECK(nlohmann::json::parse(again.out)["findings"] == j["findings"]);
+    // Bad use: neither or both of --pid and a command, a pid that is not there, a command that is not.
+    for (const std::string args :
+         {std::string(""), std::string("--pid 1 -- true"), std::string("--pid 999999999"), std::string("-- /nonexistent/trainer")}) {
+        CAPTURE(args);
+        auto r = ft::run(tool + " " + args, dir);
+        CHECK(r.code == 2);
+        CHECK_FALSE(r.err.empty());
+    }
+}
+
+TEST_CASE("Doctor.Watch.AProcessThatLeavesTheGpuIdleIsGpuUnderusedWithTheWayToMeasureWhy") {
+    // A process that does nothing (a trainer starved by a slow reader looks the same from outside: its
+    // CPUs idle, the GPU at the stand-in's 37%), watched by pid, with NVML through the stand-in.
+    ft::scratch_dir dir;
+    pid_t pid = 0;
+    char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("20"), nullptr};
+    REQUIRE(::posix_spawnp(&pid, "sleep", nullptr, nullptr, argv, environ) == 0);
+    auto r = ft::run(std::string("LD_LIBRARY_PATH=") + FEEDLINE_FAKE_NVML_DIR + " " + FEEDLINE_BIN_DIR +
+                         "/feedline-doctor watch --json --seconds 1 --interval 0.1 --pid " + std::to_string(pid),
+                     dir);
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    CHECK(r.code == 1);  // an action: the GPU is underused
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["watched"]["pid"] == pid);
+    CHECK(j["watched"]["tree_cpu_cores"].get<double>() < 0.2);
+    REQUIRE(j["scenario"]["gpus"].size() == 1);  // the stand-in's MIG GPU gives nothing to sample
+    CHECK(j["scenario"]["gpus"][0]["utilization"].get<double>() == doctest::Approx(0.37));
+    REQUIRE(j["findings"].size() >= 1);
+    CHECK(j["findings"][0]["code"] == "gpu-underused");
+    CHECK(j["findings"][0]["action"].get<std::string>().find("stall_fraction") != std::string::npos);
 }
 
 TEST_CASE("Doctor.Check.GpusThroughNvml") {
