@@ -33,44 +33,43 @@ namespace doctor = feedline::doctor;
 
 namespace {
 
-// "80GiB", "1.5e9", "512 MiB", "2TB": bytes. Binary units are 1024^n, decimal ones 1000^n.
-double parse_bytes(const std::string& text, const char* field) {
+// A number with an optional unit after it (spaces allowed between), scaled by the unit's factor.
+// Throws config_error naming `field`, with `example` and the units known, for anything else.
+double parse_scaled(const std::string& text, const char* field, const std::vector<std::pair<std::string, double>>& units, const char* what,
+                    const char* example) {
     std::size_t used = 0;
     double v = 0;
     try {
         v = std::stod(text, &used);
     } catch (const std::exception&) {
-        throw feedline::config_error(field, "'" + text + "' is not a size (e.g. 80GiB, 1.5e9)");
+        throw feedline::config_error(field, "'" + text + "' is not " + what + " (e.g. " + example + ")");
     }
     std::string unit = text.substr(used);
     unit.erase(0, unit.find_first_not_of(' '));
+    std::string known;
+    for (const auto& [name, scale] : units) {
+        if (unit == name) {
+            if (!(v >= 0) || !std::isfinite(v * scale)) throw feedline::config_error(field, "'" + text + "' must be " + what + " >= 0");
+            return v * scale;
+        }
+        if (!name.empty()) known += (known.empty() ? "" : ", ") + name;
+    }
+    throw feedline::config_error(field, "'" + text + "': unknown unit '" + unit + "' (" + known + ")");
+}
+
+// "80GiB", "1.5e9", "512 MiB", "2TB": bytes. Binary units are 1024^n, decimal ones 1000^n.
+double parse_bytes(const std::string& text, const char* field) {
     static const std::vector<std::pair<std::string, double>> units = {
         {"", 1},      {"B", 1},        {"KB", 1e3},        {"MB", 1e6},          {"GB", 1e9},
         {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", doctor::gib}, {"TiB", doctor::gib * 1024}};
-    for (const auto& [name, scale] : units)
-        if (unit == name) {
-            if (!(v >= 0) || !std::isfinite(v * scale)) throw feedline::config_error(field, "'" + text + "' must be a size >= 0");
-            return v * scale;
-        }
-    throw feedline::config_error(field, "'" + text + "': unknown unit '" + unit + "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+    return parse_scaled(text, field, units, "a size", "80GiB, 1.5e9");
 }
 
 // "7B", "1.3e9", "350M", "70 b": a parameter count (k, M, B or G, T: powers of 1000).
 double parse_count(const std::string& text, const char* field) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        throw feedline::config_error(field, "'" + text + "' is not a count (e.g. 7B, 350M, 1.3e9)");
-    }
-    std::string unit = text.substr(used);
-    unit.erase(0, unit.find_first_not_of(' '));
     static const std::vector<std::pair<std::string, double>> units = {{"", 1},    {"k", 1e3}, {"K", 1e3}, {"M", 1e6},  {"m", 1e6},
                                                                       {"B", 1e9}, {"b", 1e9}, {"G", 1e9}, {"T", 1e12}, {"t", 1e12}};
-    for (const auto& [name, scale] : units)
-        if (unit == name) return v * scale;  // make_plan checks the value (positive, finite)
-    throw feedline::config_error(field, "'" + text + "': unknown suffix '" + unit + "' (k, M, B, T)");
+    return parse_scaled(text, field, units, "a count", "7B, 350M, 1.3e9");
 }
 
 // Figures as a person reads them: 512 MiB, 31.4 GiB (never "0.00 GiB"), 17 cores (never "1 cores").

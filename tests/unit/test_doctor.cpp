@@ -828,12 +828,18 @@ TEST_CASE("Doctor.Watch.SeesACommandsCpuItsChildProcessesAndItsMemoryAndWritesTh
     auto j = nlohmann::json::parse(busy.out);
     CHECK(j["watched"]["tree_cpu_cores"].get<double>() > 0.5);
     CHECK(j["watched"]["samples"].get<double>() >= 5);
+    CHECK(j["watched"]["tree_locked_mib_peak"].get<double>() == 0);  // a shell loop locks nothing
     CHECK(j["scenario"]["host"]["cpu_utilization"].get<double>() > 0.2);
     CHECK(j["scenario"]["training"]["data_workers"].is_null());  // no child process: unknown, not 0
-    // A trainer-like process with two loader child processes, growing its own memory to ~200 MiB.
+    // A trainer-like process with two loader child processes, growing its own memory to ~200 MiB and
+    // locking 4 MiB (as pinned staging would); whether mlock was allowed is written to a file.
     const std::string grow =
-        "python3 -c \"import subprocess, time\n"
+        "python3 -c \"import ctypes, mmap, subprocess, time\n"
         "kids = [subprocess.Popen(['sleep', '1.5']) for _ in range(2)]\n"
+        "m = mmap.mmap(-1, 4 << 20); b = (ctypes.c_char * (4 << 20)).from_buffer(m)\n"
+        "open('" +
+        (dir / "mlock") +
+        "', 'w').write(str(ctypes.CDLL(None).mlock(ctypes.addressof(b), 4 << 20)))\n"
         "a = []\n"
         "for _ in range(10): a.append(bytearray(20 << 20)); time.sleep(0.05)\n"
         "[k.wait() for k in kids]\"";
@@ -843,6 +849,7 @@ TEST_CASE("Doctor.Watch.SeesACommandsCpuItsChildProcessesAndItsMemoryAndWritesTh
     CHECK(j["watched"]["processes_peak"] == 3);
     CHECK(j["scenario"]["training"]["data_workers"] == 2);
     CHECK(j["scenario"]["process"]["rss_anon_mib"].get<double>() >= 150);
+    if (ft::read_text(dir / "mlock") == "0") CHECK(j["watched"]["tree_locked_mib_peak"].get<double>() >= 3.9);
     CHECK(j["scenario"]["host"]["ram_used_mib"].get<double>() <= j["scenario"]["host"]["ram_total_mib"].get<double>());
     // The scenario it wrote is what diagnose reads: the same findings.
     auto again = ft::run(std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor diagnose --json " + (dir / "seen.json"), dir);

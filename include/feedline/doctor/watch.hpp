@@ -1,8 +1,8 @@
 // feedline/doctor/watch.hpp: `feedline-doctor watch`: samples a running training process, any trainer
 // (PyTorch or not), and the machine around it, then turns what it saw into the scenario `diagnose`
 // reads. From /proc: the process tree (the trainer and its children, e.g. DataLoader worker
-// processes), each process's CPU time, anonymous and file-backed resident memory and threads, the
-// bytes it read; the host's CPU utilization, RAM, swap and swap traffic. From NVML (when present): each
+// processes), each process's CPU time, anonymous and file-backed resident memory, locked and pinned
+// memory (where the kernel counts it) and threads, the bytes it read; the host's CPU utilization, RAM, swap and swap traffic. From NVML (when present): each
 // GPU's utilization and memory. Nothing is written to the process; reading another user's process
 // needs the rights /proc asks for (its owner or root).
 #pragma once
@@ -47,6 +47,7 @@ struct process_reading {
     double cpu_seconds = 0;                     // user + system, since it started
     double rss_anon_mib = 0, rss_file_mib = 0;  // RssAnon, RssFile (+ RssShmem)
     unsigned threads = 0;
+    double locked_mib = 0;             // VmLck + VmPin: mlock'd and pinned pages, where the kernel counts them
     std::optional<double> read_bytes;  // /proc/PID/io read_bytes (storage reads), when readable
 };
 
@@ -81,6 +82,7 @@ inline std::optional<process_reading> read_process(pid_t pid) {
         if (key == "RssAnon:") r.rss_anon_mib = v / 1024;
         if (key == "RssFile:" || key == "RssShmem:") r.rss_file_mib += v / 1024;
         if (key == "Threads:") r.threads = static_cast<unsigned>(v);
+        if (key == "VmLck:" || key == "VmPin:") r.locked_mib += v / 1024;
     }
     std::ifstream io(dir + "/io");
     for (std::string line; std::getline(io, line);)
@@ -161,12 +163,12 @@ inline watch_report watch(
     std::map<pid_t, std::pair<double, double>> peak;  // each process's most anonymous and file-backed memory
     double ram_used_peak = 0, samples = 0;
     unsigned processes_peak = 0, threads_peak = 0;
-    double anon_peak = 0, file_peak = 0, tree_anon_peak = 0;
+    double anon_peak = 0, file_peak = 0, tree_anon_peak = 0, tree_locked_peak = 0;
     for (;;) {
         const auto tree = detail::read_tree(pid);
         if (tree.empty()) break;  // it ended
         ++samples;
-        double tree_anon = 0;
+        double tree_anon = 0, tree_locked = 0;
         unsigned threads = 0;
         for (const auto& r : tree) {
             first.emplace(r.pid, r);
@@ -174,11 +176,13 @@ inline watch_report watch(
             auto& [anon, file] = peak[r.pid];
             anon = std::max(anon, r.rss_anon_mib), file = std::max(file, r.rss_file_mib);
             tree_anon += r.rss_anon_mib;
+            tree_locked += r.locked_mib;
             threads += r.threads;
         }
         anon_peak = std::max(anon_peak, tree.front().rss_anon_mib);
         file_peak = std::max(file_peak, tree.front().rss_file_mib);
         tree_anon_peak = std::max(tree_anon_peak, tree_anon);
+        tree_locked_peak = std::max(tree_locked_peak, tree_locked);
         processes_peak = std::max(processes_peak, static_cast<unsigned>(tree.size()));
         threads_peak = std::max(threads_peak, threads);
         const auto mem = feedline::read_host_memory({});
@@ -240,6 +244,7 @@ inline watch_report watch(
                  {"threads_peak", threads_peak},
                  {"tree_cpu_cores", tree_cpu},
                  {"tree_rss_anon_mib_peak", tree_anon_peak},
+                 {"tree_locked_mib_peak", tree_locked_peak},  // CUDA's pinned host memory is not always counted here
                  {"read_bytes_per_s", tree_read / wall},
                  {"swap_in_mib_per_s", (swap1.first - swap0.first) * page / (1024.0 * 1024.0) / wall},
                  {"swap_out_mib_per_s", (swap1.second - swap0.second) * page / (1024.0 * 1024.0) / wall},
