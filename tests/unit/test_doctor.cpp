@@ -832,9 +832,10 @@ TEST_CASE("Doctor.Watch.SeesACommandsCpuItsChildProcessesAndItsMemoryAndWritesTh
     CHECK(j["scenario"]["host"]["cpu_utilization"].get<double>() > 0.2);
     CHECK(j["scenario"]["training"]["data_workers"].is_null());  // no child process: unknown, not 0
     // A trainer-like process with two loader child processes, growing its own memory to ~200 MiB and
-    // locking 4 MiB (as pinned staging would); whether mlock was allowed is written to a file.
+    // locking 4 MiB (as pinned staging would); whether mlock was allowed is written to a file. The
+    // system's python3 by its path: one found on PATH may be a shim that runs shells (more processes).
     const std::string grow =
-        "python3 -c \"import ctypes, mmap, subprocess, time\n"
+        "/usr/bin/python3 -I -c \"import ctypes, mmap, subprocess, time\n"
         "kids = [subprocess.Popen(['sleep', '1.5']) for _ in range(2)]\n"
         "m = mmap.mmap(-1, 4 << 20); b = (ctypes.c_char * (4 << 20)).from_buffer(m)\n"
         "open('" +
