@@ -17,7 +17,8 @@ tools=.venv-wheel
 raw="build/wheel-raw"
 rm -rf "$raw"
 mkdir -p "$raw" "$out"
-/usr/bin/python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$raw" .
+# The venv's pip (ensurepip's, from python3-venv): Debian's python3 has no pip module unless python3-pip is installed.
+"$tools/bin/pip" wheel -q --disable-pip-version-check --no-deps -w "$raw" .
 wheel=$(ls "$raw"/feedline-*.whl)
 rm -f "$out"/feedline-*.whl
 # The oldest manylinux tag the wheel's glibc and libstdc++ symbols allow (this machine's toolchain).
