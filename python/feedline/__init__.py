@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, TypedDict, Union, Unpack
 
 from . import _feedline
@@ -331,9 +332,25 @@ class Pipeline:
         returned. JSON-serialisable, equal to the C++ to_json(state())."""
         return json.loads(self._engine.state_json())
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from a state_dict() (before the first batch). Raises ConfigError when it does not belong here."""
-        self._engine.restore_json(json.dumps(state))
+    def load_state_dict(self, state: Dict[str, Any], global_batch_change: str = "refuse") -> None:
+        """Continues from a state_dict() (before the first batch). Raises ConfigError when it does not belong here.
+
+        global_batch_change: what a state saved with another global batch (batch_size x world size)
+        does. "refuse" (the default) raises ConfigError naming both; "from_same_sample" goes on from
+        the sample the saved run would have drawn next, with a warning: steps keep their numbers, and
+        the batches from there match neither a run with the old batch nor one with the new."""
+        _check("global_batch_change", global_batch_change, str, '"refuse" or "from_same_sample"')
+        if global_batch_change not in ("refuse", "from_same_sample"):
+            raise ValueError(f'global_batch_change must be "refuse" or "from_same_sample", not {global_batch_change!r}')
+        text = json.dumps(state)
+        from_same_sample = global_batch_change == "from_same_sample"
+        self._engine.restore_json(text, from_same_sample)
+        saved = int(state.get("global_batch", 0)) if isinstance(state, dict) else 0
+        mine = int(self.state_dict()["global_batch"])
+        if from_same_sample and saved and saved != mine:
+            warnings.warn(f"this state was saved with a global batch of {saved} samples per step; this Pipeline takes {mine}. "
+                          f"It goes on from step {state.get('step')} with the next sample; the batches from there match neither "
+                          "a run with the old batch nor one with the new", stacklevel=2)
 
     def set_epoch(self, epoch: int) -> None:
         """Starts the run at the first batch of `epoch` (0-based) of the data, as if the epochs before had

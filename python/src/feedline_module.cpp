@@ -295,7 +295,11 @@ public:
     std::string state_json() const { return feedline::to_json(pending_ ? before_ : engine().state()); }
     // Each dataset's epoch as of the last batch the loop got (0 before the first).
     std::vector<std::uint64_t> epochs() const { return (pending_ ? before_ : engine().state()).epoch; }
-    void restore_json(const std::string& text) { engine().restore(feedline::pipeline_state_from_json(text)); }
+    void restore_json(const std::string& text, bool from_same_sample) {
+        engine().restore(feedline::pipeline_state_from_json(text),
+                         from_same_sample ? feedline::global_batch_change::from_same_sample : feedline::global_batch_change::refuse);
+        end_step_ = engine().end_step();  // `epochs` after another global batch ends elsewhere
+    }
     void set_epoch(std::uint64_t epoch, bool only_that_epoch) {
         engine().set_epoch(epoch, only_that_epoch);
         end_step_ = engine().end_step();
@@ -538,7 +542,9 @@ NB_MODULE(_feedline, m) {
     // The dtype feedline-pack picks for a vocabulary in a format (output/pack_text.hpp): Writer's default.
     m.def(
         "pack_dtype",
-        [](const std::string& format, std::uint64_t vocab_size) { return std::string(to_string(feedline::pack_dtype("auto", format, vocab_size))); },
+        [](const std::string& format, std::uint64_t vocab_size) {
+            return std::string(to_string(feedline::pack_dtype("auto", format, vocab_size)));
+        },
         "format"_a, "vocab_size"_a);
     // The pipeline's options as their declarations say: for Pipeline's docstring and keyword checks.
     m.def("options", [] {
@@ -575,7 +581,7 @@ NB_MODULE(_feedline, m) {
         .def("__next__", [](nb::handle self) { return nb::cast<py_pipeline&>(self).deliver(self); })
         .def("set_delivery", &py_pipeline::set_delivery, "stream_of"_a, "wrap"_a, "copy"_a)
         .def("state_json", &py_pipeline::state_json)
-        .def("restore_json", &py_pipeline::restore_json, "state"_a)
+        .def("restore_json", &py_pipeline::restore_json, "state"_a, "from_same_sample"_a = false)
         .def("set_epoch", &py_pipeline::set_epoch, "epoch"_a, "only_that_epoch"_a = false)
         .def("stats_json", &py_pipeline::stats_json)
         .def("epochs", &py_pipeline::epochs)

@@ -258,6 +258,57 @@ TEST_CASE("Pipeline.Resume.ExactWithAnotherWorkerCountAndPrefetchedBatches") {
     }
 }
 
+TEST_CASE("Pipeline.Resume.AnotherGlobalBatchGoesOnFromTheSameSampleAndEpochsStillEndTheRun") {
+    // Saved with batch 4 after 17 steps, restored with batch 6 (two workers): refused by default; with
+    // from_same_sample the batches are the windows a sampler with that batch plans from the same
+    // sample on, and `epochs = 2` ends the run where epoch 2 begins from there.
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir);
+    auto cfg = base(2);
+    cfg.epochs = 2;
+    pipeline first(data, cfg);
+    take(first, 17);
+    const pipeline_state saved = pipeline_state_from_json(to_json(first.state()));
+    auto wider = cfg;
+    wider.batch_size = 6;
+    pipeline second(data, wider);
+    CHECK_THROWS_WITH_AS(second.restore(saved), doctest::Contains("state.global_batch"), config_error);
+    second.restore(saved, global_batch_change::from_same_sample);
+    CHECK(second.state().step == 17);
+    CHECK(second.state().origin_drawn == 17 * 4);
+    sampler s(*data, {.seq_len = 64, .global_batch = 6, .seed = 3, .rank = 0, .world_size = 1}, data->shard_document_starts());
+    s.restore(with_global_batch(saved, 6));
+    const std::uint64_t end = s.first_step_of_epoch(2);
+    CHECK(second.end_step() == end);
+    CHECK(end > 17);
+    const auto got = take(second, end - 17);
+    CHECK_FALSE(second.next());
+    pread_reader r;
+    for (std::uint64_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        const auto plan = s.next();
+        REQUIRE(got[i].step == 17 + i);
+        REQUIRE(plan.epoch < 2);
+        for (std::size_t j = 0; j < plan.samples.size(); ++j) {
+            std::vector<std::int32_t> window;
+            for (auto& seg : plan.samples[j].segments) {
+                std::vector<std::int32_t> t(seg.length);
+                data->read_tokens(r, data->document(seg.document), seg.offset, seg.length, t.data());
+                window.insert(window.end(), t.begin(), t.end());
+            }
+            REQUIRE(std::equal(window.begin(), window.end() - 1, got[i].inputs.begin() + static_cast<std::ptrdiff_t>(j * 64)));
+        }
+    }
+    CHECK(to_json(second.state()) == to_json(s.state()));
+    CHECK(s.next().epoch == 2);  // the run ended where the third epoch begins
+    // A later restore of a state with the pipeline's own batch ends where `epochs` ends a whole run.
+    pipeline third(data, wider);
+    third.restore(second.state(), global_batch_change::from_same_sample);
+    CHECK(third.end_step() == end);
+    third.restore(pipeline(data, wider).state());
+    CHECK(third.end_step() == pipeline(data, wider).end_step());
+}
+
 TEST_CASE("Pipeline.Packed.BoundariesAndTargetsAgree") {
     ft::scratch_dir dir;
     auto data = make_dataset(dir);

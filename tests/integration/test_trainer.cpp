@@ -71,7 +71,7 @@ TEST_CASE("feedline-train: a resumed run reproduces the uninterrupted run's loss
 TEST_CASE("feedline-train: a checkpoint resumes with another micro-batch x accumulation of the same global batch") {
     // The doctor's advice (micro-batch 2 x 4 -> 4 x 2, the global batch kept): the resumed run sees the
     // uninterrupted run's samples at every step, so its losses follow that run's to float rounding (the
-    // gradient is summed over other micro-batches). Another global batch is refused, naming both.
+    // gradient is summed over other micro-batches). Another global batch goes on from the same sample.
     ft::trainer_corpus data;
     for (const char* mode : {"windows", "packed"}) {
         CAPTURE(mode);
@@ -96,10 +96,42 @@ TEST_CASE("feedline-train: a checkpoint resumes with another micro-batch x accum
                 CHECK(c[i]["loss"].get<double>() == doctest::Approx(a[4 + i]["loss"].get<double>()).epsilon(1e-4));
             }
         }
+        // Another global batch (4 instead of 8) goes on from the next sample, with a warning; the state
+        // it saves remembers where the batch changed, and resumes exactly from there.
+        const std::string ck_other = data.dir / (std::string("other-") + mode);
         auto other = ft::run(data.train_command(common + " --batch-size 2 --grad-accum 2 --max-steps 10 --resume " + ck), data.dir);
-        CHECK(other.code == 1);
-        CHECK(other.err.find("8 samples x 32 tokens per step") != std::string::npos);
-        CHECK(other.err.find("this run asks for 4 x 32") != std::string::npos);
+        REQUIRE_MESSAGE(other.code == 0, other.err);
+        CHECK_MESSAGE(other.err.find("warning: " + ck + " was trained with a global batch of 8 samples per step; this run takes 4") !=
+                          std::string::npos,
+                      other.err);
+        CHECK(other.err.find("after the 32 samples drawn so far, from step 4") != std::string::npos);
+        auto part = ft::run(
+            data.train_command(common + " --batch-size 2 --grad-accum 2 --max-steps 7 --resume " + ck + " --checkpoint " + ck_other),
+            data.dir);
+        REQUIRE_MESSAGE(part.code == 0, part.err);
+        const auto saved = nlohmann::json::parse(ft::read_text(ck_other + "/step-000000000007/trainer.json"));
+        const auto& state = saved["pipeline_state"];
+        CHECK(state["global_batch"] == 4);
+        CHECK(state["version"] == 2);
+        CHECK(state["origin_step"] == 4);
+        CHECK(state["origin_drawn"] == 32);
+        CHECK(state["step"] == 7);
+        auto rest = ft::run(data.train_command(common + " --batch-size 4 --grad-accum 1 --max-steps 10 --resume " + ck_other), data.dir);
+        REQUIRE_MESSAGE(rest.code == 0, rest.err);
+        CHECK(rest.err.find("warning") == std::string::npos);  // the same global batch as the checkpoint's
+        const auto o = ft::progress_lines(other.out), r = ft::progress_lines(rest.out);
+        REQUIRE(o.size() == 6);
+        REQUIRE(r.size() == 3);
+        for (std::size_t i = 0; i < 3; ++i) {
+            CAPTURE(i);
+            CHECK(r[i]["step"] == o[3 + i]["step"]);
+            CHECK(r[i]["loss"].get<double>() == doctest::Approx(o[3 + i]["loss"].get<double>()).epsilon(1e-4));
+        }
+        // Another sequence length is still refused, naming both.
+        auto longer =
+            ft::run(data.train_command(common + " --seq-len 64 --batch-size 2 --grad-accum 4 --max-steps 10 --resume " + ck), data.dir);
+        CHECK(longer.code == 1);
+        CHECK_MESSAGE(longer.err.find("32 tokens per sample") != std::string::npos, longer.err);
     }
 }
 
@@ -238,9 +270,9 @@ TEST_CASE("feedline-train: bad flags, data and checkpoints fail with a clear mes
         auto r = ft::run(data.train_command("--max-steps 4 --hidden 48 --resume " + ck), data.dir);
         CHECK(r.code == 1);
         CHECK(r.err.find("differs from the one asked for") != std::string::npos);
-        r = ft::run(data.train_command("--max-steps 4 --batch-size 8 --resume " + ck), data.dir);
+        r = ft::run(data.train_command("--max-steps 4 --seed 9 --resume " + ck), data.dir);
         CHECK(r.code == 1);
-        CHECK(r.err.find("samples x") != std::string::npos);
+        CHECK_MESSAGE(r.err.find("seed 1; this run asks for 32, mode windows, seed 9") != std::string::npos, r.err);
     }
     SUBCASE("a checkpoint directory that cannot be written, before any step") {
         ft::write_text(data.dir / "plain-file", "x");

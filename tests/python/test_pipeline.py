@@ -159,6 +159,32 @@ def test_resume_from_state_dict_continues_with_the_same_batches(data, mode):
         assert torch.equal(x, full[step][0]) and torch.equal(y, full[step][1])
 
 
+def test_a_state_of_another_global_batch_is_refused_or_goes_on_from_the_same_sample(data):
+    """Saved with batch 4 after 11 steps, loaded into a Pipeline of batch 6: refused by default; with
+    global_batch_change="from_same_sample" (and a warning) row j of its step 11 + i is the window a batch-1
+    run reads at 44 + 6 i + j (shuffle="none": windows in file order, all in the first epoch here)."""
+    config = dict(CONFIG, shuffle="none")
+    first = feedline.Pipeline(data["megatron"], **config)
+    for _ in range(11):
+        next(first)
+    state = json.loads(json.dumps(first.state_dict()))
+    del first
+    wider = feedline.Pipeline(data["megatron"], max_steps=16, **dict(config, batch_size=6))
+    with pytest.raises(feedline.ConfigError, match="state.global_batch"):
+        wider.load_state_dict(state)
+    with pytest.raises(ValueError, match="global_batch_change"):
+        wider.load_state_dict(state, global_batch_change="yes")
+    with pytest.warns(UserWarning, match="global batch of 4 samples per step; this Pipeline takes 6"):
+        wider.load_state_dict(state, global_batch_change="from_same_sample")
+    assert len(wider) == 16
+    rows = [(b.step, b.inputs.tolist()) for b in wider]
+    assert [s for s, _ in rows] == list(range(11, 16))
+    single = [row for b in feedline.Pipeline(data["megatron"], max_steps=44 + 30, **dict(config, batch_size=1)) for row in b.inputs.tolist()]
+    assert [row for _, batch in rows for row in batch] == single[44:44 + 30]
+    resumed = wider.state_dict()
+    assert resumed["global_batch"] == 6 and resumed["origin_step"] == 11 and resumed["origin_drawn"] == 44
+
+
 def test_packed_batches_carry_positions_and_cu_seqlens(data):
     b = next(feedline.Pipeline(data["megatron"], mode="packed", max_steps=1, **CONFIG))
     assert tuple(b.positions.shape) == (4, 32) and tuple(b.cu_seqlens.shape) == (4, 33)

@@ -855,7 +855,7 @@ TEST_CASE("Doctor.Watch.SeesACommandsCpuItsChildProcessesAndItsMemoryAndWritesTh
     REQUIRE_MESSAGE(again.code != 2, again.err);
     CHECK(nlohmann::json::parse(again.out)["findings"] == j["findings"]);
     // Bad use: neither or both of --pid and a command, a pid that is not there, a command that is not.
-    for (const std::string args :
+    for (const std::string& args :
          {std::string(""), std::string("--pid 1 -- true"), std::string("--pid 999999999"), std::string("-- /nonexistent/trainer")}) {
         CAPTURE(args);
         auto r = ft::run(tool + " " + args, dir);

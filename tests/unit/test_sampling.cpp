@@ -576,6 +576,193 @@ TEST_CASE("Sampler.Restore.RefusesAnotherConfigOrDataset") {
     CHECK_NOTHROW(d.restore(a.state()));
 }
 
+namespace {
+
+// What a single-dataset stream draws, step by step, from a position (epoch, index) with global batch
+// g: a step that cannot start in the epoch (index past its end, or with tail = drop fewer than g
+// samples left) starts the next one at 0; samples past the end (pad) wrap around and are padding.
+// Written apart from the sampler, from the tail policies' definitions.
+struct stream_model {
+    std::function<std::uint64_t(std::uint64_t)> samples_in_epoch;
+    tail_policy tail;
+    std::uint64_t epoch = 0, index = 0;
+    std::vector<sample_id> step(std::uint64_t g) {
+        std::uint64_t spe = samples_in_epoch(epoch);
+        if (tail == tail_policy::drop ? index + g > spe : index >= spe) {
+            ++epoch;
+            index = 0;
+            spe = samples_in_epoch(epoch);
+        }
+        std::vector<sample_id> out;
+        for (std::uint64_t i = 0; i < g; ++i) out.emplace_back(0u, epoch, (index + i) % spe, index + i >= spe);
+        index += g;
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("Sampler.Resume.AnotherGlobalBatchGoesOnFromTheSameSample") {
+    // A run saved with global batch 8 goes on with 12 (and with 4) from the sample it would have drawn
+    // next: windows and packed rows, both tail policies, saved mid-epoch and right at an epoch's end, two
+    // ranks after the change. Every epoch after that is cut by the new batch; the samples are the ones
+    // the stream holds at those positions (same content as the saved run's where both draw them).
+    auto data = ft::hashed_lengths(300, 200);
+    for (auto mode : {sample_mode::windows, sample_mode::packed})
+        for (auto tail : {tail_policy::drop, tail_policy::pad})
+            for (std::uint64_t g2 : {12, 4}) {
+                const sampler_config old_config{
+                    .seq_len = 50, .global_batch = 8, .seed = 3, .mode = mode, .tail = tail, .rank = 0, .world_size = 1};
+                sampler probe(data, old_config);
+                const std::uint64_t per = probe.steps_per_epoch();
+                for (std::uint64_t k : {per + 3, 2 * per}) {
+                    CAPTURE(static_cast<int>(mode));
+                    CAPTURE(static_cast<int>(tail));
+                    CAPTURE(g2);
+                    CAPTURE(k);
+                    sampler first(data, old_config);
+                    std::map<std::tuple<std::uint64_t, std::uint64_t>, std::vector<segment>> content;
+                    for (std::uint64_t i = 0; i < k; ++i)
+                        for (auto& x : first.next().samples) content[{x.epoch, x.index}] = x.segments;
+                    const sampler_state saved = sampler_state_from_json(to_json(first.state()));
+                    sampler reference(data, old_config);  // goes on with the old batch, for the content of what both draw
+                    reference.restore(saved);
+                    for (std::uint64_t i = 0; i < 2 * per; ++i)
+                        for (auto& x : reference.next().samples) content[{x.epoch, x.index}] = x.segments;
+
+                    std::vector<sampler> ranks;
+                    for (int r = 0; r < 2; ++r) {
+                        ranks.emplace_back(
+                            data,
+                            sampler_config{
+                                .seq_len = 50, .global_batch = g2, .seed = 3, .mode = mode, .tail = tail, .rank = r, .world_size = 2});
+                        CHECK_THROWS_WITH_AS(ranks.back().restore(saved), doctest::Contains("state.global_batch"), config_error);
+                        ranks.back().restore(with_global_batch(saved, g2));
+                    }
+                    const sampler_state rebased = ranks[0].state();
+                    CHECK(rebased.version == 2);
+                    CHECK(rebased.step == k);
+                    CHECK(rebased.origin_drawn == 8 * k);
+                    // Serialised, checked and restored like any state, by both forms.
+                    CHECK(sampler_state_from_json(to_json(rebased)) == rebased);
+                    CHECK(detail::sampler_state_from_bytes(detail::to_bytes(rebased)) == rebased);
+
+                    auto samples_in = [&](std::uint64_t e) {
+                        return probe.steps_in_epoch(e) * 8 + probe.dropped_in_epoch(e) - probe.padded_in_epoch(e);
+                    };
+                    stream_model model{samples_in, tail, saved.epoch[0], saved.index[0]};
+                    const std::uint64_t steps = 3 * per * 8 / g2;  // three epochs of the old batch
+                    std::vector<sampler_state> states;
+                    std::vector<std::vector<sample_id>> planned;
+                    for (std::uint64_t i = 0; i < steps; ++i) {
+                        CAPTURE(i);
+                        std::vector<sample_id> got;
+                        for (auto& r : ranks) {
+                            const batch_plan b = r.next();
+                            REQUIRE(b.step == k + i);
+                            REQUIRE(b.first_global_sample == 8 * k + g2 * i);
+                            for (auto& x : b.samples) {
+                                got.emplace_back(x.dataset, x.epoch, x.index, x.padding);
+                                const auto known = content.find({x.epoch, x.index});
+                                if (known != content.end()) REQUIRE(x.segments == known->second);
+                            }
+                        }
+                        REQUIRE(ranks[0].state() == ranks[1].state());
+                        REQUIRE(got == model.step(g2));
+                        planned.push_back(got);
+                        states.push_back(ranks[0].state());
+                    }
+                    // Workers plan any later step on samplers of their own, restored to the changed state,
+                    // and hand on the state a sequential walk leaves; a save later on resumes exactly.
+                    sampler worker(
+                        data, sampler_config{
+                                  .seq_len = 50, .global_batch = g2, .seed = 3, .mode = mode, .tail = tail, .rank = 0, .world_size = 1});
+                    worker.restore(rebased);
+                    batch_plan plan;
+                    sampler_state after;
+                    for (std::uint64_t i = steps; i-- > 0;) {
+                        worker.plan_at(k + i, plan, after);
+                        REQUIRE(after == states[i]);
+                        REQUIRE(ids(plan) == planned[i]);
+                    }
+                    CHECK_THROWS_WITH_AS(worker.plan_at(k - 1, plan, after), doctest::Contains("another global batch"), config_error);
+                    sampler later(
+                        data, sampler_config{
+                                  .seq_len = 50, .global_batch = g2, .seed = 3, .mode = mode, .tail = tail, .rank = 0, .world_size = 1});
+                    later.restore(sampler_state_from_json(to_json(states[per])));
+                    CHECK(ids(later.next()) == planned[per + 1]);
+                    // set_epoch's state is a walk from the start with the new batch: no origin any more.
+                    sampler fresh(
+                        data, sampler_config{
+                                  .seq_len = 50, .global_batch = g2, .seed = 3, .mode = mode, .tail = tail, .rank = 0, .world_size = 1});
+                    const sampler_state epoch_start = later.state_at_epoch(3);
+                    CHECK(epoch_start.version == 1);
+                    CHECK(epoch_start == fresh.state_at_epoch(3));
+                    // Where each later epoch begins, counted from the change (the model's first step in it).
+                    for (std::uint64_t e = saved.epoch[0] + 1; e < saved.epoch[0] + 3; ++e) {
+                        std::uint64_t first_in = 0;
+                        while (first_in < planned.size() && std::get<1>(planned[first_in][0]) < e) ++first_in;
+                        REQUIRE(first_in < planned.size());
+                        CHECK(later.first_step_of_epoch(e) == k + first_in);
+                    }
+                    CHECK(later.first_step_of_epoch(saved.epoch[0]) == k);
+                }
+            }
+}
+
+TEST_CASE("Sampler.Resume.AnotherGlobalBatchKeepsABlendsStreamAndRefusesEdits") {
+    // The largest-deficit rule looks only at what was drawn: a blend saved with global batch 10 and
+    // continued with 6 draws exactly the stream a run with 10 throughout draws.
+    auto a = ft::hashed_lengths(200, 100, 1), b = ft::hashed_lengths(300, 100, 2);
+    std::vector<const ft::synthetic_lengths*> sets = {&a, &b};
+    sampler ten(sets, {0.7, 0.3}, {.seq_len = 16, .global_batch = 10, .rank = 0, .world_size = 1});
+    std::vector<sample_id> expected;
+    for (int i = 0; i < 60; ++i) {
+        const auto v = ids(ten.next());
+        expected.insert(expected.end(), v.begin(), v.end());
+    }
+    sampler first(sets, {0.7, 0.3}, {.seq_len = 16, .global_batch = 10, .rank = 0, .world_size = 1});
+    std::vector<sample_id> got;
+    for (int i = 0; i < 21; ++i) {
+        const auto v = ids(first.next());
+        got.insert(got.end(), v.begin(), v.end());
+    }
+    sampler six(sets, {0.7, 0.3}, {.seq_len = 16, .global_batch = 6, .rank = 0, .world_size = 1});
+    six.restore(sampler_state_from_json(to_json(with_global_batch(first.state(), 6))));
+    while (got.size() < expected.size()) {
+        const auto v = ids(six.next());
+        got.insert(got.end(), v.begin(), v.end());
+    }
+    CHECK(got == expected);
+    CHECK(with_global_batch(six.state(), 6) == six.state());  // the same batch: nothing to change
+
+    // Edits of a changed state are refused: its origin moved, or the counts disagree with it.
+    sampler one(a, {.seq_len = 16, .global_batch = 8, .rank = 0, .world_size = 1});
+    for (int i = 0; i < 7; ++i) one.next();
+    const sampler_state rebased = with_global_batch(one.state(), 4);
+    sampler four(a, {.seq_len = 16, .global_batch = 4, .rank = 0, .world_size = 1});
+    auto edited = rebased;
+    edited.origin_index += 1;
+    CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.index"), config_error);
+    edited = rebased;
+    edited.origin_drawn += 4;
+    CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.taken"), config_error);
+    edited = rebased;
+    edited.origin_step = edited.step + 1;
+    CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.origin_step"), config_error);
+    edited = one.state();
+    edited.origin_step = 1;  // a version-1 state has no origin
+    CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.origin_step"), config_error);
+#if FEEDLINE_HAS_JSON
+    auto j = nlohmann::json::parse(to_json(rebased));
+    j["origin_index"] = j["origin_index"].get<std::uint64_t>() + 1;
+    CHECK_THROWS_WITH_AS(sampler_state_from_json(j.dump()), doctest::Contains("check does not match"), format_error);
+    j.erase("origin_index");
+    CHECK_THROWS_AS(sampler_state_from_json(j.dump()), format_error);
+#endif
+    CHECK_NOTHROW(four.restore(rebased));
+}
+
 TEST_CASE("Sampler.Blend.EveryPrefixWithinOneSampleOfItsShare") {
     auto a = ft::hashed_lengths(200, 100, 1), b = ft::hashed_lengths(300, 100, 2), c = ft::hashed_lengths(100, 100, 3);
     std::vector<const ft::synthetic_lengths*> sets = {&a, &b, &c};

@@ -137,12 +137,11 @@ int run(options o, trainer::communicator& comm) {
             r.model.hidden != o.model.hidden)
             throw feedline::config_error("--resume", o.resume + ": the checkpoint's model (" + trainer::to_json(r.model).dump() +
                                                          ") differs from the one asked for (" + trainer::to_json(o.model).dump() + ")");
-        if (r.global_batch != o.batch_size * comm.size() * o.grad_accum || r.seq_len != o.seq_len || r.mode != o.mode || r.seed != o.seed)
-            throw feedline::config_error(
-                "--resume", fmt::format("{}: the checkpoint was trained with {} samples x {} tokens per step, mode {}, seed {}; "
-                                        "this run asks for {} x {}, mode {}, seed {}",
-                                        o.resume, r.global_batch, r.seq_len, r.mode, r.seed, o.batch_size * comm.size() * o.grad_accum,
-                                        o.seq_len, o.mode, o.seed));
+        if (r.seq_len != o.seq_len || r.mode != o.mode || r.seed != o.seed)
+            throw feedline::config_error("--resume",
+                                         fmt::format("{}: the checkpoint was trained with {} tokens per sample, mode {}, seed {}; "
+                                                     "this run asks for {}, mode {}, seed {}",
+                                                     o.resume, r.seq_len, r.mode, r.seed, o.seq_len, o.mode, o.seed));
     }
 
     // Where the model runs: the rank's GPU (by local rank) when there is one, else the CPU.
@@ -215,16 +214,32 @@ int run(options o, trainer::communicator& comm) {
     // (the doctor's "micro-batch 16 x 8 -> 32 x 4"): the sample stream does not depend on the split.
     // A checkpoint of an earlier feedline-train, whose pipeline took one batch per micro-batch, goes on
     // that way (same micro-batch, accumulation and ranks).
+    // Another global batch (rows per optimizer step over all ranks) goes on from the sample the
+    // checkpoint's run would have drawn next, with a warning: the steps from there match neither run.
     std::uint64_t batches_per_step = 1;
+    const std::uint64_t global_batch = o.batch_size * comm.size() * o.grad_accum;
+    auto change = feedline::global_batch_change::refuse;
     if (resumed) {
         const auto saved = feedline::pipeline_state_from_json(resumed->pipeline_state);
-        if (saved.global_batch == o.batch_size * comm.size() && o.grad_accum > 1) {
-            if (resumed->grad_accum != o.grad_accum)
+        const bool per_micro_batch = resumed->grad_accum > 1 && saved.global_batch * resumed->grad_accum == resumed->global_batch;
+        if (per_micro_batch) {
+            if (saved.global_batch != o.batch_size * comm.size() || resumed->grad_accum != o.grad_accum)
                 throw feedline::config_error("--resume",
                                              fmt::format("{}: written by an earlier feedline-train, which resumes only with the same "
-                                                         "--batch-size and --grad-accum ({} x {})",
-                                                         o.resume, o.batch_size, resumed->grad_accum));
+                                                         "ranks, --batch-size and --grad-accum ({} rows x {} per step)",
+                                                         o.resume, saved.global_batch, resumed->grad_accum));
             batches_per_step = o.grad_accum;
+        } else if (saved.global_batch != global_batch) {
+            change = feedline::global_batch_change::from_same_sample;
+            if (lead)
+                std::fprintf(stderr, "%s\n",
+                             fmt::format("feedline-train: warning: {} was trained with a global batch of {} samples per step; this run "
+                                         "takes {} ({} rank(s) x {} x {} accumulation). It goes on after the {} samples drawn so far, "
+                                         "from step {}; the batches from here match neither a run with the old batch nor one with "
+                                         "the new, and the learning-rate schedule goes on by step, not by sample",
+                                         o.resume, saved.global_batch, global_batch, comm.size(), o.batch_size, o.grad_accum,
+                                         saved.drawn_before(saved.step), saved.step)
+                                 .c_str());
         }
     }
     feedline::pipeline_config train_config = data_config(o.data, o.seed, o.workers, 0);
@@ -233,7 +248,7 @@ int run(options o, trainer::communicator& comm) {
     std::uint64_t step = 0, tokens = 0;
     if (resumed) {
         model->load_state(resumed->params, resumed->m, resumed->v);
-        data.restore(feedline::pipeline_state_from_json(resumed->pipeline_state));
+        data.restore(feedline::pipeline_state_from_json(resumed->pipeline_state), change);
         step = resumed->step;
         tokens = resumed->tokens;
         lineage_parent = resumed->id;

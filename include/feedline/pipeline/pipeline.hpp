@@ -150,7 +150,7 @@ public:
         datasets_ = datasets;  // copies for the workers' own samplers and the fetch ahead's
         weights_ = weights;
         sampler_ = std::make_unique<sampler>(std::move(datasets), weights, sc);
-        end_step_ = run_end_step_ = end_of_run(sc.global_batch);
+        end_step_ = run_end_step_ = planned_end_step_ = end_of_run(sc.global_batch);
         // Windows of one small dataset: every worker plans with a sampler of its own (plan_at), so
         // planning runs in parallel instead of behind planner_ (with 2 workers, waiting for the lock
         // cost each worker as much as planning itself). Packed mode plans sequentially (plan_at would
@@ -257,9 +257,23 @@ public:
 
     // Continues from a saved state (any worker count; any world size with the same global batch).
     // Only before the first next(). Throws config_error when the state does not belong here.
-    void restore(const pipeline_state& s) {
+    // A state saved with another global batch (batch_size x world size) is refused, unless
+    // `change` is global_batch_change::from_same_sample: the run then goes on from the sample the
+    // saved one would have drawn next (with_global_batch, sampling/sampler.hpp), steps keep their
+    // numbers, and `epochs` ends the run where the epoch it names begins from there. Tell the user:
+    // the batches from there match neither a run with the old batch nor one with the new.
+    void restore(const pipeline_state& s, global_batch_change change = global_batch_change::refuse) {
         if (delivery_.started()) throw config_error("restore", "call restore() before the first next()");
-        sampler_->restore(s);
+        const std::uint64_t global = sampler_->config().global_batch;
+        sampler_->restore(change == global_batch_change::from_same_sample ? with_global_batch(s, global) : s);
+        if (sampler_->state().rebased() && config_.epochs && sources_.size() == 1) {
+            const std::uint64_t end = sampler_->first_step_of_epoch(config_.epochs);
+            end_step_ = run_end_step_ = config_.max_steps ? std::min(config_.max_steps, end) : end;
+            end_rebased_ = true;
+        } else if (end_rebased_) {  // an earlier restore() of this kind set the end
+            end_step_ = run_end_step_ = planned_end_step_;
+            end_rebased_ = false;
+        }
         delivery_.set_state(sampler_->state());
     }
 
@@ -633,8 +647,10 @@ private:
     std::vector<sampler_dataset> datasets_;
     std::vector<double> weights_;
     std::unique_ptr<sampler> sampler_;
-    std::uint64_t end_step_ = 0;      // end_step()
-    std::uint64_t run_end_step_ = 0;  // what max_steps and epochs make it (set_epoch may end sooner)
+    std::uint64_t end_step_ = 0;          // end_step()
+    std::uint64_t run_end_step_ = 0;      // what max_steps and epochs make it (set_epoch may end sooner)
+    std::uint64_t planned_end_step_ = 0;  // the same from step 0 with one global batch throughout
+    bool end_rebased_ = false;            // run_end_step_ follows a restore() with another global batch
     bool own_planners_ = false;
     std::vector<std::unique_ptr<sampler>> planners_;  // own_planners_: worker i's sampler
     std::atomic<std::uint64_t> next_step_{0};         // the next step a worker takes

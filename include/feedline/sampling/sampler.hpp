@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -249,7 +250,10 @@ private:
 // Holds no rank or world size: every rank has the same state, and any world size with the same
 // global batch can continue from it.
 struct sampler_state {
-    static constexpr std::uint32_t current_version = 1;
+    // Version 1: a run with one global batch throughout. Version 2: a run that went on with another
+    // global batch (with_global_batch below) and so carries the origin fields. Both are read; a state
+    // is written as the version its content needs, so version-1 states keep their checksums.
+    static constexpr std::uint32_t current_version = 1, rebased_version = 2;
     std::uint32_t version = current_version;
     // What the position means: restore() refuses a state whose fields differ from the sampler's.
     std::uint64_t seed = 0, seq_len = 0, global_batch = 0;
@@ -260,8 +264,38 @@ struct sampler_state {
     // sample's (epoch, index within the epoch).
     std::uint64_t step = 0;
     std::vector<std::uint64_t> taken, epoch, index;
+    // Version 2 only: where the run went on with this global batch. The step it went on at, the
+    // samples drawn before it over all datasets, and (one dataset) the next sample's epoch and index
+    // then. Steps from there draw this global batch each: the rest of that epoch first, from the index.
+    std::uint64_t origin_step = 0, origin_drawn = 0, origin_epoch = 0, origin_index = 0;
+    bool rebased() const noexcept { return version == rebased_version; }
+    // Samples drawn before `step` (at or after origin_step) over all datasets.
+    std::uint64_t drawn_before(std::uint64_t at) const noexcept { return origin_drawn + (at - origin_step) * global_batch; }
     friend bool operator==(const sampler_state&, const sampler_state&) = default;
 };
+
+// What restoring a state saved with another global batch does (pipeline::restore): refuse it (the
+// default: the batches would differ from either run's), or go on from the same sample.
+enum class global_batch_change { refuse, from_same_sample };
+
+// `s`, saved with one global batch, made to go on with `global_batch` from the same sample: every
+// dataset's next sample is the one it would have drawn next, and steps keep their numbers (the next
+// step is s.step). What differs from a run with either batch throughout is where epochs end (the
+// samples a tail = drop leaves out of an epoch's last batch) and, for one dataset, nothing else: the
+// stream of samples is the same. restore() of the result checks it like any state.
+inline sampler_state with_global_batch(const sampler_state& s, std::uint64_t global_batch) {
+    if (s.global_batch == global_batch) return s;
+    sampler_state r = s;
+    r.version = sampler_state::rebased_version;
+    r.global_batch = global_batch;
+    r.origin_step = s.step;
+    r.origin_drawn = 0;
+    for (std::uint64_t t : s.taken) r.origin_drawn += t;
+    const bool one = s.epoch.size() == 1 && s.index.size() == 1;
+    r.origin_epoch = one ? s.epoch[0] : 0;
+    r.origin_index = one ? s.index[0] : 0;
+    return r;
+}
 
 class sampler {
 public:
@@ -345,24 +379,17 @@ public:
     // the current state (what was drawn before it is recomputed from the global batch).
     void plan_at(std::uint64_t step, batch_plan& b, sampler_state& after) {
         if (streams_.size() > 1) throw config_error("plan_at", "random access is for a single dataset; blended streams are sequential");
+        if (step < state_.origin_step)
+            throw config_error("plan_at", "step " + std::to_string(step) + " comes before step " + std::to_string(state_.origin_step) +
+                                              ", where this run went on with another global batch");
         after = state_;  // copy-assignment: reuses `after`'s vectors once they have held a state
         // Single dataset: every step draws the whole global batch, so `taken` is linear in the step
         // (modular arithmetic gives the right value for an earlier step too).
         after.taken[0] = state_.taken[0] + (step - state_.step) * config_.global_batch;
         after.step = step;
-        after.epoch[0] = 0;
-        std::uint64_t within = step;
-        if (config_.mode == sample_mode::windows) {
-            after.epoch[0] = step / steps_in_epoch(0);
-            within %= steps_in_epoch(0);
-        } else {
-            for (std::uint64_t n = steps_in_epoch(0); within >= n; n = steps_in_epoch(after.epoch[0])) {
-                within -= n;
-                ++after.epoch[0];
-                check_epoch_fits(after.epoch[0]);  // an epoch of 0 steps would never end this walk
-            }
-        }
-        after.index[0] = within * config_.global_batch;
+        const auto start = step_start(state_, step);
+        after.epoch[0] = start.epoch;
+        after.index[0] = start.index;
         plan_step(after, b);
     }
 
@@ -387,14 +414,46 @@ public:
                 if (step > limit) throw config_error("epoch", std::to_string(epoch) + ": past what a run can reach");
             }
         }
+        // As if walked from the start with this global batch: a run that went on with another one
+        // from some step (with_global_batch) gives that up here.
         sampler_state s = state_;
-        if (step == 0) {
-            s.step = s.taken[0] = s.epoch[0] = s.index[0] = 0;
-        } else {
-            batch_plan last;
-            plan_at(step - 1, last, s);  // the state the previous epoch's last step leaves, as restore() expects it
+        s.version = sampler_state::current_version;
+        s.origin_step = s.origin_drawn = s.origin_epoch = s.origin_index = 0;
+        s.step = s.taken[0] = s.epoch[0] = s.index[0] = 0;
+        if (step > 0) {
+            // The state the previous epoch's last step leaves, as restore() expects it.
+            s.step = step;
+            s.taken[0] = step * g;
+            const auto start = step_start(s, step - 1);
+            s.epoch[0] = start.epoch;
+            s.index[0] = start.index + g;
         }
         return s;
+    }
+
+    // Single dataset: the step at which `epoch` begins in this run, capped at what a run can reach.
+    // After with_global_batch, counted from where the run went on: an epoch that began before then
+    // gives that step.
+    std::uint64_t first_step_of_epoch(std::uint64_t epoch) {
+        if (streams_.size() > 1) throw config_error("epoch", "a blend has no common epoch: each of its datasets walks its own");
+        const std::uint64_t g = config_.global_batch, limit = max_step / g;
+        const sampler_state& st = state_;
+        if (epoch <= st.origin_epoch && (st.rebased() || epoch == 0)) return st.origin_step;
+        std::uint64_t step = st.origin_step, e = st.origin_epoch;
+        if (st.rebased()) {
+            const std::uint64_t spe = streams_[0].samples_in_epoch(e), left = st.origin_index >= spe ? 0 : spe - st.origin_index;
+            step += config_.tail == tail_policy::drop ? left / g : (left + g - 1) / g;
+            ++e;
+        }
+        if (config_.mode == sample_mode::windows) {
+            const std::uint64_t per = steps_in_epoch(0);
+            return epoch - e > (limit - std::min(limit, step)) / per ? limit : step + (epoch - e) * per;
+        }
+        for (; e < epoch && step < limit; ++e) {
+            check_epoch_fits(e);
+            step += steps_in_epoch(e);
+        }
+        return std::min(step, limit);
     }
 
     // The furthest step x global batch a state may hold: far past any run, far from wrapping 2^64.
@@ -414,8 +473,10 @@ public:
             };
             if (a != b) throw config_error("state." + field, "saved " + name(a) + ", this sampler has " + name(b));
         };
-        if (s.version != sampler_state::current_version)
+        if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version)
             throw config_error("state.version", "unsupported version " + std::to_string(s.version));
+        if (!s.rebased() && (s.origin_step | s.origin_drawn | s.origin_epoch | s.origin_index) != 0)
+            throw config_error("state.origin_step", "a version-1 state has no origin fields");
         differs("seed", s.seed, state_.seed);
         differs("seq_len", s.seq_len, state_.seq_len);
         differs("global_batch", s.global_batch, state_.global_batch);
@@ -432,7 +493,8 @@ public:
             differs("dataset_documents" + at, s.dataset_documents[i], state_.dataset_documents[i]);
             differs("dataset_tokens" + at, s.dataset_tokens[i], state_.dataset_tokens[i]);
             differs("weights" + at, s.weights[i], state_.weights[i]);
-            if (s.index[i] > streams_[i].samples_in_epoch(s.epoch[i]) + config_.global_batch)
+            const bool at_origin = s.rebased() && s.step == s.origin_step;  // its index is the earlier batch's
+            if (!at_origin && s.index[i] > streams_[i].samples_in_epoch(s.epoch[i]) + config_.global_batch)
                 throw config_error("state.index" + at,
                                    "sample " + std::to_string(s.index[i]) + " is past the end of epoch " + std::to_string(s.epoch[i]));
         }
@@ -440,37 +502,36 @@ public:
         if (s.step > max_step / s.global_batch)
             throw config_error("state.step", std::to_string(s.step) + " steps of " + std::to_string(s.global_batch) +
                                                  " samples: past what a run can reach (edited or corrupted state)");
+        if (s.rebased() && (s.origin_step > s.step || s.origin_drawn > max_step))
+            throw config_error("state.origin_step", "step " + std::to_string(s.origin_step) + " after " + std::to_string(s.origin_drawn) +
+                                                        " samples does not come before step " + std::to_string(s.step) +
+                                                        " (edited or corrupted state)");
         // Every step draws the whole global batch, so a state whose counts disagree was edited or
         // corrupted (and workers planning with plan_at would resume elsewhere than next()).
-        const std::uint64_t drawn = s.step * s.global_batch;  // <= max_step: no wrap
-        std::uint64_t taken = 0;                              // capped at drawn + 1: no wrap either
+        const std::uint64_t drawn = s.drawn_before(s.step);  // <= 2 x max_step: no wrap
+        std::uint64_t taken = 0;                             // capped at drawn + 1: no wrap either
         for (std::uint64_t t : s.taken) taken = std::min(taken + std::min(t, drawn + 1), drawn + 1);
         if (taken != drawn)
-            throw config_error("state.taken", "samples drawn per dataset do not add up to " + std::to_string(s.step) + " steps of " +
-                                                  std::to_string(s.global_batch));
+            throw config_error("state.taken", "samples drawn per dataset do not add up to " + std::to_string(drawn) + " (" +
+                                                  std::to_string(s.step) + " steps of " + std::to_string(s.global_batch) +
+                                                  (s.rebased() ? " since step " + std::to_string(s.origin_step) + ")" : ")"));
         // Where each stream is follows from what it drew: a state whose position was edited apart from
         // its counts (or the reverse) is refused. One dataset: from the step (every epoch's steps, as
         // plan_at walks them; packed rows lay out each epoch once). A blend of GPT windows: from each
         // dataset's count (its epochs are all alike). Packed blends rely on the state's checksum.
-        if (n == 1 && s.step > 0) {
-            std::uint64_t epoch = 0, within = s.step - 1;
-            if (config_.mode == sample_mode::windows) {  // every epoch alike: no walk
-                epoch = within / steps_in_epoch(0);
-                within %= steps_in_epoch(0);
-            } else {
-                // Packed rows: each epoch's steps, up to the saved epoch at most (a state that claims
-                // a later one is refused below without laying out more epochs than it names).
-                for (std::uint64_t per = steps_in_epoch(0); within >= per && epoch <= s.epoch[0]; per = steps_in_epoch(epoch)) {
-                    within -= per;
-                    ++epoch;
-                    check_epoch_fits(epoch);
-                }
-            }
-            if (s.epoch[0] != epoch || s.index[0] != (within + 1) * s.global_batch)
+        if (n == 1 && s.step > s.origin_step) {
+            // Packed rows walk each epoch's steps up to the saved epoch at most (a state that claims a
+            // later one is refused below without laying out more epochs than it names).
+            const auto last = step_start(s, s.step - 1, s.epoch[0]);
+            const std::uint64_t index = last.index + s.global_batch;
+            if (s.epoch[0] != last.epoch || s.index[0] != index)
                 throw config_error("state.index", "epoch " + std::to_string(s.epoch[0]) + ", sample " + std::to_string(s.index[0]) +
                                                       " is not where step " + std::to_string(s.step) + " leaves this stream (epoch " +
-                                                      std::to_string(epoch) + ", sample " + std::to_string((within + 1) * s.global_batch) +
-                                                      ")");
+                                                      std::to_string(last.epoch) + ", sample " + std::to_string(index) + ")");
+        } else if (n == 1 && s.rebased() && (s.epoch[0] != s.origin_epoch || s.index[0] != s.origin_index)) {
+            throw config_error("state.index", "epoch " + std::to_string(s.epoch[0]) + ", sample " + std::to_string(s.index[0]) +
+                                                  " is not where the run went on with this global batch (epoch " +
+                                                  std::to_string(s.origin_epoch) + ", sample " + std::to_string(s.origin_index) + ")");
         } else if (n > 1 && config_.mode == sample_mode::windows) {
             for (std::size_t i = 0; i < n; ++i) {
                 const std::uint64_t per = streams_[i].samples_in_epoch(0), t = s.taken[i];
@@ -532,6 +593,38 @@ private:
         if (streams_.size() == 1) check_epoch_fits(0);
     }
 
+    // Where `step` (at or after st.origin_step) begins in a single dataset: its epoch and the index of
+    // its first sample. From the origin (epoch 0, index 0 unless the run went on with another global
+    // batch) the rest of that epoch comes first, then whole epochs. Windows: O(1); packed rows walk
+    // each epoch's steps, no further than `last_epoch` (the result is then past it).
+    struct step_position {
+        std::uint64_t epoch = 0, index = 0;
+    };
+    step_position step_start(const sampler_state& st, std::uint64_t step,
+                             std::uint64_t last_epoch = std::numeric_limits<std::uint64_t>::max()) {
+        const std::uint64_t g = config_.global_batch;
+        std::uint64_t k = step - st.origin_step, epoch = st.origin_epoch;
+        if (st.rebased()) {
+            const std::uint64_t spe = streams_.at(0).samples_in_epoch(epoch), from = st.origin_index;
+            const std::uint64_t left = from >= spe ? 0 : spe - from;
+            const std::uint64_t rest = config_.tail == tail_policy::drop ? left / g : (left + g - 1) / g;
+            if (k < rest) return {epoch, from + k * g};
+            k -= rest;
+            ++epoch;
+            check_epoch_fits(epoch);
+        }
+        if (config_.mode == sample_mode::windows) {  // every epoch alike: no walk
+            const std::uint64_t per = steps_in_epoch(0);
+            return {epoch + k / per, k % per * g};
+        }
+        for (std::uint64_t per = steps_in_epoch(epoch); k >= per && epoch <= last_epoch; per = steps_in_epoch(epoch)) {
+            k -= per;
+            ++epoch;
+            check_epoch_fits(epoch);  // an epoch of 0 steps would never end this walk
+        }
+        return {epoch, k * g};
+    }
+
     void check_epoch_fits(std::uint64_t epoch) {
         if (steps_in_epoch(epoch) == 0)
             throw config_error("global_batch", std::to_string(config_.global_batch) + " exceeds the " +
@@ -545,7 +638,7 @@ private:
         const std::uint64_t g = config_.global_batch, local = local_batch();
         const std::uint64_t first = static_cast<std::uint64_t>(rank_) * local;
         b.step = st.step;
-        b.first_global_sample = st.step * g;
+        b.first_global_sample = st.drawn_before(st.step);
         b.samples.resize(local);
         if (streams_.size() == 1) {
             auto& s = streams_[0];
@@ -571,7 +664,9 @@ private:
             st.taken[0] += g;
         } else {
             // Blending: walk the global batch with the largest-deficit rule, keep this rank's slice.
-            const std::uint64_t before = st.step * g;
+            // The rule looks only at the samples drawn, so a run that went on with another global
+            // batch draws the same stream.
+            const std::uint64_t before = st.drawn_before(st.step);
             for (std::uint64_t i = 0; i < g; ++i) {
                 std::uint32_t d = choose_dataset(st.taken, before + i);
                 auto& s = streams_[d];

@@ -1,9 +1,10 @@
 // feedline/sampling/state_io.hpp: sampler states as JSON (the saved form) and, internally, as bytes.
 // JSON (with nlohmann_json): one flat, versioned object a person can read in a checkpoint directory,
 // with a checksum of every field. Binary (detail::to_bytes, detail::sampler_state_from_bytes): magic
-// "FLSAMPL1", then little-endian fields in a fixed order; it is only the input of that checksum
-// (detail::state_check), not a format to save, but saved checksums depend on it, so a new field means a
-// new version. Both round-trip exactly; corrupt input is a format_error.
+// "FLSAMPL1", then little-endian fields in a fixed order (version 2 adds the origin fields after the
+// step); it is only the input of that checksum (detail::state_check), not a format to save, but saved
+// checksums depend on it, so a new field means a new version. Both round-trip exactly; corrupt input
+// is a format_error.
 #pragma once
 
 #include <bit>
@@ -36,6 +37,8 @@ inline std::vector<std::byte> to_bytes(const sampler_state& s) {
     for (std::uint64_t v : {s.seed, s.seq_len, s.global_batch, std::uint64_t(s.mode), std::uint64_t(s.shuffle),
                             std::uint64_t(s.shuffle_samples), std::uint64_t(s.tail), s.step})
         u64(v);
+    if (s.rebased())
+        for (std::uint64_t v : {s.origin_step, s.origin_drawn, s.origin_epoch, s.origin_index}) u64(v);
     const std::size_t n = s.dataset_documents.size();
     if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
         throw config_error("state", "per-dataset fields differ in length");
@@ -66,7 +69,7 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
     at = 8;
     sampler_state s;
     std::uint64_t version = u64();
-    if (version != sampler_state::current_version) {
+    if (version != sampler_state::current_version && version != sampler_state::rebased_version) {
         at -= 8;
         fail("unsupported version " + std::to_string(version));
     }
@@ -79,6 +82,12 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
     s.shuffle_samples = static_cast<std::uint32_t>(u64());
     s.tail = static_cast<std::uint32_t>(u64());
     s.step = u64();
+    if (s.rebased()) {
+        s.origin_step = u64();
+        s.origin_drawn = u64();
+        s.origin_epoch = u64();
+        s.origin_index = u64();
+    }
     std::uint64_t n = u64();
     if (n > (in.size() - at) / 48) fail("dataset count " + std::to_string(n) + " does not fit the remaining bytes");
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -123,8 +132,14 @@ inline std::string to_json(const sampler_state& s) {
                         {"weights", s.weights},
                         {"taken", s.taken},
                         {"epoch", s.epoch},
-                        {"index", s.index},
-                        {"check", detail::state_check(s)}};
+                        {"index", s.index}};
+    if (s.rebased()) {
+        j["origin_step"] = s.origin_step;
+        j["origin_drawn"] = s.origin_drawn;
+        j["origin_epoch"] = s.origin_epoch;
+        j["origin_index"] = s.origin_index;
+    }
+    j["check"] = detail::state_check(s);
     return j.dump();
 }
 
@@ -134,7 +149,8 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
     if (j.is_discarded() || json_format_of(j) != "feedline.sampler_state") f.fail("not a feedline sampler state");
     sampler_state s;
     s.version = f.u32("version");
-    if (s.version != sampler_state::current_version) f.fail("unsupported version " + std::to_string(s.version));
+    if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version)
+        f.fail("unsupported version " + std::to_string(s.version));
     s.seed = f.u64("seed");
     s.seq_len = f.u64("seq_len");
     s.global_batch = f.u64("global_batch");
@@ -149,6 +165,12 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
     s.taken = f.u64s("taken");
     s.epoch = f.u64s("epoch");
     s.index = f.u64s("index");
+    if (s.rebased()) {
+        s.origin_step = f.u64("origin_step");
+        s.origin_drawn = f.u64("origin_drawn");
+        s.origin_epoch = f.u64("origin_epoch");
+        s.origin_index = f.u64("origin_index");
+    }
     const std::size_t n = s.dataset_documents.size();
     if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
         f.fail("per-dataset arrays differ in length");
