@@ -4,10 +4,12 @@
 // action), 1 when something does, 2 for bad input (the message names the field).
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,6 +29,7 @@
 #include <feedline/doctor/measure.hpp>
 #include <feedline/doctor/plan.hpp>
 #include <feedline/doctor/watch.hpp>
+#include <feedline/pipeline/detail/telemetry.hpp>
 #include "tool_main.hpp"
 
 namespace doctor = feedline::doctor;
@@ -292,16 +295,41 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
 
 // watch: the process `pid` (or the command it runs, started here and stopped with SIGTERM when
 // --seconds runs out), then its findings and, with --scenario, the scenario diagnose reads back.
-int run_watch(pid_t pid, const std::vector<std::string>& command, const doctor::watch_options& o, const std::string& scenario_path,
-              bool json) {
+int run_watch(pid_t pid, const std::vector<std::string>& command, doctor::watch_options o, const std::string& scenario_path, bool json) {
     if ((pid > 0) == !command.empty()) throw feedline::config_error("watch", "give --pid N or a command after --, one of them");
     int child_status = -1;
     std::function<bool()> stop = [] { return false; };
+    // A command's feedline pipelines append their stats lines to a log of watch's own (or to the one
+    // FEEDLINE_STATS_JSONL already names, or --log), read when the watch ends; removed after.
+    std::string own_log;
+    struct remove_log {
+        const std::string& path;
+        ~remove_log() {
+            if (!path.empty()) ::unlink(path.c_str());
+        }
+    } remove{own_log};
     if (!command.empty()) {
+        std::vector<std::string> env_text;
+        for (char** e = environ; *e; ++e) env_text.emplace_back(*e);
+        const char* inherited = std::getenv(feedline::detail::stats_jsonl_variable);
+        if (o.log.empty() && inherited && *inherited) o.log = inherited;
+        if (o.log.empty()) {
+            std::string path = (std::filesystem::temp_directory_path() / "feedline-watch-XXXXXX").string();
+            const int fd = ::mkstemp(path.data());
+            if (fd >= 0) {
+                ::close(fd);
+                own_log = o.log = path;
+            }
+        }
+        if (!o.log.empty() && !(inherited && o.log == inherited))
+            env_text.push_back(std::string(feedline::detail::stats_jsonl_variable) + "=" + o.log);
+        std::vector<char*> env;
+        for (auto& e : env_text) env.push_back(e.data());
+        env.push_back(nullptr);
         std::vector<char*> argv;
         for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
         argv.push_back(nullptr);
-        if (const int e = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ); e != 0)
+        if (const int e = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), env.data()); e != 0)
             throw feedline::io_error(command[0], e, "cannot start the command to watch");
         stop = [&] {  // reaped as soon as it ends: a zombie would look alive in /proc
             int st = 0;
@@ -340,6 +368,12 @@ int run_watch(pid_t pid, const std::vector<std::string>& command, const doctor::
             doctor::mib_text(m["read_bytes_per_s"].get<double>() / (1024.0 * 1024.0)).c_str(), m["swap_in_mib_per_s"].get<double>(),
             m["swap_out_mib_per_s"].get<double>(),
             w.seen.gpus.empty() ? m["gpu_source"].get<std::string>().c_str() : std::to_string(w.seen.gpus.size()).c_str());
+        if (w.seen.stall_fraction)
+            std::printf("its feedline log (%s): the loop waited %.1f%% of its time for data, %s tokens/s\n",
+                        m["feedline_log"].get<std::string>().c_str(), 100 * *w.seen.stall_fraction,
+                        w.seen.tokens_per_s ? doctor::human_count(*w.seen.tokens_per_s).c_str() : "?");
+        else if (m.contains("feedline_log_error"))
+            std::printf("its feedline log was not read: %s\n", m["feedline_log_error"].get<std::string>().c_str());
         for (const auto& p : m["processes"])
             std::printf("  %7d %-16s %5.2f cores  %s own, %s mapped, %u thread(s)\n", p["pid"].get<int>(),
                         p["name"].get<std::string>().c_str(), p["cpu_cores"].get<double>(),
@@ -436,6 +470,9 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     wat->add_option("--interval", watching.interval, "seconds between samples")->capture_default_str()->check(CLI::Range(0.01, 60.0));
+    wat->add_option("--log", watching.log,
+                    "the run's feedline log to read at the end: a pipeline's stats_jsonl or a feedline-train --json log (a command "
+                    "watch starts logs its pipelines' stats by itself, FEEDLINE_STATS_JSONL)");
     wat->add_option("--scenario", watch_scenario, "write what was seen as a scenario file (feedline-doctor diagnose reads it)");
     wat->add_flag("--json", json, "one JSON object: {\"findings\", \"scenario\", \"watched\": per-process figures}");
     wat->add_option("command", watch_command, "the training command to start and watch, after --");

@@ -26,6 +26,7 @@
 #include <thread>
 #include <utility>
 
+#include <feedline/format/megatron.hpp>
 #include <feedline/pipeline.hpp>
 
 #include <feedline/doctor/check.hpp>
@@ -688,6 +689,16 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     CHECK(*p.stall_fraction == doctest::Approx(0.3));
     CHECK(*p.data_workers == 0);
     CHECK(codes(doctor::diagnose(p)) == std::set<std::string>{"data-bound", "no-data-workers"});
+    // Two pipelines of one process in one log (a trainer's and, later, its evaluation's): the line with
+    // the most batches is the training run's, wherever it stands.
+    std::istringstream shared(
+        R"({"unix_time": 1.0, "batches": 200, "stall_fraction": 0.02, "tokens_per_s": 9, "workers": 4})"
+        "\n"
+        R"({"unix_time": 2.0, "batches": 20, "stall_fraction": 0.8, "tokens_per_s": 1, "workers": 1})"
+        "\n");
+    const auto both = doctor::parse_log(shared, "stats.jsonl");
+    CHECK(*both.stall_fraction == doctest::Approx(0.02));
+    CHECK(*both.data_workers == 4);
 
     // Remote data: a stall with requests in flight is the store's latency; many retries say it pushes back.
     std::istringstream remote(
@@ -862,6 +873,63 @@ TEST_CASE("Doctor.Watch.SeesACommandsCpuItsChildProcessesAndItsMemoryAndWritesTh
         CHECK(r.code == 2);
         CHECK_FALSE(r.err.empty());
     }
+}
+
+TEST_CASE("Doctor.Watch.ReadsTheStatsLinesOfTheFeedlinePipelinesItWatches") {
+    // A command's feedline pipelines log their stats to a file of watch's own (FEEDLINE_STATS_JSONL):
+    // watch reports the stall the loop measured, tokens/s, the batch and the worker threads (which /proc
+    // cannot tell from the trainer's), and removes the file. A process watched by pid is read through
+    // --log, a file watch leaves alone.
+    ft::scratch_dir dir;
+    {
+        feedline::megatron_writer w(dir / "data", feedline::token_dtype::uint16);
+        std::mt19937 rng(5);
+        for (int d = 0; d < 400; ++d) {
+            std::vector<std::uint32_t> t(50 + rng() % 300);
+            for (auto& x : t) x = rng() % 1000;
+            w.add_document(t);
+        }
+        w.finish();
+    }
+    const std::string iterate = std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate " + (dir / "data") +
+                                " --batch-size 8 --seq-len 64 --workers 2 --max-steps 3000 --stats-every 50 > /dev/null";
+    const std::string tool = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor watch --json --interval 0.05";
+    auto r = ft::run(tool + " --scenario " + (dir / "seen.json") + " -- sh -c '" + iterate + "'", dir);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    auto j = nlohmann::json::parse(r.out);
+    REQUIRE_MESSAGE(j["watched"].contains("feedline_log"), r.out);
+    CHECK_FALSE(std::filesystem::exists(j["watched"]["feedline_log"].get<std::string>()));
+    const auto& training = j["scenario"]["training"];
+    REQUIRE(training["stall_fraction"].is_number());
+    CHECK(training["stall_fraction"].get<double>() <= 1);
+    CHECK(training["tokens_per_s"].get<double>() > 0);
+    CHECK(training["micro_batch"] == 8);
+    CHECK(training["data_workers"] == 2);  // the log's worker threads, not the tree's one child process
+    auto again = ft::run(std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor diagnose --json " + (dir / "seen.json"), dir);
+    REQUIRE_MESSAGE(again.code != 2, again.err);
+    CHECK(nlohmann::json::parse(again.out)["findings"] == j["findings"]);
+
+    // By pid, with the run's own log named.
+    const std::string log = dir / "own.jsonl";
+    const std::string script = "FEEDLINE_STATS_JSONL=" + log + " " + iterate;
+    pid_t pid = 0;
+    char* const argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"), const_cast<char*>(script.c_str()), nullptr};
+    REQUIRE(::posix_spawnp(&pid, "sh", nullptr, nullptr, argv, environ) == 0);
+    r = ft::run(tool + " --log " + log + " --pid " + std::to_string(pid), dir);
+    ::waitpid(pid, nullptr, 0);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    j = nlohmann::json::parse(r.out);
+    CHECK(j["watched"]["feedline_log"] == log);
+    CHECK(std::filesystem::exists(log));
+    CHECK(j["scenario"]["training"]["stall_fraction"].is_number());
+    CHECK(j["scenario"]["training"]["micro_batch"] == 8);
+    // A log that is not one is reported, and the watch's own figures stand.
+    ft::write_text(dir / "not-a-log", "{\"hello\": 1}\n");
+    r = ft::run(tool + " --log " + (dir / "not-a-log") + " -- true", dir);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    j = nlohmann::json::parse(r.out);
+    CHECK(j["watched"].contains("feedline_log_error"));
+    CHECK(j["scenario"]["training"]["stall_fraction"].is_null());
 }
 
 TEST_CASE("Doctor.Watch.AProcessThatLeavesTheGpuIdleIsGpuUnderusedWithTheWayToMeasureWhy") {

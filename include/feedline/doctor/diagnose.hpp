@@ -304,7 +304,7 @@ inline bool bounded_getline(std::istream& in, std::string& line, std::size_t n, 
 
 // A run's JSON-lines log: feedline-train --json (progress lines and a summary line) or a pipeline's
 // stats_jsonl (cumulative snapshots). The trainer's summary wins when there is one; else the last
-// pipeline stats line (its stall is cumulative); else the mean stall of the progress lines, with the
+// pipeline stats line with the most batches (its stall is cumulative); else the mean stall of the progress lines, with the
 // last line's telemetry. Lines that do not start with '{' are text and skipped (the trainer's start
 // line); one that does and is not a JSON object is an error naming the line, except the last line of
 // a log still being written (no newline after it), which is passed over with a note.
@@ -315,6 +315,7 @@ inline observations parse_log(std::istream& in, const std::string& where) {
     double stall_sum = 0, tps_sum = 0;
     std::optional<nlohmann::json> summary, last_stats;
     std::size_t summary_line = 0, stats_line = 0;
+    double last_stats_batches = 0;
     bool ended = true;
     while (detail::bounded_getline(in, line, n + 1, where, ended)) {
         ++n;
@@ -340,7 +341,11 @@ inline observations parse_log(std::istream& in, const std::string& where) {
                 o.micro_batch = *b;
         } else if (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")) {
             detail::log_number(j, "stall_fraction", 1, where, here);
-            last_stats = std::move(j), stats_line = n;
+            // Lines are cumulative, so a run's latest has the most batches. Several pipelines of one
+            // process (a trainer's and its evaluation's) may share a log: the one with the most
+            // batches is the training run's.
+            const auto batches = detail::log_number(j, "batches", std::numeric_limits<double>::max(), where, here).value_or(0);
+            if (!last_stats || batches >= last_stats_batches) last_stats = std::move(j), stats_line = n, last_stats_batches = batches;
         } else if (j.contains("stall_fraction")) {
             const auto s = detail::log_number(j, "stall_fraction", 1, where, here);
             const auto t = detail::log_number(j, "tokens_per_s", std::numeric_limits<double>::max(), where, here);

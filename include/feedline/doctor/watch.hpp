@@ -2,8 +2,9 @@
 // (PyTorch or not), and the machine around it, then turns what it saw into the scenario `diagnose`
 // reads. From /proc: the process tree (the trainer and its children, e.g. DataLoader worker
 // processes), each process's CPU time, anonymous and file-backed resident memory, locked and pinned
-// memory (where the kernel counts it) and threads, the bytes it read; the host's CPU utilization, RAM, swap and swap traffic. From NVML (when present): each
-// GPU's utilization and memory. Nothing is written to the process; reading another user's process
+// memory (where the kernel counts it) and threads, the bytes it read; the host's CPU utilization, RAM,
+// swap and swap traffic. From NVML (when present): each GPU's utilization and memory. From the run's
+// feedline log, when it keeps one: the stall its loop measured, tokens/s and the batch shape. Nothing is written to the process; reading another user's process
 // needs the rights /proc asks for (its owner or root).
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -38,6 +40,10 @@ namespace feedline::doctor {
 struct watch_options {
     double seconds = 0;     // how long to watch; 0: until the process ends
     double interval = 0.5;  // seconds between samples
+    // The run's own JSON-lines log, read once the watch ends when it has lines: a feedline pipeline's
+    // stats_jsonl (every pipeline of a command watch starts appends to one, FEEDLINE_STATS_JSONL) or a
+    // feedline-train --json log. Empty: none.
+    std::string log;
 };
 
 // One process as /proc shows it at one moment.
@@ -68,7 +74,8 @@ inline std::optional<process_reading> read_process(pid_t pid) {
     std::istringstream rest(text.substr(close + 2));
     std::vector<std::string> f;
     for (std::string w; rest >> w && f.size() < 20;) f.push_back(w);
-    if (f.size() < 13) return std::nullopt;
+    // A zombie has ended: only its parent has not reaped it yet (a --pid whose parent is busy).
+    if (f.size() < 13 || f[0] == "Z") return std::nullopt;
     // After ')': state(0) ppid(1) ... utime(11) stime(12), in clock ticks.
     r.ppid = static_cast<pid_t>(std::stol(f[1]));
     static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
@@ -146,7 +153,8 @@ struct watch_report {
 inline watch_report watch(
     pid_t pid, const watch_options& o, const std::function<bool()>& stop = [] { return false; }) {
     using clock = std::chrono::steady_clock;
-    if (detail::read_tree(pid).empty()) throw feedline::io_error("/proc/" + std::to_string(pid), ESRCH, "no such process to watch");
+    // There at the start, ended or not (a command that ended at once is a zombie until reaped).
+    if (!std::filesystem::exists("/proc/" + std::to_string(pid))) throw feedline::io_error("/proc/" + std::to_string(pid), ESRCH, "no such process to watch");
     const machine m = read_machine("/");  // the GPUs as check finds them (sysfs, NVML, CUDA)
     const auto& topo = m.topo;
     // GPUs through NVML, each sampled on its own thread (the mean over the watch).
@@ -251,6 +259,28 @@ inline watch_report watch(
                  {"gpu_source", gpus.empty() ? gpu_note : "nvml"},
                  {"processes", procs}};
 
+    // What the run says of itself, where it keeps a feedline log: the stall the loop measured (what no
+    // outside view can tell: a GPU below 90% busy is starved or not), tokens/s, the batch shape, the
+    // loader's workers (threads, which /proc does not tell from the trainer's) and pinning. What watch
+    // sampled over the whole watch (GPUs, host, memory) stays.
+    if (!o.log.empty() && std::filesystem::exists(o.log) && std::filesystem::file_size(o.log) > 0) {
+        w.summary["feedline_log"] = o.log;
+        try {
+            std::ifstream in(o.log);
+            const observations own = parse_log(in, o.log);
+            s.stall_fraction = own.stall_fraction;
+            s.tokens_per_s = own.tokens_per_s;
+            if (own.micro_batch) s.micro_batch = own.micro_batch;
+            if (own.grad_accum) s.grad_accum = own.grad_accum;
+            if (own.data_workers) s.data_workers = own.data_workers;
+            if (own.pinned_memory) s.pinned_memory = own.pinned_memory;
+            if (s.gpus.empty()) s.gpus = own.gpus;
+            for (const auto& n : own.notes) s.notes.push_back(o.log + ": " + n);
+        } catch (const feedline::error& e) {
+            w.summary["feedline_log_error"] = e.what();  // the watch's own figures still stand
+        }
+    }
+
     auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
     nlohmann::json gpu_list = nlohmann::json::array();
     for (const auto& g : s.gpus)
@@ -265,7 +295,13 @@ inline watch_report watch(
                     {"swap_total_mib", opt(s.swap_total_mib)},
                     {"swap_used_mib", opt(s.swap_used_mib)},
                     {"cpu_utilization", opt(s.cpu_utilization)}}},
-                  {"training", {{"data_workers", opt(s.data_workers)}}},
+                  {"training",
+                   {{"data_workers", opt(s.data_workers)},
+                    {"micro_batch", opt(s.micro_batch)},
+                    {"grad_accum", opt(s.grad_accum)},
+                    {"stall_fraction", opt(s.stall_fraction)},
+                    {"tokens_per_s", opt(s.tokens_per_s)},
+                    {"pinned_memory", s.pinned_memory ? nlohmann::json(*s.pinned_memory) : nlohmann::json()}}},
                   {"process", {{"rss_anon_mib", opt(s.rss_anon_mib)}, {"rss_file_mib", opt(s.rss_file_mib)}}}};
     return w;
 }

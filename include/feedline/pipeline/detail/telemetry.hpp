@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -20,14 +21,26 @@
 
 namespace feedline::detail {
 
+// The environment variable that asks every pipeline of a process for a stats log (see open()).
+inline constexpr const char* stats_jsonl_variable = "FEEDLINE_STATS_JSONL";
+
 class telemetry {
 public:
     // Opens the stats log the config names, if any. Throws config_error (no interval) or io_error.
+    // Without one, FEEDLINE_STATS_JSONL names a log to append to (feedline-doctor watch sets it for
+    // the command it watches); one that cannot be opened is then passed over, its reason in the stats.
     void open(const pipeline_config& c) {
         every_ = c.stats_every;
-        if (c.stats_jsonl.empty()) return;
-        if (c.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
-        log_ = std::make_unique<stats_jsonl_log>(c.stats_jsonl);
+        if (c.stats_jsonl.empty()) {
+            const char* asked = std::getenv(stats_jsonl_variable);
+            if (asked == nullptr || *asked == '\0') return;
+            if (every_ == 0) every_ = 100;
+            put([&] { log_ = std::make_unique<stats_jsonl_log>(asked); });
+            if (!log_) return;
+        } else {
+            if (c.stats_every == 0) throw config_error("stats_every", "must be at least 1 when stats_jsonl is set");
+            log_ = std::make_unique<stats_jsonl_log>(c.stats_jsonl);
+        }
 #if FEEDLINE_HAS_JSON
         // The log's first line is the options the run was given, in the form --config reads (and the
         // names of those set rather than left at their defaults), so a log says what produced it and
