@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         return 0;  // per-dataset fields of different lengths: detail::to_bytes refuses to write them
     }
 
-    // The position fields (step, taken, epoch, index) come from the input; the identity fields from
+    // The position fields (step, taken, epoch, index, and a version-2 state's origin) come from the input; the identity fields from
     // the sampler, so restore() gets past them and judges the position itself.
     auto sampler = fuzzing::make_sampler(which);
     sampler_state want = sampler->state();
@@ -80,6 +80,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (i < s.taken.size()) want.taken[i] = s.taken[i];
         if (i < s.epoch.size()) want.epoch[i] = s.epoch[i] % 4096;  // an epoch layout costs O(documents) each
         if (i < s.index.size()) want.index[i] = s.index[i];
+    }
+    if (s.rebased()) {  // a run that went on with another global batch (this sampler's) from the input's origin
+        want.version = s.version;
+        want.origin_step = s.origin_step;
+        want.origin_drawn = s.origin_drawn;
+        want.origin_epoch = s.origin_epoch % 4096;
+        want.origin_index = s.origin_index;
     }
     try {
         sampler->restore(want);

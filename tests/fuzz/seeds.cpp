@@ -2,6 +2,7 @@
 // widths, sampler states (binary and JSON) of each fuzzed sampler, JSONL and plain text, JSONL lines,
 // token-lengths cache files.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -46,15 +47,17 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
 #elif defined(FEEDLINE_FUZZ_SAMPLER_STATE)
     // Byte 0 picks the sampler (and 0x80 the JSON form); states at the start and a few steps in.
     for (unsigned which = 0; which < feedline::fuzzing::sampler_kinds; ++which)
-        for (int steps : {0, 5}) {
+        for (int steps : {0, 5, -5}) {  // -5: 5 steps, then a version-2 state going on with another global batch
             auto sampler = feedline::fuzzing::make_sampler(which);
             feedline::batch_plan plan;
-            for (int i = 0; i < steps; ++i) sampler->next(plan);
+            for (int i = 0; i < std::abs(steps); ++i) sampler->next(plan);
+            feedline::sampler_state state = sampler->state();
+            if (steps < 0) state = feedline::with_global_batch(state, state.global_batch + 1);
             std::vector<std::uint8_t> bin{static_cast<std::uint8_t>(which)};
-            for (std::byte b : feedline::detail::to_bytes(sampler->state())) bin.push_back(static_cast<std::uint8_t>(b));
+            for (std::byte b : feedline::detail::to_bytes(state)) bin.push_back(static_cast<std::uint8_t>(b));
             seeds.push_back(bin);
 #if FEEDLINE_HAS_JSON
-            std::string json = feedline::to_json(sampler->state());
+            std::string json = feedline::to_json(state);
             std::vector<std::uint8_t> j{static_cast<std::uint8_t>(0x80 | which)};
             j.insert(j.end(), json.begin(), json.end());
             seeds.push_back(j);
