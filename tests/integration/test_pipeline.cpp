@@ -59,6 +59,17 @@ std::vector<copied> take(pipeline& p, std::uint64_t n) {
     return out;
 }
 
+// A planned sample's tokens, read one segment at a time with pread: the reference for a batch's row.
+std::vector<std::int32_t> read_window(const token_dataset& data, pread_reader& r, const sample_plan& sample) {
+    std::vector<std::int32_t> window;
+    for (const auto& seg : sample.segments) {
+        std::vector<std::int32_t> t(seg.length);
+        data.read_tokens(r, data.document(seg.document), seg.offset, seg.length, t.data());
+        window.insert(window.end(), t.begin(), t.end());
+    }
+    return window;
+}
+
 pipeline_config base(unsigned workers, sample_mode mode = sample_mode::windows) {
     return {.batch_size = 4,
             .seq_len = 64,
@@ -85,12 +96,7 @@ TEST_CASE("Pipeline.Windows.BatchesAreThePlannedTokens") {
         auto plan = s.next();
         CHECK(got[step].step == step);
         for (std::size_t i = 0; i < plan.samples.size(); ++i) {
-            std::vector<std::int32_t> window;
-            for (auto& seg : plan.samples[i].segments) {
-                std::vector<std::int32_t> t(seg.length);
-                data->read_tokens(r, data->document(seg.document), seg.offset, seg.length, t.data());
-                window.insert(window.end(), t.begin(), t.end());
-            }
+            const auto window = read_window(*data, r, plan.samples[i]);
             REQUIRE(window.size() == 65);
             REQUIRE(std::equal(window.begin(), window.end() - 1, got[step].inputs.begin() + static_cast<std::ptrdiff_t>(i * 64)));
             REQUIRE(std::equal(window.begin() + 1, window.end(), got[step].targets.begin() + static_cast<std::ptrdiff_t>(i * 64)));
@@ -290,12 +296,7 @@ TEST_CASE("Pipeline.Resume.AnotherGlobalBatchGoesOnFromTheSameSampleAndEpochsSti
         REQUIRE(got[i].step == 17 + i);
         REQUIRE(plan.epoch < 2);
         for (std::size_t j = 0; j < plan.samples.size(); ++j) {
-            std::vector<std::int32_t> window;
-            for (auto& seg : plan.samples[j].segments) {
-                std::vector<std::int32_t> t(seg.length);
-                data->read_tokens(r, data->document(seg.document), seg.offset, seg.length, t.data());
-                window.insert(window.end(), t.begin(), t.end());
-            }
+            const auto window = read_window(*data, r, plan.samples[j]);
             REQUIRE(std::equal(window.begin(), window.end() - 1, got[i].inputs.begin() + static_cast<std::ptrdiff_t>(j * 64)));
         }
     }
