@@ -198,6 +198,7 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
     if (!m.data.empty()) {
         if (root != "/") throw feedline::config_error("data", "measures this machine: not with --root");
         out["data"] = {{"dataset", m.data}, {"reads", doctor::measure_reads(m)}, {"pipeline", doctor::measure_pipeline(m)}};
+        out["cpu_adam"] = doctor::measure_cpu_adam(m.seconds);  // what plan's --cpu-adam-params-per-s wants
         // With a GPU: the same pipeline into GPU memory through the pinned ring, at the most workers.
         if (feedline::gpu_probe()) {
             const unsigned most = m.max_workers ? m.max_workers : std::max(1u, static_cast<unsigned>(machine.topo.usable_cores()));
@@ -279,6 +280,9 @@ int run_check(const std::string& root, const doctor::check_job& job, const docto
                             g["tokens_per_s"].get<double>(), g["device"].get<std::string>().c_str());
             }
         }
+        if (out.contains("cpu_adam"))
+            std::printf("  an offloaded optimizer (CPU Adam, fp32 states) on one core: %s parameters/s (plan --cpu-adam-params-per-s)\n",
+                        doctor::human_count(out["cpu_adam"]["params_per_s_per_core"].get<double>()).c_str());
         if (out.contains("h2d")) {
             const auto& h = out["h2d"];
             if (h.contains("unavailable"))
@@ -425,6 +429,9 @@ int main(int argc, char** argv) {
     plan->add_option("--data", in.data, "shards (pre-tokenized) | text (tokenized on the fly)")->capture_default_str();
     plan->add_option("--worker-tokens-per-s", in.worker_tokens_per_s,
                      "tokens/s one data worker delivers (default: measured, see docs/sizing.md)");
+    plan->add_option("--cpu-adam-params-per-s", in.cpu_adam_params_per_s,
+                     "parameters one core updates per second as an offloaded optimizer (default: measured; feedline-doctor check "
+                     "--data measures this machine's)");
     plan->add_option("--dataset-bytes", dataset_bytes, "dataset size to keep in each node's page cache (0: not counted)")
         ->capture_default_str();
     plan->add_option("--process-overhead", process_overhead, "host memory of one training process besides its data")->capture_default_str();
@@ -522,8 +529,8 @@ int main(int argc, char** argv) {
             std::printf("%s\n", tools::json_text(out).c_str());
         } else {
             std::printf(
-                "feedline-doctor plan: %.3g parameters, %llu data-parallel rank(s) (%llu GPU(s) x %llu node(s)), ZeRO stage %u%s, %s, %s\n",
-                r.params, static_cast<unsigned long long>(r.ranks), static_cast<unsigned long long>(in.gpus),
+                "feedline-doctor plan: %s parameters, %llu data-parallel rank(s) (%llu GPU(s) x %llu node(s)), ZeRO stage %u%s, %s, %s\n",
+                doctor::human_count(r.params).c_str(), static_cast<unsigned long long>(r.ranks), static_cast<unsigned long long>(in.gpus),
                 static_cast<unsigned long long>(in.nodes), in.zero_stage, in.offload_optimizer ? " (optimizer offloaded)" : "",
                 in.precision.c_str(), in.optimizer.c_str());
             for (const auto& [title, list] : {std::pair{"per GPU", &r.per_gpu}, {"per node", &r.per_node}}) {

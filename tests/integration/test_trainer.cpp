@@ -245,6 +245,9 @@ TEST_CASE("feedline-doctor check --data: JSONL tokenized on the fly gives the pe
     const auto& row = j["data"]["pipeline"][0];
     CHECK(row["batches"].get<double>() > 0);
     CHECK(row["tokenize_tokens_per_s_per_worker"].get<double>() > 0);
+    // What one core updates as an offloaded optimizer, for plan --cpu-adam-params-per-s.
+    CHECK(j["cpu_adam"]["steps"].get<double>() >= 1);
+    CHECK(j["cpu_adam"]["params_per_s_per_core"].get<double>() > 0);
     // A tokenizer that is not there is bad input, named.
     auto bad = ft::run(
         data.bin + "/feedline-doctor check --data " + (data.dir / "train.jsonl") + " --tokenizer " + (data.dir / "nope.model"), data.dir);

@@ -259,6 +259,45 @@ TEST_CASE("Doctor.Plan.HostMemoryFollowsDeepSpeedsEstimator") {
                                                         r.get("host_page_cache").value + r.get("host_processes").value));
 }
 
+TEST_CASE("Doctor.Plan.AnOffloadedOptimizerGetsTheCoresThatUpdateWithinOneStep") {
+    // 7 B on 2 GPUs, ZeRO-2 with the optimizer offloaded: the node updates 7e9 parameters per step. At
+    // 3000 tokens/s per GPU a step of 4 x 8 x 2048 tokens takes 21.8 s; at 1e8 parameters/s per core the
+    // update needs 7e9 / (1e8 x 21.8) = 3.2 -> 4 cores, which the CPU total counts.
+    plan_input in = zero_case(7e9, 2, 2);
+    in.offload_optimizer = true;
+    in.tokens_per_s_per_gpu = 3000;
+    in.micro_batch = 4;
+    in.grad_accum = 8;
+    in.seq_len = 2048;
+    in.cpu_adam_params_per_s = 1e8;
+    auto r = make_plan(in);
+    const double step = 4.0 * 8 * 2048 / 3000;
+    CHECK(r.get("optimizer_cores").value == 4);
+    CHECK(r.get("optimizer_cores").rule.find("--cpu-adam-params-per-s") != std::string::npos);
+    CHECK(r.get("optimizer_bandwidth").value == doctest::Approx(7e9 * 30 / step));
+    CHECK(r.get("cpu_cores").value == doctest::Approx(2 + r.get("data_workers").value + 4 + double(in.os_cores)));
+    in.cpu_adam_params_per_s = 5e7;  // half the rate: 6.4 -> 7 cores
+    CHECK(make_plan(in).get("optimizer_cores").value == 7);
+    in.cpu_adam_params_per_s = 1e12;  // a fast update still has one core per GPU's process
+    CHECK(make_plan(in).get("optimizer_cores").value == 2);
+    // The measured default, named as such; no training rate: one per process, and it says what to give.
+    in.cpu_adam_params_per_s = 0;
+    CHECK(make_plan(in).get("optimizer_cores").value ==
+          std::max(2.0, std::ceil(7e9 / (doctor::measured_cpu_adam_params_per_s_per_core * step))));
+    CHECK(make_plan(in).get("optimizer_cores").rule.find("measured") != std::string::npos);
+    in.tokens_per_s_per_gpu = 0;
+    r = make_plan(in);
+    CHECK(r.get("optimizer_cores").value == 2);
+    CHECK(r.get("optimizer_cores").rule.find("--tokens-per-s-per-gpu") != std::string::npos);
+    // Without offload nothing is updated on the host.
+    in.offload_optimizer = false;
+    r = make_plan(in);
+    CHECK_THROWS(r.get("optimizer_cores"));
+    CHECK(r.get("cpu_cores").value == doctest::Approx(2 + r.get("data_workers").value + double(in.os_cores)));
+    in.cpu_adam_params_per_s = -1;
+    CHECK(field_of(in) == "cpu-adam-params-per-s");
+}
+
 TEST_CASE("Doctor.Tool.JsonConfigAndExitCodes") {
     ft::scratch_dir dir;
     const std::string tool = std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor plan";
@@ -691,11 +730,10 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     CHECK(codes(doctor::diagnose(p)) == std::set<std::string>{"data-bound", "no-data-workers"});
     // Two pipelines of one process in one log (a trainer's and, later, its evaluation's): the line with
     // the most batches is the training run's, wherever it stands.
-    std::istringstream shared(
-        R"({"unix_time": 1.0, "batches": 200, "stall_fraction": 0.02, "tokens_per_s": 9, "workers": 4})"
-        "\n"
-        R"({"unix_time": 2.0, "batches": 20, "stall_fraction": 0.8, "tokens_per_s": 1, "workers": 1})"
-        "\n");
+    std::istringstream shared(R"({"unix_time": 1.0, "batches": 200, "stall_fraction": 0.02, "tokens_per_s": 9, "workers": 4})"
+                              "\n"
+                              R"({"unix_time": 2.0, "batches": 20, "stall_fraction": 0.8, "tokens_per_s": 1, "workers": 1})"
+                              "\n");
     const auto both = doctor::parse_log(shared, "stats.jsonl");
     CHECK(*both.stall_fraction == doctest::Approx(0.02));
     CHECK(*both.data_workers == 4);

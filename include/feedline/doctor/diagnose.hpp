@@ -389,7 +389,9 @@ inline observations parse_input(const std::string& text, const std::string& wher
 inline std::string mib_text(double mib_value) {
     if (mib_value >= 1024) return fmt::format("{:.1f} GiB", mib_value / 1024);
     if (mib_value >= 10) return fmt::format("{:.0f} MiB", mib_value);
-    return fmt::format("{:.1f} MiB", mib_value);
+    if (mib_value >= 1) return fmt::format("{:.1f} MiB", mib_value);
+    if (mib_value * 1024 >= 1) return fmt::format("{:.0f} KiB", mib_value * 1024);  // never "0.0 MiB"
+    return fmt::format("{:.0f} bytes", mib_value * 1024 * 1024);
 }
 
 // 1.2 M, 7.0 B, 850: counts as a person reads them (no scientific notation).

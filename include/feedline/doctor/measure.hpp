@@ -2,14 +2,17 @@
 // instead of assumed. Read throughput per storage backend (warm: the files in the page cache; cold:
 // after POSIX_FADV_DONTNEED dropped their pages, which works without root for clean pages), the
 // pipeline's tokens/s with 1, 2, 4, ... workers (for text, also what one worker tokenizes per second),
-// and with a GPU, host-to-device copies from pinned and from pageable memory. Each figure is a rate
+// and with a GPU, host-to-device copies from pinned and from pageable memory; and what one core
+// updates per second as an offloaded optimizer (CPU Adam). Each figure is a rate
 // over a fixed amount of work or time; docs/sizing.md says how plan uses them.
 #pragma once
 
 #include <fcntl.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -231,6 +234,34 @@ inline nlohmann::json measure_pipeline(const measure_options& o) {
         if (w == most) break;
     }
     return rows;
+}
+
+// An offloaded optimizer's step on one core: AdamW over fp32 master weights, momentum and variance
+// with fp32 gradients, writing the 16-bit copy the GPU gets back (ZeRO-Offload's CPU Adam does this
+// per parameter: 16 bytes read, 14 written). Parameters updated per second, over `params` (32 Mi,
+// 576 MB: past the caches, as a real partition is) for about `seconds`. Memory-bound: cores scale until
+// they share the node's bandwidth, which `plan` states beside the cores.
+inline nlohmann::json measure_cpu_adam(double seconds = 1.0, std::size_t params = std::size_t(32) << 20) {
+    std::vector<float> w(params, 0.5f), m(params, 0.0f), v(params, 0.0f), g(params);
+    std::vector<std::uint16_t> half(params);
+    for (std::size_t i = 0; i < params; ++i) g[i] = 1e-3f * static_cast<float>(i % 97);
+    const float lr = 1e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, decay = 0.1f;
+    std::uint64_t steps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    do {
+        ++steps;
+        const float c1 = 1.0f / (1.0f - std::pow(b1, float(steps))), c2 = 1.0f / (1.0f - std::pow(b2, float(steps)));
+        for (std::size_t i = 0; i < params; ++i) {
+            m[i] = b1 * m[i] + (1 - b1) * g[i];
+            v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+            w[i] -= lr * (m[i] * c1 / (std::sqrt(v[i] * c2) + eps) + decay * w[i]);
+            half[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(w[i]) >> 16);  // bf16, truncated
+        }
+    } while (detail::seconds_since(t0) < seconds);
+    const double elapsed = detail::seconds_since(t0);
+    volatile std::uint16_t keep = half[params / 2];  // the result is used: the loop cannot be dropped
+    (void)keep;
+    return {{"params_per_s_per_core", double(params) * double(steps) / elapsed}, {"params", params}, {"steps", steps}};
 }
 
 // Host-to-device copy rates from pinned and pageable memory (64 MiB, 10 copies each), or why not.

@@ -60,7 +60,8 @@ struct plan_input {
     double dataset_bytes = 0;           // page cache wanted for the dataset on each node (0: not counted)
     double process_overhead = 4 * gib;  // host memory of one training process besides the above
     std::uint64_t os_cores = feedline::os_reserve_cores;
-    std::uint64_t prefetch = 8;  // batches staged per rank (feedline's ring)
+    std::uint64_t prefetch = 8;        // batches staged per rank (feedline's ring)
+    double cpu_adam_params_per_s = 0;  // an offloaded optimizer's update rate per core; 0: the measured figure
 };
 
 struct figure {
@@ -149,6 +150,7 @@ inline void check_input(const plan_input& in) {
     non_negative(in.worker_tokens_per_s, "worker-tokens-per-s");
     non_negative(in.dataset_bytes, "dataset-bytes");
     non_negative(in.process_overhead, "process-overhead");
+    non_negative(in.cpu_adam_params_per_s, "cpu-adam-params-per-s");
 }
 
 // Tokens per second one feedline worker delivers, measured (docs/benchmarks.md, bench_end_to_end on
@@ -158,6 +160,13 @@ inline void check_input(const plan_input& in) {
 // stays the library's host figure, an overestimate of the workers text needs, until measured there.
 inline constexpr double measured_shard_worker_tokens_per_s = 645e6;
 inline constexpr double measured_text_worker_tokens_per_s = 2.27e6;
+// Parameters one core updates per second as an offloaded optimizer: AdamW over fp32 states writing a
+// 16-bit copy (measure_cpu_adam, feedline-doctor check --data; docs/benchmarks.md, 2-vCPU VM,
+// 2026-11-27). Memory-bound, so a server core with more bandwidth per core updates more.
+inline constexpr double measured_cpu_adam_params_per_s_per_core = 3.9e8;
+// Bytes an offloaded update moves per parameter: fp32 weights, momentum and variance read and written
+// (24), the fp32 gradient read (4), the 16-bit copy written (2).
+inline constexpr double cpu_adam_bytes_per_param = 30;
 // Bytes read per token: uint16 shards; the demo's JSONL (7.98 MB for 2.94 M tokens).
 inline constexpr double shard_bytes_per_token = 2.0, text_bytes_per_token = 2.7;
 
@@ -309,9 +318,41 @@ inline plan_result make_plan(const plan_input& in) {
         {"data_workers", workers_per_node, "cores",
          rate > 0 ? "GPUs x max(1, tokens/s per GPU / " + fmt::format("{:.3g}", per_worker) + " tokens/s per worker (" + worker_rule + "))"
                   : "GPUs x 1 (no training rate given: one worker per GPU's process)"});
-    r.per_node.push_back({"cpu_cores", double(in.gpus) + workers_per_node + double(in.os_cores), "cores",
-                          "one training process per GPU + data workers + " + std::to_string(in.os_cores) +
-                              " for the OS (the count feedline-doctor check uses)"});
+    // An offloaded optimizer updates the node's partitions on its CPUs once per step: cores enough to
+    // do it within one GPU step, which ZeRO-Offload's delayed parameter update hides behind the next
+    // step (without it, the update adds to every step).
+    double optimizer_cores = 0;
+    if (in.offload_optimizer) {
+        const double params_node = psi / (z >= 1 ? nd : 1.0) * double(in.gpus);
+        const double adam = in.cpu_adam_params_per_s > 0 ? in.cpu_adam_params_per_s : measured_cpu_adam_params_per_s_per_core;
+        const std::string adam_rule = fmt::format("{:.3g} parameters/s per core ({})", adam,
+                                                  in.cpu_adam_params_per_s > 0 ? "--cpu-adam-params-per-s"
+                                                                               : "measured: CPU Adam on one core, docs/benchmarks.md; "
+                                                                                 "measure yours: feedline-doctor check --data");
+        const double step_s = rate > 0 ? double(in.micro_batch) * double(in.grad_accum) * double(in.seq_len) / rate : 0;
+        if (step_s > 0) {
+            optimizer_cores = std::max(double(in.gpus), std::ceil(params_node / (adam * step_s)));
+            r.per_node.push_back({"optimizer_cores", optimizer_cores, "cores",
+                                  fmt::format("the node's optimizer partitions ({:.3g} parameters) updated at {} within one GPU step "
+                                              "({:.3g} s: micro-batch x accumulation x seq-len / tokens/s per GPU), at least one per "
+                                              "GPU's process",
+                                              params_node, adam_rule, step_s)});
+            r.per_node.push_back({"optimizer_bandwidth", params_node * cpu_adam_bytes_per_param / step_s, "bytes/s",
+                                  fmt::format("the update's memory traffic within one GPU step ({:g} bytes per parameter: fp32 weights, "
+                                              "momentum and variance read and written, the gradient read, the 16-bit copy written); "
+                                              "past the node's memory bandwidth more cores do not help",
+                                              cpu_adam_bytes_per_param)});
+        } else {
+            optimizer_cores = double(in.gpus);
+            r.per_node.push_back(
+                {"optimizer_cores", optimizer_cores, "cores",
+                 "one per GPU's process; not computed from the step (give --tokens-per-s-per-gpu or --gpu-tflops): " + adam_rule});
+        }
+    }
+    r.per_node.push_back({"cpu_cores", double(in.gpus) + workers_per_node + optimizer_cores + double(in.os_cores), "cores",
+                          "one training process per GPU + data workers + " +
+                              (in.offload_optimizer ? std::string("the offloaded optimizer's + ") : std::string()) +
+                              std::to_string(in.os_cores) + " for the OS (the count feedline-doctor check uses)"});
     r.per_node.push_back({"checkpoint_peak", checkpoint_peak, "bytes",
                           "fp32 weights (4 bytes per parameter) in each GPU's process while a checkpoint loads or the model is built"});
     r.per_node.push_back({"offloaded_states", offloaded, "bytes",
