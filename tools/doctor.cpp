@@ -15,6 +15,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -313,9 +314,11 @@ int run_watch(pid_t pid, const std::vector<std::string>& command, doctor::watch_
         }
     } remove{own_log};
     if (!command.empty()) {
+        const std::string variable = feedline::detail::stats_jsonl_variable;
         std::vector<std::string> env_text;
-        for (char** e = environ; *e; ++e) env_text.emplace_back(*e);
-        const char* inherited = std::getenv(feedline::detail::stats_jsonl_variable);
+        for (char** e = environ; *e; ++e)
+            if (std::string_view(*e).substr(0, variable.size() + 1) != variable + "=") env_text.emplace_back(*e);  // set below
+        const char* inherited = std::getenv(variable.c_str());
         if (o.log.empty() && inherited && *inherited) o.log = inherited;
         if (o.log.empty()) {
             std::string path = (std::filesystem::temp_directory_path() / "feedline-watch-XXXXXX").string();
@@ -325,8 +328,7 @@ int run_watch(pid_t pid, const std::vector<std::string>& command, doctor::watch_
                 own_log = o.log = path;
             }
         }
-        if (!o.log.empty() && !(inherited && o.log == inherited))
-            env_text.push_back(std::string(feedline::detail::stats_jsonl_variable) + "=" + o.log);
+        if (!o.log.empty()) env_text.push_back(variable + "=" + o.log);
         std::vector<char*> env;
         for (auto& e : env_text) env.push_back(e.data());
         env.push_back(nullptr);
@@ -341,13 +343,21 @@ int run_watch(pid_t pid, const std::vector<std::string>& command, doctor::watch_
             return child_status != -1;
         };
     }
-    const doctor::watch_report w = doctor::watch(pid, o, stop);
-    if (!command.empty() && child_status == -1) {  // --seconds ran out: stop it, as a scheduler would
+    auto stop_command = [&] {  // --seconds ran out (or the watch failed): stop it, as a scheduler would
+        if (command.empty() || child_status != -1) return;
         ::kill(pid, SIGTERM);
         for (int i = 0; i < 100 && ::waitpid(pid, &child_status, WNOHANG) == 0; ++i)
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (child_status == -1) ::kill(pid, SIGKILL), ::waitpid(pid, &child_status, 0);
+    };
+    doctor::watch_report w;
+    try {
+        w = doctor::watch(pid, o, stop);
+    } catch (...) {
+        stop_command();  // never left running, nor its log removed under it
+        throw;
     }
+    stop_command();
     if (!scenario_path.empty()) {
         std::ofstream f(scenario_path);
         f << w.scenario.dump(1) << "\n";

@@ -302,12 +302,23 @@ TEST_CASE("Pipeline.Resume.AnotherGlobalBatchGoesOnFromTheSameSampleAndEpochsSti
     }
     CHECK(to_json(second.state()) == to_json(s.state()));
     CHECK(s.next().epoch == 2);  // the run ended where the third epoch begins
-    // A later restore of a state with the pipeline's own batch ends where `epochs` ends a whole run.
+    // A later restore of a state with the pipeline's own batch ends where `epochs` ends a whole run,
+    // and so does set_epoch (a walk from step 0 with this batch).
     pipeline third(data, wider);
     third.restore(second.state(), global_batch_change::from_same_sample);
     CHECK(third.end_step() == end);
     third.restore(pipeline(data, wider).state());
     CHECK(third.end_step() == pipeline(data, wider).end_step());
+    third.restore(saved, global_batch_change::from_same_sample);
+    CHECK(third.end_step() == end);
+    third.set_epoch(1);
+    CHECK(third.end_step() == pipeline(data, wider).end_step());
+    // The saved position is checked against its own batch before it is carried over: an epoch it
+    // cannot be at after 17 steps of 4 is refused.
+    pipeline_state edited = saved;
+    edited.epoch[0] += 5;
+    pipeline fourth(data, wider);
+    CHECK_THROWS_WITH_AS(fourth.restore(edited, global_batch_change::from_same_sample), doctest::Contains("state.index"), config_error);
 }
 
 TEST_CASE("Pipeline.Packed.BoundariesAndTargetsAgree") {

@@ -737,6 +737,17 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     const auto both = doctor::parse_log(shared, "stats.jsonl");
     CHECK(*both.stall_fraction == doctest::Approx(0.02));
     CHECK(*both.data_workers == 4);
+    // Their option lines name two batch sizes: neither is taken as the micro-batch, and a note says why.
+    std::istringstream headers(R"({"unix_time": 1.0, "options": {"batch_size": 32}})"
+                               "\n"
+                               R"({"unix_time": 1.5, "options": {"batch_size": 8}})"
+                               "\n"
+                               R"({"unix_time": 2.0, "batches": 20, "stall_fraction": 0.1, "tokens_per_s": 1, "workers": 1})"
+                               "\n");
+    const auto two = doctor::parse_log(headers, "stats.jsonl");
+    CHECK_FALSE(two.micro_batch);
+    REQUIRE(two.notes.size() == 1);
+    CHECK(two.notes[0].find("several batch sizes") != std::string::npos);
 
     // Remote data: a stall with requests in flight is the store's latency; many retries say it pushes back.
     std::istringstream remote(
@@ -961,6 +972,14 @@ TEST_CASE("Doctor.Watch.ReadsTheStatsLinesOfTheFeedlinePipelinesItWatches") {
     CHECK(std::filesystem::exists(log));
     CHECK(j["scenario"]["training"]["stall_fraction"].is_number());
     CHECK(j["scenario"]["training"]["micro_batch"] == 8);
+    // --log wins over a FEEDLINE_STATS_JSONL watch inherits: the command gets that one only.
+    const std::string chosen = dir / "chosen.jsonl";
+    r = ft::run("FEEDLINE_STATS_JSONL=" + (dir / "inherited.jsonl") + " " + tool + " --log " + chosen + " -- sh -c '" + iterate + "'", dir);
+    REQUIRE_MESSAGE(r.code != 2, r.err);
+    j = nlohmann::json::parse(r.out);
+    CHECK(j["watched"]["feedline_log"] == chosen);
+    CHECK(j["scenario"]["training"]["stall_fraction"].is_number());
+    CHECK_FALSE(std::filesystem::exists(dir / "inherited.jsonl"));
     // A log that is not one is reported, and the watch's own figures stand.
     ft::write_text(dir / "not-a-log", "{\"hello\": 1}\n");
     r = ft::run(tool + " --log " + (dir / "not-a-log") + " -- true", dir);

@@ -750,6 +750,12 @@ TEST_CASE("Sampler.Resume.AnotherGlobalBatchKeepsABlendsStreamAndRefusesEdits") 
     edited = rebased;
     edited.origin_step = edited.step + 1;
     CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.origin_step"), config_error);
+    edited = rebased;  // an origin no run of 56 samples can reach, however large its batch
+    edited.origin_index = edited.index[0] = std::uint64_t(1) << 62;
+    CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.origin_index"), config_error);
+    edited = rebased;
+    edited.origin_epoch = edited.epoch[0] = 57;
+    CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.origin_index"), config_error);
     edited = one.state();
     edited.origin_step = 1;  // a version-1 state has no origin
     CHECK_THROWS_WITH_AS(four.restore(edited), doctest::Contains("state.origin_step"), config_error);
@@ -759,6 +765,9 @@ TEST_CASE("Sampler.Resume.AnotherGlobalBatchKeepsABlendsStreamAndRefusesEdits") 
     CHECK_THROWS_WITH_AS(sampler_state_from_json(j.dump()), doctest::Contains("check does not match"), format_error);
     j.erase("origin_index");
     CHECK_THROWS_AS(sampler_state_from_json(j.dump()), format_error);
+    j = nlohmann::json::parse(to_json(rebased));
+    j.erase("check");  // version 1 states older than the check have none; a version 2 one always has it
+    CHECK_THROWS_WITH_AS(sampler_state_from_json(j.dump()), doctest::Contains("without its check"), format_error);
 #endif
     CHECK_NOTHROW(four.restore(rebased));
 }

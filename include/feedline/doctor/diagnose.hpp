@@ -316,6 +316,7 @@ inline observations parse_log(std::istream& in, const std::string& where) {
     std::optional<nlohmann::json> summary, last_stats;
     std::size_t summary_line = 0, stats_line = 0;
     double last_stats_batches = 0;
+    bool headers_disagree = false;
     bool ended = true;
     while (detail::bounded_getline(in, line, n + 1, where, ended)) {
         ++n;
@@ -337,8 +338,17 @@ inline observations parse_log(std::istream& in, const std::string& where) {
         } else if (const auto opts = j.find("options"); opts != j.end() && opts->is_object() && !j.contains("stall_fraction")) {
             // A stats log's first line: the options the run was given. Its batch size is the
             // micro-batch (a trainer's own lines, read later, win).
-            if (const auto b = detail::log_number(*opts, "batch_size", std::numeric_limits<double>::max(), where, here + " options"))
-                o.micro_batch = *b;
+            // Pipelines of other batch sizes sharing the log (a trainer's and its evaluation's): none
+            // of them is known to be the training run's, so none is taken.
+            if (const auto b = detail::log_number(*opts, "batch_size", std::numeric_limits<double>::max(), where, here + " options")) {
+                if (!headers_disagree && (!o.micro_batch || *o.micro_batch == *b)) {
+                    o.micro_batch = *b;
+                } else if (!headers_disagree) {
+                    headers_disagree = true;
+                    o.micro_batch.reset();
+                    o.notes.push_back(here + ": pipelines of several batch sizes share this log; the micro-batch is not taken from it");
+                }
+            }
         } else if (j.contains("stall_fraction") && j.contains("unix_time") && j.contains("batches")) {
             detail::log_number(j, "stall_fraction", 1, where, here);
             // Lines are cumulative, so a run's latest has the most batches. Several pipelines of one

@@ -165,8 +165,8 @@ inline constexpr double measured_text_worker_tokens_per_s = 2.27e6;
 // 2026-11-27). Memory-bound, so a server core with more bandwidth per core updates more.
 inline constexpr double measured_cpu_adam_params_per_s_per_core = 3.9e8;
 // Bytes an offloaded update moves per parameter: fp32 weights, momentum and variance read and written
-// (24), the fp32 gradient read (4), the 16-bit copy written (2).
-inline constexpr double cpu_adam_bytes_per_param = 30;
+// (24), the fp32 gradient read (4), the 16-bit copy written (2). SGD with momentum: 8 fewer (no variance).
+inline constexpr double cpu_adam_bytes_per_param = 30, cpu_sgd_bytes_per_param = 22;
 // Bytes read per token: uint16 shards; the demo's JSONL (7.98 MB for 2.94 M tokens).
 inline constexpr double shard_bytes_per_token = 2.0, text_bytes_per_token = 2.7;
 
@@ -337,11 +337,14 @@ inline plan_result make_plan(const plan_input& in) {
                                               "({:.3g} s: micro-batch x accumulation x seq-len / tokens/s per GPU), at least one per "
                                               "GPU's process",
                                               params_node, adam_rule, step_s)});
-            r.per_node.push_back({"optimizer_bandwidth", params_node * cpu_adam_bytes_per_param / step_s, "bytes/s",
-                                  fmt::format("the update's memory traffic within one GPU step ({:g} bytes per parameter: fp32 weights, "
-                                              "momentum and variance read and written, the gradient read, the 16-bit copy written); "
-                                              "past the node's memory bandwidth more cores do not help",
-                                              cpu_adam_bytes_per_param)});
+            const bool sgd = in.optimizer == "sgd";
+            r.per_node.push_back(
+                {"optimizer_bandwidth", params_node * (sgd ? cpu_sgd_bytes_per_param : cpu_adam_bytes_per_param) / step_s, "bytes/s",
+                 fmt::format("the update's memory traffic within one GPU step ({:g} bytes per parameter: fp32 weights, momentum{} read "
+                             "and written, the gradient read, the 16-bit copy written); past the node's memory bandwidth more cores do "
+                             "not help{}",
+                             sgd ? cpu_sgd_bytes_per_param : cpu_adam_bytes_per_param, sgd ? "" : " and variance",
+                             sgd ? " (the cores assume Adam's rate: an upper bound for SGD)" : "")});
         } else {
             optimizer_cores = double(in.gpus);
             r.per_node.push_back(

@@ -154,7 +154,8 @@ inline watch_report watch(
     pid_t pid, const watch_options& o, const std::function<bool()>& stop = [] { return false; }) {
     using clock = std::chrono::steady_clock;
     // There at the start, ended or not (a command that ended at once is a zombie until reaped).
-    if (!std::filesystem::exists("/proc/" + std::to_string(pid))) throw feedline::io_error("/proc/" + std::to_string(pid), ESRCH, "no such process to watch");
+    if (!std::filesystem::exists("/proc/" + std::to_string(pid)))
+        throw feedline::io_error("/proc/" + std::to_string(pid), ESRCH, "no such process to watch");
     const machine m = read_machine("/");  // the GPUs as check finds them (sysfs, NVML, CUDA)
     const auto& topo = m.topo;
     // GPUs through NVML, each sampled on its own thread (the mean over the watch).
@@ -263,7 +264,8 @@ inline watch_report watch(
     // outside view can tell: a GPU below 90% busy is starved or not), tokens/s, the batch shape, the
     // loader's workers (threads, which /proc does not tell from the trainer's) and pinning. What watch
     // sampled over the whole watch (GPUs, host, memory) stays.
-    if (!o.log.empty() && std::filesystem::exists(o.log) && std::filesystem::file_size(o.log) > 0) {
+    std::error_code ec;  // a log that is not a regular file (a FIFO, /dev/stderr) is not read back
+    if (!o.log.empty() && std::filesystem::is_regular_file(o.log, ec) && std::filesystem::file_size(o.log, ec) > 0 && !ec) {
         w.summary["feedline_log"] = o.log;
         try {
             std::ifstream in(o.log);
@@ -276,7 +278,7 @@ inline watch_report watch(
             if (own.pinned_memory) s.pinned_memory = own.pinned_memory;
             if (s.gpus.empty()) s.gpus = own.gpus;
             for (const auto& n : own.notes) s.notes.push_back(o.log + ": " + n);
-        } catch (const feedline::error& e) {
+        } catch (const std::exception& e) {
             w.summary["feedline_log_error"] = e.what();  // the watch's own figures still stand
         }
     }

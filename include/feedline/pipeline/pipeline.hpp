@@ -265,7 +265,15 @@ public:
     void restore(const pipeline_state& s, global_batch_change change = global_batch_change::refuse) {
         if (delivery_.started()) throw config_error("restore", "call restore() before the first next()");
         const std::uint64_t global = sampler_->config().global_batch;
-        sampler_->restore(change == global_batch_change::from_same_sample ? with_global_batch(s, global) : s);
+        const bool rebase = change == global_batch_change::from_same_sample && s.global_batch != global;
+        if (rebase) {  // the saved position is checked against its own batch before it is carried over
+            sampler_config saved = sampler_->config();
+            saved.global_batch = s.global_batch;
+            saved.rank = 0;
+            saved.world_size = 1;
+            sampler(datasets_, weights_, saved).restore(s);
+        }
+        sampler_->restore(rebase ? with_global_batch(s, global) : s);
         if (sampler_->state().rebased() && config_.epochs && sources_.size() == 1) {
             const std::uint64_t end = sampler_->first_step_of_epoch(config_.epochs);
             end_step_ = run_end_step_ = config_.max_steps ? std::min(config_.max_steps, end) : end;
@@ -284,7 +292,11 @@ public:
     // next(). Throws config_error (after next(); a blend, whose datasets each walk their own epochs).
     void set_epoch(std::uint64_t epoch, bool only_that_epoch = false) {
         if (delivery_.started()) throw config_error("set_epoch", "call set_epoch() before the first batch");
-        const sampler_state start = sampler_->state_at_epoch(epoch);
+        const sampler_state start = sampler_->state_at_epoch(epoch);  // a walk from step 0 with this batch
+        if (end_rebased_) {  // an earlier restore() with another global batch set the end: no longer
+            run_end_step_ = planned_end_step_;
+            end_rebased_ = false;
+        }
         end_step_ = run_end_step_;
         if (only_that_epoch) {
             const std::uint64_t next = sampler_->state_at_epoch(epoch + 1).step;

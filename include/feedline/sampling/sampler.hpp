@@ -493,7 +493,7 @@ public:
             differs("dataset_documents" + at, s.dataset_documents[i], state_.dataset_documents[i]);
             differs("dataset_tokens" + at, s.dataset_tokens[i], state_.dataset_tokens[i]);
             differs("weights" + at, s.weights[i], state_.weights[i]);
-            const bool at_origin = s.rebased() && s.step == s.origin_step;  // its index is the earlier batch's
+            const bool at_origin = n == 1 && s.rebased() && s.step == s.origin_step;  // the earlier batch's index (bounded below)
             if (!at_origin && s.index[i] > streams_[i].samples_in_epoch(s.epoch[i]) + config_.global_batch)
                 throw config_error("state.index" + at,
                                    "sample " + std::to_string(s.index[i]) + " is past the end of epoch " + std::to_string(s.epoch[i]));
@@ -506,6 +506,15 @@ public:
             throw config_error("state.origin_step", "step " + std::to_string(s.origin_step) + " after " + std::to_string(s.origin_drawn) +
                                                         " samples does not come before step " + std::to_string(s.step) +
                                                         " (edited or corrupted state)");
+        // One dataset: the origin is where the earlier batch left the stream, no further than the samples
+        // drawn by then reach (each epoch holds one at least; a padded last batch passes the epoch's end
+        // by less than a batch, and a batch is at most what was drawn).
+        if (n == 1 && s.rebased() &&
+            (s.origin_epoch > s.origin_drawn || (s.origin_drawn == 0 && s.origin_index != 0) ||
+             s.origin_index > streams_[0].samples_in_epoch(s.origin_epoch) + s.origin_drawn))
+            throw config_error("state.origin_index", "epoch " + std::to_string(s.origin_epoch) + ", sample " +
+                                                         std::to_string(s.origin_index) + " cannot follow " +
+                                                         std::to_string(s.origin_drawn) + " samples (edited or corrupted state)");
         // Every step draws the whole global batch, so a state whose counts disagree was edited or
         // corrupted (and workers planning with plan_at would resume elsewhere than next()).
         const std::uint64_t drawn = s.drawn_before(s.step);  // <= 2 x max_step: no wrap

@@ -174,7 +174,10 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
     const std::size_t n = s.dataset_documents.size();
     if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
         f.fail("per-dataset arrays differ in length");
-    // States saved before the check existed have none; one that has it must match every field.
+    // States saved before the check existed have none (all of version 1); one that has it must match
+    // every field.
+    if (s.rebased() && !j.contains("check"))
+        f.fail("a version-2 state without its check: it was edited (restore the checkpoint it came from)");
     if (j.contains("check")) {
         const auto& check = f.field("check");
         if (!check.is_string() || check.get<std::string>() != detail::state_check(s))
