@@ -11,6 +11,8 @@
 //   gather_handoff_Nt the naive loop writing batch b into buffer b % S of a pool the threads share (S =
 //                     the pipeline's slots for N workers), as workers write into a ring's slots: what
 //                     handing batches between threads costs in the caches, without the library
+//   gather_prefetch_handoff_Nt both: prefetching and writing into shared slots, as feedline's workers do;
+//                     the closest a hand-written loop comes to the pipeline's work
 //   feedline_Nw       feedline::pipeline with N workers; the consumer takes every batch
 // Rates are steady state: a pipeline's clock starts at its first batch (the start-up, from the
 // constructor to the first batch, is reported on its own as first_batch_ms), and each case moves
@@ -359,6 +361,8 @@ int main(int argc, char** argv) {
             cases.add(key("gather_prefetch", S, n, "tokens/s"), [&, S, n, per_case] { return naive_gather(m, S, n, per_case, true); });
             cases.add(key("gather_handoff", S, n, "tokens/s"),
                       [&, S, n, per_case] { return naive_gather(m, S, n, per_case, false, 2 * std::max(2u, 2 * n)); });
+            cases.add(key("gather_prefetch_handoff", S, n, "tokens/s"),
+                      [&, S, n, per_case] { return naive_gather(m, S, n, per_case, true, 2 * std::max(2u, 2 * n)); });
         }
     if (!only.empty()) {
         cases.keep_only(only);
@@ -371,12 +375,13 @@ int main(int argc, char** argv) {
         for (const unsigned n : workers) {
             const double naive = r[key("naive_gather", S, n, "tokens/s")].median, fed = r[key("feedline", S, n, "tokens/s")].median,
                          pre = r[key("gather_prefetch", S, n, "tokens/s")].median,
-                         handoff = r[key("gather_handoff", S, n, "tokens/s")].median;
+                         handoff = r[key("gather_handoff", S, n, "tokens/s")].median,
+                         pre_handoff = r[key("gather_prefetch_handoff", S, n, "tokens/s")].median;
             const double first = summarise(first_batch_ms[S.name() + std::to_string(n)]).median;
             std::printf(
-                "%s, %u thread(s): feedline / naive gather %.3f, / gather with prefetch %.3f, / gather into shared slots %.3f; first "
-                "batch %.1f ms\n",
-                S.name().c_str(), n, fed / naive, fed / pre, fed / handoff, first);
+                "%s, %u thread(s): feedline / naive gather %.3f, / gather with prefetch %.3f, / gather into shared slots %.3f, / "
+                "both %.3f; first batch %.1f ms\n",
+                S.name().c_str(), n, fed / naive, fed / pre, fed / handoff, fed / pre_handoff, first);
             sweep.push_back({{"shape", S.name()},
                              {"batch_size", S.B},
                              {"seq_len", S.T},
@@ -385,7 +390,9 @@ int main(int argc, char** argv) {
                              {"naive_gather", naive},
                              {"gather_prefetch", pre},
                              {"gather_handoff", handoff},
+                             {"gather_prefetch_handoff", pre_handoff},
                              {"vs_naive_gather", fed / naive},
+                             {"vs_gather_prefetch_handoff", fed / pre_handoff},
                              {"vs_gather_handoff", fed / handoff},
                              {"vs_gather_prefetch", fed / pre},
                              {"first_batch_ms", first}});
