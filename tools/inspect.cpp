@@ -4,7 +4,9 @@
 // A blend in Megatron's --data-path form is inspected dataset by dataset (JSONL/text: every line parsed).
 // A tokenizer model (a sentencepiece .model or a tokenizer.json) is summarised too: its type and options, and which encoder
 // feedline tokenizes it with (its own where it reproduces the model, else the library's, and why).
-// Exit code 1 with the error (file and byte offset) on bad input.
+// --mixture reads a mixture file instead (sampling/mixture_file.hpp): its stages, and each domain's
+// expected samples and tokens over a run of --steps steps of --global-batch x --seq-len.
+// Exit code 1 with the error (file and byte offset, or a mixture file's line) on bad input.
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -22,7 +24,8 @@
 namespace {
 
 struct inspect_options {
-    bool json = false, dump = false, deep = false;
+    bool json = false, dump = false, deep = false, mixture = false;
+    std::uint64_t steps = 0, global_batch = 0, seq_len = 0;
     feedline::io_backend backend = feedline::io_backend::automatic;
     std::int64_t delimiter = -1;
 };
@@ -177,6 +180,64 @@ void print(const nlohmann::json& summary, bool deep) {
     fmt::print("valid      yes{}\n", deep ? " (every token read)" : "");
 }
 
+// A mixture file: its stages (step, ramp, shares) and each domain's expected samples and tokens after
+// o.steps steps (the mixer keeps every domain within one sample of these; sampling/mixer.hpp).
+nlohmann::json inspect_mixture(const std::string& path, const inspect_options& o) {
+    std::string text;
+    {
+        feedline::file f(path);
+        if (f.size() > (std::uint64_t{256} << 20))
+            throw feedline::config_error("--mixture", path + ": larger than 256 MiB, not a mixture file");
+        text.resize(f.size());
+        f.read_at(text.data(), text.size(), 0);
+    }
+    const feedline::mixture_file m = feedline::parse_mixture(text, path, o.global_batch * o.seq_len);
+    const feedline::mixture_schedule& s = *m.schedule;
+    nlohmann::json out{
+        {"mixture", path}, {"domains", s.domains()}, {"steps", o.steps}, {"global_batch", o.global_batch}, {"seq_len", o.seq_len}};
+    nlohmann::json stages = nlohmann::json::array();
+    for (std::size_t k = 0; k < s.stages(); ++k) {
+        const std::uint64_t at = s.stage_step(k) + s.stage_ramp(k);  // where its own weights are in force
+        nlohmann::json shares = nlohmann::json::object();
+        for (std::size_t d = 0; d < s.domains(); ++d) shares[s.names()[d]] = s.share(d, at);
+        stages.push_back({{"at_step", s.stage_step(k)}, {"ramp_steps", s.stage_ramp(k)}, {"shares", shares}});
+    }
+    out["stages"] = stages;
+    const feedline::mixture_targets targets(m.schedule, o.global_batch);
+    const std::uint64_t samples = o.steps * o.global_batch;
+    nlohmann::json domains = nlohmann::json::array();
+    for (std::size_t d = 0; d < s.domains(); ++d) {
+        const double expected = targets.expected(d, samples);
+        domains.push_back({{"name", s.names()[d]},
+                           {"declared_at", m.declared_at[d]},
+                           {"data", m.data[d]},
+                           {"expected_samples", expected},
+                           {"expected_tokens", expected * static_cast<double>(o.seq_len)}});
+    }
+    out["expected"] = domains;
+    return out;
+}
+
+void print_mixture(const nlohmann::json& m) {
+    fmt::print("mixture    {}: {} domains, {} stages\n", m["mixture"].get<std::string>(), m["domains"].get<std::size_t>(),
+               m["stages"].size());
+    for (const auto& st : m["stages"]) {
+        fmt::print("stage      from step {}", st["at_step"].get<std::uint64_t>());
+        if (st["ramp_steps"].get<std::uint64_t>() > 0) fmt::print(" (ramp over {} steps)", st["ramp_steps"].get<std::uint64_t>());
+        std::string shares;
+        std::size_t shown = 0;
+        for (const auto& [name, share] : st["shares"].items())
+            if (share.get<double>() > 0 && shown++ < 8) shares += fmt::format(" {} {:.4f}", name, share.get<double>());
+        if (shown > 8) shares += fmt::format(" (+{} more)", shown - 8);
+        fmt::print(":{}\n", shares);
+    }
+    fmt::print("over       {} steps of {} x {}: expected samples and tokens per domain (each within one sample)\n",
+               m["steps"].get<std::uint64_t>(), m["global_batch"].get<std::uint64_t>(), m["seq_len"].get<std::uint64_t>());
+    for (const auto& d : m["expected"])
+        fmt::print("  {:<20} {:>16.1f} samples {:>20.0f} tokens\n", d["name"].get<std::string>(), d["expected_samples"].get<double>(),
+                   d["expected_tokens"].get<double>());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,10 +257,30 @@ int main(int argc, char** argv) {
     tools::add_pipeline_options(app, read_with, {.only = {"io_backend"}, .aliases = {{"io_backend", "--backend"}}});
     app.add_option("--delimiter", o.delimiter,
                    "llm.c or raw document delimiter token (default: from the llm.c header; raw: 50256 for uint16, else 128001)");
+    app.add_flag("--mixture", o.mixture,
+                 "the path is a mixture file (JSON: domains and stages of weights): print its stages and each domain's expected samples "
+                 "and tokens over --steps steps");
+    app.add_option("--steps", o.steps, "with --mixture: the run's length in steps")
+        ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+    app.add_option("--global-batch", o.global_batch, "with --mixture: samples per step, over all ranks")
+        ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 24));
+    app.add_option("--seq-len", o.seq_len, "with --mixture: tokens per sample (also turns a stage's at_tokens into a step)")
+        ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 24));
     if (const int code = tools::parse_command_line("feedline-inspect", 1, app, argc, argv); code >= 0) return code;
     o.backend = read_with.shards.backend;
 
     return tools::run_tool("feedline-inspect", 1, [&] {
+        if (o.mixture) {
+            if (paths.size() != 1) throw feedline::config_error("--mixture", "give one mixture file");
+            if (o.steps == 0 || o.global_batch == 0 || o.seq_len == 0)
+                throw feedline::config_error("--mixture", "give the run's shape: --steps, --global-batch and --seq-len");
+            const nlohmann::json m = inspect_mixture(paths[0], o);
+            if (o.json)
+                fmt::print("{}\n", tools::json_text(m));
+            else
+                print_mixture(m);
+            return 0;
+        }
         const auto blend = paths.size() == 1 ? feedline::parse_data_spec(paths[0]) : std::vector<feedline::weighted_spec>{};
         if (blend.size() <= 1) {
             // One JSONL/text dataset is inspected as text (parsed line by line), not read as shards.

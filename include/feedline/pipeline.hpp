@@ -37,6 +37,9 @@
 #include <feedline/pipeline/state.hpp>
 #include <feedline/pipeline/stats.hpp>
 #include <feedline/pipeline/text_source.hpp>
+#include <feedline/sampling/mixer.hpp>
+#include <feedline/sampling/mixture_file.hpp>
+#include <feedline/sampling/mixture_schedule.hpp>
 #include <feedline/sampling/permutation.hpp>
 #include <feedline/sampling/sampler.hpp>
 #include <feedline/sampling/state_io.hpp>

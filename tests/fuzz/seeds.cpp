@@ -137,6 +137,19 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
         seed.insert(seed.end(), text.begin(), text.end());
         seeds.push_back(seed);
     }
+#elif defined(FEEDLINE_FUZZ_MIXTURE_FILE)
+    // Byte 0: the global batch (1 + byte % 16). Stages at steps and tokens, a ramp, zero weights, a
+    // domain that starts mid-run; and a file with a mistake for the error paths.
+    const std::string good = R"({"domains": ["web", {"name": "code", "data": ["a", "b"]}, "math"],)"
+                             R"( "stages": [{"at_step": 0, "weights": {"web": 6, "code": 3}},)"
+                             R"( {"at_tokens": 2048, "ramp_steps": 5, "weights": {"web": 1, "math": 4}},)"
+                             R"( {"at_step": 40, "weights": {"code": 0.5, "math": 1e-3}}]})";
+    const std::string bad = R"({"domains": ["web", "web"], "stages": [{"at_step": 3, "weights": {"x": -1}}]})";
+    for (const auto& [b, text] : {std::pair{3, good}, std::pair{0, good}, std::pair{7, bad}}) {
+        std::vector<std::uint8_t> seed{static_cast<std::uint8_t>(b)};
+        seed.insert(seed.end(), text.begin(), text.end());
+        seeds.push_back(seed);
+    }
 #elif defined(FEEDLINE_FUZZ_DOCTOR_INPUT)
     // Byte 0 picks the reader: even, a scenario; odd, a feedline-train --json log.
     const std::string scenario =

@@ -7,9 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include <feedline/sampling/mixer.hpp>
+#include <feedline/sampling/mixture_file.hpp>
 
 #include "run_command.hpp"
 #include "test_support.hpp"
@@ -251,8 +255,8 @@ TEST_CASE("Tools.Pack.ASignalStopsItWithinASecondEvenInTheMiddleOfOneLongDocumen
         for (int i = 0; i < 7'000'000; ++i) out << words[i % 6] << ' ';
         out << "\"}\n";
     }
-    const std::string pack = bin + "/feedline-pack --quiet --tokenizer-kind sentencepiece --input " + (c.dir / "long.jsonl") +
-                             " --model " + c.model + " --output ";
+    const std::string pack = bin + "/feedline-pack --quiet --tokenizer-kind sentencepiece --input " + (c.dir / "long.jsonl") + " --model " +
+                             c.model + " --output ";
     auto seconds = [&](const std::string& cmd, int& code) {
         const auto t0 = std::chrono::steady_clock::now();
         code = run(cmd, c.dir).code;
@@ -352,4 +356,46 @@ TEST_CASE("Tools.Options.TheDocsTableAndPythonsTypesAreTheDeclarationsAndFlagsNa
     r = c.pack("--config " + (c.dir / "run.json") + " --output " + (c.dir / "e"));
     CHECK(r.code != 0);
     CHECK_MESSAGE(r.err.find("not an option of this tool") != std::string::npos, r.err);
+}
+
+// feedline-inspect --mixture: a mixture file's stages and each domain's expected samples and tokens over
+// a run, equal to the mixer's own counts within one sample; a bad file names its line.
+TEST_CASE("Tools.Inspect.AMixtureFilesScheduleAndExpectedTokens") {
+    ft::scratch_dir dir;
+    const std::string path = dir / "mix.json";
+    auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+    write(R"({
+  "domains": ["web", {"name": "code", "data": "code_text_document"}, "math"],
+  "stages": [
+    {"at_step": 0, "weights": {"web": 6, "code": 3, "math": 1}},
+    {"at_tokens": 40960, "ramp_steps": 20, "weights": {"web": 3, "code": 3, "math": 4}}
+  ]
+})");
+    const auto r = run(bin + "/feedline-inspect --json --mixture " + path + " --steps 100 --global-batch 8 --seq-len 64", dir);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    const auto j = nlohmann::json::parse(r.out);
+    REQUIRE(j["stages"].size() == 2);
+    CHECK(j["stages"][1]["at_step"] == 80);  // 40,960 tokens at 8 x 64 per step
+    CHECK(j["stages"][1]["shares"]["math"].get<double>() == doctest::Approx(0.4));
+    CHECK(j["expected"][1]["data"] == nlohmann::json::array({"code_text_document"}));
+    CHECK(j["expected"][1]["declared_at"] == path + ":2");
+    // The mixer, run over the same 800 samples, lands within one sample of every expected count.
+    const feedline::mixture_file f = feedline::parse_mixture(ft::read_text(path), path, 8 * 64);
+    feedline::mixer m(f.schedule, 8);
+    for (int i = 0; i < 800; ++i) m.next();
+    double total = 0;
+    for (std::size_t d = 0; d < 3; ++d) {
+        const double expected = j["expected"][d]["expected_samples"].get<double>();
+        total += expected;
+        CHECK(std::abs(static_cast<double>(m.taken()[d]) - expected) < 1.0);
+        CHECK(j["expected"][d]["expected_tokens"].get<double>() == doctest::Approx(expected * 64));
+    }
+    CHECK(total == doctest::Approx(800));
+    const auto text = run(bin + "/feedline-inspect --mixture " + path + " --steps 100 --global-batch 8 --seq-len 64", dir);
+    CHECK(text.code == 0);
+    CHECK(text.out.find("ramp over 20 steps") != std::string::npos);
+    write("{\"domains\": [\"web\"],\n \"stages\": [{\"at_step\": 0,\n   \"weights\": {\"web\": 1, \"wbe\": 2}}]}");
+    const auto bad = run(bin + "/feedline-inspect --mixture " + path + " --steps 100 --global-batch 8 --seq-len 64", dir);
+    CHECK(bad.code == 1);
+    CHECK_MESSAGE(bad.err.find("mix.json:3: 'wbe' is not one of the mixture's domains") != std::string::npos, bad.err);
 }

@@ -1,0 +1,124 @@
+// feedline/sampling/mixer.hpp: which domain each sample of a mixture comes from, so that after any n
+// samples every domain's count is within one sample of its target (the integral of its scheduled
+// share over the first n samples; sampling/mixture_schedule.hpp), whatever the schedule: stages,
+// ramps, zero weights, domains that start mid-run.
+//
+// How: earliest deadline first over unit jobs. Domain d's k-th sample may be drawn at slot n (the
+// n-th sample, from 0) once its target after n + 1 samples passes k - 1, and must be drawn by the slot
+// where that target reaches k. Each slot draws, among the domains whose next sample may be drawn, the
+// one with the earliest deadline (ties: the lower domain). Shares sum to exactly 1 at every step, so
+// in any run of slots the samples whose windows lie inside it number at most its length; on one
+// machine with unit jobs EDF then meets every deadline and some domain is always ready. Both bounds
+// hold strictly: target - 1 < count < target + 1 (tests/unit/test_mixture.cpp checks it sample by
+// sample over random schedules). Megatron's largest-deficit rule gives the same bound for fixed weights
+// only.
+//
+// The state is the number of samples drawn and each domain's count: the next sample depends on
+// nothing else, so a mixer rebuilt from them goes on with the same stream (resume), and the stream
+// does not depend on ranks (elastic). O(domains) memory and O(log domains) heap work per sample, plus
+// the windows' search (closed form in a constant stage, a binary search in a ramp).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <feedline/error.hpp>
+#include <feedline/sampling/mixture_schedule.hpp>
+
+namespace feedline {
+
+class mixer {
+public:
+    // From the start, or from a state: `drawn` samples so far and each domain's count of them. Throws
+    // config_error for counts that are not one per domain or do not add up to `drawn`, or that lie
+    // outside the bound (not a state this schedule and batch produce).
+    mixer(std::shared_ptr<const mixture_schedule> schedule, std::uint64_t global_batch, std::uint64_t drawn = 0,
+          std::vector<std::uint64_t> taken = {})
+            : targets_(std::move(schedule), global_batch), drawn_(drawn), taken_(std::move(taken)) {
+        const std::size_t D = targets_.schedule().domains();
+        if (taken_.empty() && drawn_ == 0) taken_.assign(D, 0);
+        if (taken_.size() != D)
+            throw config_error("mixture.taken", std::to_string(taken_.size()) + " counts for " + std::to_string(D) + " domains");
+        std::uint64_t sum = 0;
+        for (std::uint64_t t : taken_) sum += t;
+        if (sum != drawn_)
+            throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
+                                                    std::to_string(drawn_) + " samples drawn");
+        for (std::uint32_t d = 0; d < D; ++d) {
+            if (!within_bound(d))
+                throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " + std::to_string(taken_[d]) +
+                                                        " samples after " + std::to_string(drawn_) +
+                                                        ", more than one from its target: not a state of this schedule");
+            schedule_next(d);
+        }
+    }
+
+    // The domain of sample drawn(); advances past it.
+    std::uint32_t next() {
+        while (!waiting_.empty() && waiting_.top().release <= drawn_) {
+            ready_.push(waiting_.top());
+            waiting_.pop();
+        }
+        if (ready_.empty())  // impossible while shares sum to 1 (see above); kept as an error, not UB
+            throw std::logic_error("mixer: no domain may draw sample " + std::to_string(drawn_));
+        const job j = ready_.top();
+        ready_.pop();
+        ++taken_[j.domain];
+        ++drawn_;
+        schedule_next(j.domain);
+        return j.domain;
+    }
+
+    std::uint64_t drawn() const noexcept { return drawn_; }
+    const std::vector<std::uint64_t>& taken() const noexcept { return taken_; }
+    const mixture_targets& targets() const noexcept { return targets_; }
+
+    // Whether domain d's count is within one sample of its target now: |taken - target| < 1.
+    bool within_bound(std::uint32_t d) const {
+        const auto f = targets_.target(d, drawn_);
+        const mixture_uint128 c = mixture_uint128{taken_[d]} * f.den;
+        return c < f.num + f.den && f.num < c + f.den;
+    }
+
+private:
+    static constexpr std::uint64_t none = ~std::uint64_t{0};
+    struct job {
+        std::uint64_t release, deadline;  // slots: the first it may take, the last it must take
+        std::uint32_t domain;
+    };
+    struct later_release {
+        bool operator()(const job& a, const job& b) const { return a.release != b.release ? a.release > b.release : a.domain > b.domain; }
+    };
+    struct later_deadline {
+        bool operator()(const job& a, const job& b) const {
+            return a.deadline != b.deadline ? a.deadline > b.deadline : a.domain > b.domain;
+        }
+    };
+
+    // Domain d's next sample, the (taken + 1)-th: may be drawn at the slot n where the target after
+    // n + 1 samples first passes taken; must be by the slot where it first reaches taken + 1 (none: its
+    // target stops short of that, so it never must). A domain whose target never passes its count
+    // again is done.
+    void schedule_next(std::uint32_t d) {
+        const auto may = targets_.first_reaching(d, taken_[d], true);
+        if (!may) return;
+        const auto must = targets_.first_reaching(d, taken_[d] + 1, false);
+        job j{std::max(*may, std::uint64_t{1}) - 1, must ? *must - 1 : none, d};
+        j.release = std::max(j.release, drawn_);
+        waiting_.push(j);
+    }
+
+    mixture_targets targets_;
+    std::uint64_t drawn_;
+    std::vector<std::uint64_t> taken_;
+    std::priority_queue<job, std::vector<job>, later_release> waiting_;
+    std::priority_queue<job, std::vector<job>, later_deadline> ready_;
+};
+
+}  // namespace feedline
