@@ -723,3 +723,90 @@ TEST_CASE("Pipeline.Memory.ResidentAnonymousMemoryStaysWithinTheBudget") {
     CHECK(p.memory().total() <= (8u << 20));
     CHECK(peak - before <= (8u << 20));
 }
+
+// A data spec naming a mixture file: its domains' data mixed by its schedule. Every row says which
+// domain it came from; the counts stay within one sample of the schedule's targets; a resume at any
+// step, with other workers, gives the same batches; stats() has each domain's accounting; another
+// schedule goes on only when asked for.
+TEST_CASE("Pipeline.Mixture.AMixtureFileDeliversItsScheduleAndResumesExactly") {
+    ft::scratch_dir dir;
+    const ft::scratch_dir web, code, math;
+    (void)make_dataset(web, 2, 80);
+    (void)make_dataset(code, 1, 100);
+    (void)make_dataset(math, 1, 60);
+    const std::string mix = dir / "mix.json";
+    auto write_mixture = [&](const std::string& last_stage) {
+        ft::write_text(mix, "{\"domains\": [{\"name\": \"web\", \"data\": \"" + (web / "part_*") +
+                                "\"},\n"
+                                " {\"name\": \"code\", \"data\": \"" +
+                                (code / "part_0") +
+                                "\"},\n"
+                                " {\"name\": \"math\", \"data\": \"" +
+                                (math / "part_0") +
+                                "\"}],\n"
+                                " \"stages\": [{\"at_step\": 0, \"weights\": {\"web\": 6, \"code\": 3, \"math\": 1}},\n"
+                                "  {\"at_step\": 12, \"ramp_steps\": 8, \"weights\": {\"web\": 1, \"code\": 1, \"math\": 2}}" +
+                                last_stage + "]}");
+    };
+    write_mixture("");
+    pipeline_config c = base(2);
+    pipeline whole(mix, c);
+    CHECK(whole.describe().find("a mixture of 3 domains") != std::string::npos);
+    const auto schedule = parse_mixture(ft::read_text(mix), mix, 4 * 64).schedule;
+    mixture_targets targets(schedule, 4);
+    std::vector<copied> expected;
+    std::vector<std::uint64_t> counts(3, 0);
+    std::uint64_t n = 0;
+    for (int step = 0; step < 40; ++step) {
+        auto b = whole.next();
+        REQUIRE(b);
+        const auto in = b->host_inputs(), tg = b->host_targets(), pos = b->host_position_ids(), cu = b->host_cu_seqlens();
+        expected.push_back({b->step(), {in.begin(), in.end()}, {tg.begin(), tg.end()}, {pos.begin(), pos.end()}, {cu.begin(), cu.end()}});
+        for (std::size_t r = 0; r < 4; ++r) {
+            const auto d = static_cast<std::size_t>(b->host_datasets()[r]);
+            REQUIRE(d < 3);
+            ++counts[d];
+            ++n;
+            for (std::uint32_t x = 0; x < 3; ++x) REQUIRE(std::abs(static_cast<double>(counts[x]) - targets.expected(x, n)) < 1.0);
+        }
+    }
+    const pipeline_stats st = whole.stats();
+    REQUIRE(st.datasets.size() == 3);
+    CHECK(st.datasets[2].name == "math");
+    CHECK(st.datasets[2].samples == counts[2]);
+    CHECK(st.datasets[2].tokens == counts[2] * 64);
+    CHECK(st.datasets[2].share == doctest::Approx(0.5));  // the last stage's weights at step 40
+    CHECK(st.to_json().find("\"datasets\": [{\"name\": \"web\"") != std::string::npos);
+    for (std::uint64_t k : {0ull, 13ull, 16ull, 25ull}) {
+        CAPTURE(k);
+        pipeline_state saved;
+        std::vector<copied> got;
+        {
+            pipeline first(mix, base(3));
+            got = take(first, k);
+            saved = sampler_state_from_json(to_json(first.state()));
+        }
+        pipeline second(mix, base(1));
+        second.restore(saved);
+        auto rest = take(second, 40 - k);
+        got.insert(got.end(), rest.begin(), rest.end());
+        REQUIRE(got == expected);
+    }
+    // An edited schedule: refused, unless the run goes on with it from the saved step.
+    pipeline first(mix, base(2));
+    (void)take(first, 25);
+    const pipeline_state saved = first.state();
+    write_mixture(",\n  {\"at_step\": 30, \"weights\": {\"math\": 1}}");
+    pipeline edited(mix, base(2));
+    CHECK_THROWS_AS(edited.restore(saved), config_error);
+    edited.restore(saved, mixture_change::from_step);
+    std::uint64_t math_rows = 0;
+    for (int step = 25; step < 40; ++step) {
+        auto b = edited.next();
+        REQUIRE(b);
+        CHECK(b->step() == static_cast<std::uint64_t>(step));
+        for (std::size_t r = 0; r < 4; ++r) math_rows += step >= 30 && b->host_datasets()[r] == 2;
+    }
+    CHECK(math_rows == 40);  // from step 30 every row is math
+    CHECK(edited.state().mixture_step == 25);
+}

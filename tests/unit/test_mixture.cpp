@@ -6,13 +6,20 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <feedline/sampling/mixer.hpp>
 #include <feedline/sampling/mixture_schedule.hpp>
+#include <feedline/sampling/sampler.hpp>
+#include <feedline/sampling/state_io.hpp>
+
+#include "synthetic_lengths.hpp"
 
 using namespace feedline;
+namespace ft = feedline::test;
 
 namespace {
 
@@ -247,3 +254,236 @@ TEST_CASE("Mixture.File.BadInputNamesTheFieldAndTheLine") {
             "x", "mix.json:1: not a field of a mixture");
 }
 #endif
+
+TEST_CASE("Mixture.FromStep.TheScheduleFromAStepOnHasTheSameSharesAndRefusesAStepInARamp") {
+    std::mt19937_64 rng(11);
+    for (int trial = 0; trial < 100; ++trial) {
+        const auto s = random_schedule(rng, 3);
+        const std::uint64_t last = s->stage_step(s->stages() - 1) + s->stage_ramp(s->stages() - 1) + 5;
+        for (std::uint64_t step = 0; step < last; ++step) {
+            bool in_ramp = false;
+            for (std::size_t k = 0; k < s->stages(); ++k) in_ramp |= step > s->stage_step(k) && step < s->stage_step(k) + s->stage_ramp(k);
+            if (in_ramp) {
+                CHECK_THROWS_AS(s->from_step(step), config_error);
+                continue;
+            }
+            const mixture_schedule r = s->from_step(step);
+            for (std::uint64_t t = 0; t + step < last; ++t)
+                for (std::size_t d = 0; d < 3; ++d) REQUIRE(r.share(d, t) == s->share(d, step + t));
+            // The fingerprint follows what decides the stream: a shifted multi-stage schedule differs.
+            if (s->stages() > 1) CHECK((step == 0) == (r.fingerprint() == s->fingerprint()));
+        }
+    }
+}
+
+// The sampler mixed by a schedule: resume at any step, elastic ranks, weights set during the run,
+// another schedule only when asked for.
+namespace {
+
+struct mixed_data {
+    std::vector<ft::synthetic_lengths> sets{ft::hashed_lengths(40, 60, 1), ft::hashed_lengths(70, 60, 2), ft::hashed_lengths(25, 60, 3)};
+    std::vector<sampler_dataset> datasets() const {
+        std::vector<sampler_dataset> r;
+        for (const auto& s : sets) r.push_back({s.document_count(), [&s](std::uint64_t i) { return s.document_length(i); }, {}, false});
+        return r;
+    }
+};
+
+std::shared_ptr<const mixture_schedule> three_stages() {
+    return std::make_shared<const mixture_schedule>(
+        std::vector<std::string>{"web", "code", "math"},
+        std::vector<mixture_stage>{{0, {6, 3, 1}, 0, ""}, {15, {3, 3, 4}, 6, ""}, {40, {0, 1, 1}, 0, ""}});
+}
+
+using sample_id = std::tuple<std::uint32_t, std::uint64_t, std::uint64_t>;  // dataset, epoch, index
+std::vector<sample_id> ids_of(const batch_plan& b) {
+    std::vector<sample_id> r;
+    for (const auto& x : b.samples) r.emplace_back(x.dataset, x.epoch, x.index);
+    return r;
+}
+
+sampler_config mixed_config(int rank = 0, int world = 1) {
+    return {.seq_len = 16, .global_batch = 12, .seed = 5, .rank = rank, .world_size = world};
+}
+
+}  // namespace
+
+TEST_CASE("Mixture.Sampler.ResumeAtAnyStepEqualsTheUninterruptedStreamAndKeepsTheBound") {
+    const mixed_data data;
+    const auto schedule = three_stages();
+    sampler whole(data.datasets(), schedule, mixed_config());
+    std::vector<std::vector<sample_id>> stream;
+    std::vector<sampler_state> states;
+    mixture_targets targets(schedule, 12);
+    std::vector<std::uint64_t> counts(3, 0);
+    std::uint64_t n = 0;
+    for (int step = 0; step < 70; ++step) {
+        states.push_back(whole.state());
+        const batch_plan b = whole.next();
+        stream.push_back(ids_of(b));
+        for (const auto& x : b.samples) {
+            ++counts[x.dataset];
+            ++n;
+            for (std::uint32_t d = 0; d < 3; ++d) {
+                const auto f = targets.target(d, n);
+                const auto c = mixture_uint128{counts[d]} * f.den;
+                REQUIRE((c < f.num + f.den && f.num < c + f.den));
+            }
+        }
+    }
+    CHECK(counts[0] == 0 + whole.state().taken[0]);
+    // Each dataset walks its own epochs: no (dataset, epoch, index) twice.
+    std::set<sample_id> seen;
+    for (const auto& b : stream)
+        for (const auto& x : b) CHECK(seen.insert(x).second);
+    for (int cut : {0, 1, 14, 15, 18, 21, 22, 39, 40, 41, 69}) {
+        sampler resumed(data.datasets(), schedule, mixed_config());
+        resumed.restore(sampler_state_from_json(to_json(states[cut])));
+        for (int step = cut; step < 70; ++step) REQUIRE(ids_of(resumed.next()) == stream[step]);
+    }
+    // The shares in force follow the schedule: the ramp's middle, then the last stage.
+    sampler probe(data.datasets(), schedule, mixed_config());
+    probe.restore(states[18]);
+    CHECK(probe.mixture_shares()[2] == doctest::Approx(schedule->share(2, 18)));
+}
+
+TEST_CASE("Mixture.Sampler.TwoRanksThenThreeAfterAResumeEqualOneRanksGlobalStream") {
+    const mixed_data data;
+    const auto schedule = three_stages();
+    sampler one(data.datasets(), schedule, mixed_config());
+    std::vector<std::vector<sample_id>> global;
+    for (int step = 0; step < 50; ++step) global.push_back(ids_of(one.next()));
+    std::vector<sampler> two, three;
+    for (int r = 0; r < 2; ++r) two.emplace_back(data.datasets(), schedule, mixed_config(r, 2));
+    for (int step = 0; step < 23; ++step) {
+        std::vector<sample_id> joined;
+        for (auto& s : two) {
+            const auto part = ids_of(s.next());
+            joined.insert(joined.end(), part.begin(), part.end());
+        }
+        REQUIRE(joined == global[step]);
+    }
+    const std::string saved = to_json(two[1].state());
+    CHECK(saved == to_json(two[0].state()));  // every rank holds the same state
+    for (int r = 0; r < 3; ++r) {
+        three.emplace_back(data.datasets(), schedule, mixed_config(r, 3));
+        three.back().restore(sampler_state_from_json(saved));
+    }
+    for (int step = 23; step < 50; ++step) {
+        std::vector<sample_id> joined;
+        for (auto& s : three) {
+            const auto part = ids_of(s.next());
+            joined.insert(joined.end(), part.begin(), part.end());
+        }
+        REQUIRE(joined == global[step]);
+    }
+}
+
+TEST_CASE("Mixture.Sampler.WeightsSetDuringTheRunAreRecordedAndResumeExactly") {
+    const mixed_data data;
+    const auto schedule = three_stages();
+    sampler s(data.datasets(), schedule, mixed_config());
+    for (int step = 0; step < 20; ++step) s.next();
+    const auto at = s.state().taken;
+    s.set_mixture_weights({1, 0, 3});
+    CHECK(s.mixture_shares() == std::vector<double>{0.25, 0.0, 0.75});
+    std::vector<std::vector<sample_id>> rest;
+    sampler_state saved;
+    for (int step = 20; step < 45; ++step) {
+        if (step == 31) saved = s.state();
+        rest.push_back(ids_of(s.next()));
+    }
+    // From step 20 the counts grow by the new shares: none for code, a quarter and three quarters.
+    const auto& taken = s.state().taken;
+    CHECK(taken[1] == at[1]);
+    CHECK(std::abs(static_cast<double>(taken[0] - at[0]) - 0.25 * 25 * 12) < 1.0);
+    CHECK(std::abs(static_cast<double>(taken[2] - at[2]) - 0.75 * 25 * 12) < 1.0);
+    // The state holds the weights: a sampler made with the file's schedule resumes the same stream.
+    sampler resumed(data.datasets(), schedule, mixed_config());
+    resumed.restore(sampler_state_from_json(to_json(saved)));
+    for (int step = 31; step < 45; ++step) REQUIRE(ids_of(resumed.next()) == rest[step - 20]);
+    // Edited weights are refused (the state's check, then the mixture's own check without it).
+    sampler_state edited = saved;
+    edited.weights[1] = 1;
+    CHECK_THROWS_AS(resumed.restore(edited), config_error);
+    // A sampler without a schedule has no weights to set.
+    std::vector<const ft::synthetic_lengths*> sets{&data.sets[0], &data.sets[1]};
+    sampler plain(sets, {1, 1}, mixed_config());
+    CHECK_THROWS_AS(plain.set_mixture_weights({1, 2}), config_error);
+    CHECK_THROWS_AS(s.set_mixture_weights({1, -1, 1}), config_error);
+    CHECK_THROWS_AS(s.set_mixture_weights({0, 0, 0}), config_error);
+}
+
+TEST_CASE("Mixture.Sampler.AnotherScheduleGoesOnOnlyWhenAskedFromTheSavedStep") {
+    const mixed_data data;
+    sampler s(data.datasets(), three_stages(), mixed_config());
+    for (int step = 0; step < 30; ++step) s.next();
+    const sampler_state saved = s.state();
+    const auto edited = std::make_shared<const mixture_schedule>(
+        std::vector<std::string>{"web", "code", "math"},
+        std::vector<mixture_stage>{{0, {6, 3, 1}, 0, ""}, {15, {3, 3, 4}, 6, ""}, {30, {1, 1, 1}, 0, ""}, {50, {0, 0, 1}, 5, ""}});
+    sampler other(data.datasets(), edited, mixed_config());
+    try {
+        other.restore(saved);
+        FAIL("restored a state saved with another schedule");
+    } catch (const config_error& e) {
+        CHECK(e.field() == "state.mixture_check");
+    }
+    // Asked for: targets count from the counts at step 30, with the edited schedule's stages from there.
+    const sampler_state from = other.with_mixture_from_step(saved);
+    other.restore(from);
+    mixture_targets targets(std::make_shared<const mixture_schedule>(edited->from_step(30)), 12);
+    std::vector<std::uint64_t> since(3, 0);
+    std::uint64_t n = 0;
+    for (int step = 30; step < 70; ++step)
+        for (const auto& x : other.next().samples) {
+            ++since[x.dataset];
+            ++n;
+            for (std::uint32_t d = 0; d < 3; ++d) REQUIRE(std::abs(static_cast<double>(since[d]) - targets.expected(d, n)) < 1.0);
+        }
+    // The continued run's own saves resume exactly, with the edited schedule.
+    const sampler_state later = other.state();
+    const auto next = ids_of(other.next());
+    sampler again(data.datasets(), edited, mixed_config());
+    again.restore(sampler_state_from_json(to_json(later)));
+    CHECK(ids_of(again.next()) == next);
+    // A step inside a ramp cannot be where a schedule takes over; a plain blend's state can go on.
+    sampler_state in_ramp = saved;
+    in_ramp.step = 52;
+    CHECK_THROWS_AS(other.with_mixture_from_step(in_ramp), config_error);
+    std::vector<const ft::synthetic_lengths*> sets{&data.sets[0], &data.sets[1], &data.sets[2]};
+    sampler plain(sets, {1, 1, 1}, mixed_config());
+    for (int step = 0; step < 7; ++step) plain.next();
+    CHECK_THROWS_AS(other.restore(plain.state()), config_error);
+    CHECK_NOTHROW(other.restore(other.with_mixture_from_step(plain.state())));
+    CHECK_THROWS_AS(plain.restore(later), config_error);  // a mixed state needs its schedule
+}
+
+TEST_CASE("Mixture.Sampler.MixedStatesRoundTripAndEditsAreRefused") {
+    const mixed_data data;
+    const auto schedule = three_stages();
+    sampler s(data.datasets(), schedule, mixed_config());
+    for (int step = 0; step < 17; ++step) s.next();
+    s.set_mixture_weights({2, 1, 1});
+    for (int step = 17; step < 25; ++step) s.next();
+    const sampler_state st = s.state();
+    CHECK(st.mixed());
+    CHECK(detail::sampler_state_from_bytes(detail::to_bytes(st)) == st);
+    CHECK(sampler_state_from_json(to_json(st)) == st);
+    // Counts moved between datasets (the sum kept) fail the JSON check; without it, the mixture's own.
+    sampler_state moved = st;
+    ++moved.mixture_taken[0];
+    --moved.mixture_taken[1];
+    std::string text = to_json(moved);
+    CHECK_NOTHROW(sampler_state_from_json(text));  // to_json recomputes the check: it is the restore that refuses
+    sampler fresh(data.datasets(), schedule, mixed_config());
+    CHECK_THROWS_AS(fresh.restore(moved), config_error);
+    sampler_state far = st;
+    far.taken[0] += 3;
+    far.taken[1] -= 3;
+    CHECK_THROWS_AS(fresh.restore(far), config_error);
+    sampler_state wrong_step = st;
+    wrong_step.mixture_step = 30;
+    CHECK_THROWS_AS(fresh.restore(wrong_step), config_error);
+    CHECK_THROWS_AS(with_global_batch(st, 24), config_error);
+}

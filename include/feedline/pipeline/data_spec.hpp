@@ -3,14 +3,25 @@
 // several are blended by weight, written as a list or, on a command line, in Megatron's --data-path
 // form: "0.7 data/web 0.3 code/*.jsonl". detect_source() tells what kind of source a spec names by its
 // files, through the source registry.
+// A spec that names a mixture file (sampling/mixture_file.hpp: a ".json" file with "domains" and
+// "stages") is a mixture: its domains' data, mixed by its schedule (read_mixture_spec).
 // Feeds pipeline/pipeline.hpp, which opens each spec as a source.
 #pragma once
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#if FEEDLINE_HAS_JSON
+#include <nlohmann/json.hpp>
+
+#include <feedline/sampling/mixture_file.hpp>
+#include <feedline/storage/file.hpp>
+#endif
 
 #include <feedline/detail/paths.hpp>
 #include <feedline/error.hpp>
@@ -89,6 +100,66 @@ inline source_type source_type_of(const std::string& spec) {
 
 inline source_kind detect_source(const std::string& spec) { return detail::source_type_of(spec).kind; }
 
+// A mixture named by a data spec: its schedule, where each domain was declared, and each domain's
+// data as a spec (weight 1: the schedule decides).
+struct mixture_spec {
+    std::shared_ptr<const mixture_schedule> schedule;
+    std::vector<weighted_spec> domains;
+    std::string path;
+};
+
+namespace detail {
+// A mixture's data path as the pipeline opens it: a relative one is relative to the mixture file (a
+// file kept beside its data works from any directory); absolute paths and URLs (s3://) as they are.
+inline std::string beside(const std::string& mixture_path, std::string spec) {
+    const auto slash = mixture_path.rfind('/');
+    if (!spec.empty() && spec[0] != '/' && spec.find("://") == std::string::npos && slash != std::string::npos)
+        spec = mixture_path.substr(0, slash + 1) + spec;
+    return spec;
+}
+#if FEEDLINE_HAS_JSON
+// The text of `spec` when it names a mixture file: one ".json" regular file (at most 256 MiB) whose
+// JSON is an object with "domains" and "stages". Anything else is not a mixture (the other kinds of
+// data then say what is wrong with it).
+inline std::optional<std::string> mixture_text(const std::vector<weighted_spec>& blend) {
+    if (blend.size() != 1 || !blend[0].spec.ends_with(".json") || !detail::path_exists(blend[0].spec)) return std::nullopt;
+    const std::string& path = blend[0].spec;
+    require_regular_file(path);
+    file f(path);
+    if (f.size() > (std::uint64_t{256} << 20)) return std::nullopt;
+    std::string text(f.size(), '\0');
+    f.read_at(text.data(), text.size(), 0);
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("domains") || !j.contains("stages")) return std::nullopt;
+    return text;
+}
+#endif
+}  // namespace detail
+
+// The mixture a spec names, if it names one; `tokens_per_step` (global batch x seq_len) places stages
+// given by token count. Throws config_error (naming the field and the file's line) for a bad mixture
+// file, or a domain without exactly one data spec.
+inline std::optional<mixture_spec> read_mixture_spec(const std::vector<weighted_spec>& blend, std::uint64_t tokens_per_step) {
+#if FEEDLINE_HAS_JSON
+    const auto text = detail::mixture_text(blend);
+    if (!text) return std::nullopt;
+    mixture_file f = parse_mixture(*text, blend[0].spec, tokens_per_step);
+    mixture_spec m{f.schedule, {}, blend[0].spec};
+    for (std::size_t d = 0; d < f.data.size(); ++d) {
+        if (f.data[d].size() != 1)
+            throw config_error("domains[" + std::to_string(d) + "].data", f.declared_at[d] + ": domain '" + f.schedule->names()[d] +
+                                                                              "' needs its data: one path, glob or prefix (" +
+                                                                              std::to_string(f.data[d].size()) + " given)");
+        m.domains.push_back({1.0, detail::beside(blend[0].spec, f.data[d][0])});
+    }
+    return m;
+#else
+    (void)blend;
+    (void)tokens_per_step;
+    return std::nullopt;
+#endif
+}
+
 // Which kinds of data a blend names (detect_source on each spec): tools set the options of a kind only
 // when there is data of that kind (config.shards / config.text are refused otherwise).
 struct data_kinds {
@@ -96,6 +167,16 @@ struct data_kinds {
 };
 inline data_kinds kinds_of(const std::vector<weighted_spec>& blend) {
     data_kinds k;
+#if FEEDLINE_HAS_JSON
+    if (const auto text = detail::mixture_text(blend)) {  // a mixture: its domains' data, as written
+        const auto j = nlohmann::json::parse(*text, nullptr, false);
+        for (const auto& d : j["domains"])
+            if (d.is_object() && d.contains("data") && d["data"].is_string())
+                (detect_source(detail::beside(blend[0].spec, d["data"].get<std::string>())) == source_kind::text ? k.text : k.tokens) =
+                    true;
+        return k;
+    }
+#endif
     for (const auto& w : blend) (detect_source(w.spec) == source_kind::text ? k.text : k.tokens) = true;
     return k;
 }

@@ -119,7 +119,24 @@ public:
             : pipeline(std::vector<weighted_source>{{1.0, std::move(source)}}, std::move(config)) {}
     pipeline(std::shared_ptr<const token_dataset> shards, pipeline_config config)
             : pipeline(std::make_shared<shard_source>(std::move(shards)), std::move(config)) {}
+    // Sources mixed by a schedule of weights over the steps (sampling/mixture_schedule.hpp), one domain
+    // per source in order; each source's weight is unused. A data spec naming a mixture file opens its
+    // domains this way.
+    pipeline(std::vector<weighted_source> sources, std::shared_ptr<const mixture_schedule> schedule, pipeline_config config)
+            : sources_(std::move(sources)), config_(std::move(config)), mixture_(std::move(schedule)) {
+        if (!mixture_) throw config_error("mixture", "no schedule given");
+        construct();
+    }
     pipeline(std::vector<weighted_source> sources, pipeline_config config) : sources_(std::move(sources)), config_(std::move(config)) {
+        construct();
+    }
+
+    pipeline(const pipeline&) = delete;
+    pipeline& operator=(const pipeline&) = delete;
+    ~pipeline() { stop(); }
+
+private:
+    void construct() {
         check_shape(config_, sources_.size());
         check_sources();
         device_ = config_.device;
@@ -149,7 +166,7 @@ public:
                           .world_size = world};
         datasets_ = datasets;  // copies for the workers' own samplers and the fetch ahead's
         weights_ = weights;
-        sampler_ = std::make_unique<sampler>(std::move(datasets), weights, sc);
+        sampler_ = make_sampler(sc);
         end_step_ = run_end_step_ = planned_end_step_ = end_of_run(sc.global_batch);
         // Windows of one small dataset: every worker plans with a sampler of its own (plan_at), so
         // planning runs in parallel instead of behind planner_ (with 2 workers, waiting for the lock
@@ -185,10 +202,7 @@ public:
         telemetry_.open(config_);
     }
 
-    pipeline(const pipeline&) = delete;
-    pipeline& operator=(const pipeline&) = delete;
-    ~pipeline() { stop(); }
-
+public:
     const pipeline_config& config() const noexcept { return config_; }
     // Where batches go: config().device with "auto"/"cuda" resolved to a device number once the first
     // batch was asked for (resolve_device); config().device before that.
@@ -203,6 +217,9 @@ public:
 
     // One line for logs: the data, or each blended source with its weight.
     std::string describe() const {
+        if (mixture_)
+            return "a mixture of " + std::to_string(sources_.size()) + " domains" +
+                   (mixture_path_.empty() ? "" : " (" + mixture_path_ + ")") + ", " + std::to_string(mixture_->stages()) + " stage(s)";
         if (sources_.size() == 1) return sources_[0].source->describe();
         std::string out = "a blend of " + std::to_string(sources_.size()) + ":";
         for (const auto& s : sources_) out += " " + std::to_string(s.weight) + " x (" + s.source->describe() + ");";
@@ -263,7 +280,21 @@ public:
     // numbers, and `epochs` ends the run where the epoch it names begins from there. Tell the user:
     // the batches from there match neither a run with the old batch nor one with the new.
     void restore(const pipeline_state& s, global_batch_change change = global_batch_change::refuse) {
+        restore(s, change, mixture_change::refuse);
+    }
+    // A mixture (a data spec naming a mixture file): a state saved with another schedule (or a blend's
+    // fixed weights) is refused, unless `change` is mixture_change::from_step: the run then goes on
+    // with this pipeline's schedule from the saved step, its targets counted from the saved counts
+    // (sampler::with_mixture_from_step); the schedule's stages keep their step numbers.
+    void restore(const pipeline_state& s, mixture_change change) { restore(s, global_batch_change::refuse, change); }
+    void restore(const pipeline_state& s, global_batch_change change, mixture_change mixing) {
         if (delivery_.started()) throw config_error("restore", "call restore() before the first next()");
+        if (mixing == mixture_change::from_step) {
+            if (!mixture_) throw config_error("restore", "mixture_change::from_step is for a pipeline mixed by a schedule");
+            sampler_->restore(sampler_->with_mixture_from_step(s));
+            delivery_.set_state(sampler_->state());
+            return;
+        }
         const std::uint64_t global = sampler_->config().global_batch;
         const bool rebase = change == global_batch_change::from_same_sample && s.global_batch != global;
         if (rebase) {  // the saved position is checked against its own batch before it is carried over
@@ -271,7 +302,7 @@ public:
             saved.global_batch = s.global_batch;
             saved.rank = 0;
             saved.world_size = 1;
-            sampler(datasets_, weights_, saved).restore(s);
+            make_sampler(saved)->restore(s);
         }
         sampler_->restore(rebase ? with_global_batch(s, global) : s);
         if (sampler_->state().rebased() && config_.epochs && sources_.size() == 1) {
@@ -322,6 +353,18 @@ public:
         delivery_.fill(s, config_, memory_);
         telemetry_.fill(s);
         detail::fill_remote_reads(s, remote_start_);
+        if (sources_.size() > 1) {  // per dataset: what the trainer received from each, where it is, its share now
+            const sampler_state& st = delivery_.state();
+            std::vector<double> shares = sampler_->mixture_shares(st);
+            if (shares.empty()) {
+                double total = 0;
+                for (double w : weights_) total += w;
+                for (double w : weights_) shares.push_back(w / total);
+            }
+            for (std::size_t i = 0; i < sources_.size(); ++i)
+                s.datasets.push_back({mixture_ ? mixture_->names()[i] : std::to_string(i + 1) + ": " + sources_[i].source->describe(),
+                                      st.taken[i], st.taken[i] * config_.seq_len, st.epoch[i], shares[i]});
+        }
         if (fetch_ahead_) {
             const fetch_ahead_counts f = fetch_ahead_->counts();
             s.remote_fetch_ahead_bytes = f.taken_bytes;
@@ -588,7 +631,7 @@ private:
                                               .next_unclaimed = [this] { return next_step_.load(std::memory_order_relaxed); },
                                               .stopped = [this] { return delivery_.ring().closed() || planned_all_.load(); }};
         for (const auto& s : sources_) o.sources.push_back(s.source.get());
-        auto planner = std::make_unique<sampler>(datasets_, weights_, sampler_->config());
+        auto planner = make_sampler(sampler_->config());
         planner->restore(start_state_);
         try {
             fetcher_ = std::make_unique<detail::fetch_ahead_thread>(std::move(planner), std::move(o), *fetch_ahead_);
@@ -641,8 +684,26 @@ private:
     // Remote reads are counted from `start`, before the sources opened: opening reads headers and
     // indexes (often whole cache blocks, which later windows then hit), and they are this pipeline's.
     pipeline(const remote_reads& start, const std::vector<weighted_spec>& blend, const pipeline_config& config)
-            : pipeline((check_shape(config, blend.size()), detail::open_sources(blend, config)), config) {
+            : pipeline(start, (check_shape(config, blend.size()), read_mixture_spec(blend, tokens_per_step(config))), blend, config) {}
+    pipeline(const remote_reads& start, std::optional<mixture_spec> mixture, const std::vector<weighted_spec>& blend,
+             const pipeline_config& config)
+            : sources_(detail::open_sources(mixture ? mixture->domains : blend, config)), config_(config) {
+        if (mixture) {
+            mixture_ = mixture->schedule;
+            mixture_path_ = mixture->path;
+        }
+        construct();
         remote_start_ = start;
+    }
+    // Global batch x seq_len, for a mixture file's stages given by token count.
+    static std::uint64_t tokens_per_step(const pipeline_config& c) {
+        const int world = c.world_size >= 0 ? c.world_size : launch_from_environment().world_size;
+        return c.batch_size * static_cast<std::uint64_t>(std::max(world, 1)) * c.seq_len;
+    }
+    // A sampler over this pipeline's datasets: mixed by its schedule, or blended by weight.
+    std::unique_ptr<sampler> make_sampler(const sampler_config& sc) const {
+        if (mixture_) return std::make_unique<sampler>(datasets_, mixture_, sc);
+        return std::make_unique<sampler>(datasets_, weights_, sc);
     }
 
     static void pin_to(const std::vector<int>& cpus) {
@@ -658,6 +719,8 @@ private:
     device_choice device_;  // config_.device, resolved by start()
     std::vector<sampler_dataset> datasets_;
     std::vector<double> weights_;
+    std::shared_ptr<const mixture_schedule> mixture_;  // null: fixed weights (or one dataset)
+    std::string mixture_path_;                         // the mixture file, where a data spec named one
     std::unique_ptr<sampler> sampler_;
     std::uint64_t end_step_ = 0;          // end_step()
     std::uint64_t run_end_step_ = 0;      // what max_steps and epochs make it (set_epoch may end sooner)

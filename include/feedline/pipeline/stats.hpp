@@ -23,6 +23,15 @@
 
 namespace feedline {
 
+// One dataset of a blend or mixture: its name (a mixture's domain; else its position and data), the
+// samples delivered from it so far (and their tokens, samples x seq_len), the epoch it is in, and its
+// share of the samples now (a mixture's schedule at the next step, or the blend's weight).
+struct dataset_stats {
+    std::string name;
+    std::uint64_t samples = 0, tokens = 0, epoch = 0;
+    double share = 0;
+};
+
 struct pipeline_stats {
     std::uint64_t batches = 0, tokens = 0, bytes_read = 0, padding_tokens = 0;
     double seconds = 0;  // since the first next()
@@ -60,8 +69,13 @@ struct pipeline_stats {
     // (a worker got to the step first), and how far ahead it fetches now: steps, and requests at once.
     std::optional<std::uint64_t> remote_fetch_ahead_bytes, remote_fetch_ahead_unused_bytes;
     std::optional<std::uint64_t> remote_fetch_ahead_steps, remote_fetch_ahead_requests;
+    // Blends and mixtures: each dataset's accounting, in order (empty for one dataset). In the JSON
+    // line as "datasets" (an array of objects) where there are at most json_datasets_max of them or
+    // the line is the run's last (to_json(true)): 10,000 domains make ~1 MB a line.
+    std::vector<dataset_stats> datasets;
+    static constexpr std::size_t json_datasets_max = 256;
 
-    std::string to_json() const {
+    std::string to_json(bool final = false) const {
         // JSON string escapes: quotes, backslashes and control characters (a path with a newline in an
         // error message must not split the line).
         auto esc = [](const std::string& s) {
@@ -126,6 +140,18 @@ struct pipeline_stats {
         put("remote_fetch_ahead_steps", remote_fetch_ahead_steps);
         put("remote_fetch_ahead_requests", remote_fetch_ahead_requests);
         if (!gpu_telemetry.empty()) telemetry += ", \"gpu_telemetry\": \"" + esc(gpu_telemetry) + "\"";
+        if (!datasets.empty() && (final || datasets.size() <= json_datasets_max)) {
+            telemetry += ", \"datasets\": [";
+            for (std::size_t i = 0; i < datasets.size(); ++i) {
+                const dataset_stats& d = datasets[i];
+                char num[160];
+                std::snprintf(num, sizeof num, "\", \"samples\": %llu, \"tokens\": %llu, \"epoch\": %llu, \"share\": %.6g}",
+                              static_cast<unsigned long long>(d.samples), static_cast<unsigned long long>(d.tokens),
+                              static_cast<unsigned long long>(d.epoch), d.share);
+                telemetry += std::string(i ? ", " : "") + "{\"name\": \"" + esc(d.name) + num;
+            }
+            telemetry += "]";
+        }
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) +
                "\", \"worker_placement\": \"" + esc(worker_placement) + "\", \"workers_reason\": \"" + esc(workers_reason) +
                "\", \"stats_log_error\": \"" + esc(stats_log_error) + "\"" + telemetry + "}";
@@ -159,7 +185,7 @@ public:
     ~stats_jsonl_log() {
         if (out_) std::fclose(out_);
     }
-    void write(const pipeline_stats& s) { write_object(s.to_json()); }
+    void write(const pipeline_stats& s, bool final = false) { write_object(s.to_json(final)); }
 
     // Writes a JSON object `body` ("{...}") as one line, the wall-clock time put first.
     void write_object(const std::string& body) {

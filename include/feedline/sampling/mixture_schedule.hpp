@@ -98,6 +98,63 @@ public:
         for (auto& st : stages) declared_.push_back({st.at_step, st.ramp_steps, std::move(st.where)});
     }
 
+    // The same schedule from `step` on, renumbered so that `step` is step 0: the stage in force there
+    // first (its quotas exactly), then the later stages. For a run that goes on with a schedule from a
+    // step (targets counted from there). Throws config_error when `step` falls inside a ramp (start
+    // the new schedule at or after its ramps).
+    mixture_schedule from_step(std::uint64_t step) const {
+        if (step == 0) return *this;
+        const std::size_t k = segment_index(step);
+        if (segments_[k].from != segments_[k].to && step != segments_[k].begin)
+            throw config_error("mixture", "step " + std::to_string(step) + " falls inside the ramp of steps " +
+                                              std::to_string(segments_[k].begin) + " to " + std::to_string(segments_[k].end) +
+                                              ": go on with the schedule at or after its ramps");
+        mixture_schedule r;
+        r.names_ = names_;
+        std::vector<std::size_t> index(quotas_.size(), npos);
+        auto take = [&](std::uint32_t q) {
+            if (index[q] == npos) {
+                index[q] = r.quotas_.size();
+                r.quotas_.push_back(quotas_[q]);
+            }
+            return static_cast<std::uint32_t>(index[q]);
+        };
+        for (std::size_t j = k; j < segments_.size(); ++j) {
+            segment g = segments_[j];
+            g.begin = j == k ? 0 : g.begin - step;
+            if (g.end != never) g.end -= step;
+            g.from = take(g.from);
+            g.to = take(g.to);
+            // Declared stages: a ramp opens one; a constant segment opens one unless a ramp just did.
+            if (g.from != g.to)
+                r.declared_.push_back({g.begin, g.end - g.begin, ""});
+            else if (r.segments_.empty() || r.segments_.back().from == r.segments_.back().to)
+                r.declared_.push_back({g.begin, 0, ""});
+            r.segments_.push_back(g);
+        }
+        return r;
+    }
+
+    // A 64-bit fingerprint of what decides the stream: the number of domains, each segment's steps and
+    // each stage's quotas (not the names or where stages were declared). Saved in sampler states, so a
+    // run restored with another schedule is noticed.
+    std::uint64_t fingerprint() const noexcept {
+        std::uint64_t h = 0xcbf29ce484222325ull;
+        auto mix = [&](std::uint64_t v) {
+            for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+        };
+        mix(names_.size());
+        mix(segments_.size());
+        for (const segment& g : segments_) {
+            mix(g.begin);
+            mix(g.end);
+            for (std::uint32_t q : quotas_[g.from]) mix(q);
+            if (g.to != g.from)
+                for (std::uint32_t q : quotas_[g.to]) mix(q);
+        }
+        return h;
+    }
+
     std::size_t domains() const noexcept { return names_.size(); }
     const std::vector<std::string>& names() const noexcept { return names_; }
     std::size_t stages() const noexcept { return declared_.size(); }
@@ -121,6 +178,8 @@ public:
 private:
     friend class mixture_targets;
     static constexpr std::uint64_t never = std::numeric_limits<std::uint64_t>::max();
+    static constexpr std::size_t npos = ~std::size_t{0};
+    mixture_schedule() = default;
     struct segment {
         std::uint64_t begin, end;  // steps [begin, end); end = never for the last
         std::uint32_t from, to;    // stage quotas at begin and (ramps) at end; equal: constant

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include <feedline/error.hpp>
+#include <feedline/sampling/mixer.hpp>
+#include <feedline/sampling/mixture_schedule.hpp>
 #include <feedline/sampling/permutation.hpp>
 #include <feedline/sampling/windows.hpp>
 
@@ -253,7 +255,8 @@ struct sampler_state {
     // Version 1: a run with one global batch throughout. Version 2: a run that went on with another
     // global batch (with_global_batch below) and so carries the origin fields. Both are read; a state
     // is written as the version its content needs, so version-1 states keep their checksums.
-    static constexpr std::uint32_t current_version = 1, rebased_version = 2;
+    // Version 3: a blend mixed by a schedule (sampling/mixer.hpp), with the mixture fields below.
+    static constexpr std::uint32_t current_version = 1, rebased_version = 2, mixture_version = 3;
     std::uint32_t version = current_version;
     // What the position means: restore() refuses a state whose fields differ from the sampler's.
     std::uint64_t seed = 0, seq_len = 0, global_batch = 0;
@@ -269,6 +272,15 @@ struct sampler_state {
     // then. Steps from there draw this global batch each: the rest of that epoch first, from the index.
     std::uint64_t origin_step = 0, origin_drawn = 0, origin_epoch = 0, origin_index = 0;
     bool rebased() const noexcept { return version == rebased_version; }
+    // Version 3 only: which schedule decides each sample's dataset, and where its targets count from.
+    // `mixture`: 1, the schedule the sampler was made with (from mixture_step on); 2, weights set during
+    // the run (sampler::set_mixture_weights), held in `weights`. mixture_check: that schedule's
+    // fingerprint. From mixture_step, where mixture_drawn samples had been drawn and each dataset's count
+    // was mixture_taken, every dataset stays within one sample of its target.
+    std::uint32_t mixture = 0;
+    std::uint64_t mixture_check = 0, mixture_step = 0, mixture_drawn = 0;
+    std::vector<std::uint64_t> mixture_taken;
+    bool mixed() const noexcept { return version == mixture_version; }
     // Samples drawn before `step` (at or after origin_step) over all datasets.
     std::uint64_t drawn_before(std::uint64_t at) const noexcept { return origin_drawn + (at - origin_step) * global_batch; }
     friend bool operator==(const sampler_state&, const sampler_state&) = default;
@@ -278,6 +290,11 @@ struct sampler_state {
 // default: the batches would differ from either run's), or go on from the same sample.
 enum class global_batch_change { refuse, from_same_sample };
 
+// What restoring a state saved with another mixture schedule (or none) does (pipeline::restore): refuse
+// it (the default), or go on with the sampler's schedule from the saved step
+// (sampler::with_mixture_from_step).
+enum class mixture_change { refuse, from_step };
+
 // `s`, saved with one global batch, made to go on with `global_batch` from the same sample: every
 // dataset's next sample is the one it would have drawn next, and steps keep their numbers (the next
 // step is s.step). What differs from a run with either batch throughout is where epochs end (the
@@ -285,6 +302,9 @@ enum class global_batch_change { refuse, from_same_sample };
 // stream of samples is the same. restore() of the result checks it like any state.
 inline sampler_state with_global_batch(const sampler_state& s, std::uint64_t global_batch) {
     if (s.global_batch == global_batch) return s;
+    if (s.mixed())
+        throw config_error("global_batch", "a run mixed by a schedule goes on with its global batch, " + std::to_string(s.global_batch) +
+                                               " (a schedule's targets count samples per step)");
     sampler_state r = s;
     r.version = sampler_state::rebased_version;
     r.global_batch = global_batch;
@@ -329,6 +349,68 @@ public:
                                               std::to_string(weights_.size()) + " weights)");
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(std::move(datasets[i]), config_, i);
         finish_setup();
+    }
+
+    // Datasets mixed by a schedule of weights over the steps (sampling/mixture_schedule.hpp), one
+    // domain per dataset in order: after every sample each dataset's count is within one sample of
+    // its scheduled share of the samples so far (sampling/mixer.hpp). At least two datasets; each
+    // walks its own epochs. Throws config_error for a schedule whose domains are not one per dataset.
+    sampler(std::vector<sampler_dataset> datasets, std::shared_ptr<const mixture_schedule> schedule, sampler_config config)
+            : sampler(config, std::vector<double>(datasets.size(), 1.0)) {
+        if (!schedule) throw config_error("mixture", "no schedule given");
+        if (datasets.size() < 2) throw config_error("mixture", "a mixture needs two datasets at least (give one dataset on its own)");
+        if (schedule->domains() != datasets.size())
+            throw config_error("mixture", "the schedule has " + std::to_string(schedule->domains()) + " domains for " +
+                                              std::to_string(datasets.size()) + " datasets");
+        mixture_ = std::move(schedule);
+        for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(std::move(datasets[i]), config_, i);
+        finish_setup();
+        state_.version = sampler_state::mixture_version;
+        state_.mixture = 1;
+        state_.mixture_check = mixture_->fingerprint();
+        state_.mixture_taken.assign(streams_.size(), 0);
+        state_.weights = mixture_->shares(0);
+    }
+
+    // Mixed by a schedule: the shares in force at the next step (the schedule's, or weights set during
+    // the run). Empty for other samplers.
+    const mixture_schedule* mixture() const noexcept { return mixture_.get(); }
+    std::vector<double> mixture_shares() const { return mixture_shares(state_); }
+    // The same for any state of this sampler (a delivered batch's, for stats).
+    std::vector<double> mixture_shares(const sampler_state& s) const {
+        if (!mixture_ || !s.mixed()) return {};
+        return effective_schedule(s)->shares(s.step - s.mixture_step);
+    }
+
+    // Weights set during the run (online mixing, e.g. from per-domain losses): from the next step on,
+    // each dataset's target grows by its share of these; what was drawn so far stays as it is. Recorded
+    // in the state (restore goes on with them, exactly). Throws config_error for a sampler without a
+    // schedule or weights that are not one per dataset, finite and at least 0, or all 0.
+    void set_mixture_weights(const std::vector<double>& weights) {
+        if (!mixture_) throw config_error("mixture", "weights during the run are for a sampler made with a mixture schedule");
+        auto schedule = std::make_shared<const mixture_schedule>(mixture_->names(), std::vector<mixture_stage>{{0, weights, 0, ""}});
+        state_.mixture = 2;
+        state_.weights = weights;
+        state_.mixture_check = schedule->fingerprint();
+        rebase_mixture(state_);
+        mixer_.reset();
+    }
+
+    // `s` (a state of this sampler's datasets, mixed or blended by fixed weights) made to go on with
+    // this sampler's schedule from its step: targets count from the counts at that step, and the
+    // schedule's stages keep their step numbers (those before it no longer matter). The explicit way
+    // to continue a run with a new or edited schedule; restore() refuses a schedule that differs from
+    // the saved one. Throws config_error when the step falls inside a ramp of the schedule.
+    sampler_state with_mixture_from_step(sampler_state s) const {
+        if (!mixture_) throw config_error("mixture", "this sampler has no mixture schedule to go on with");
+        if (s.rebased()) throw config_error("state.version", "a state that changed its global batch cannot go on with a schedule");
+        (void)mixture_->from_step(s.step);  // refuses a step inside a ramp
+        s.version = sampler_state::mixture_version;
+        s.mixture = 1;
+        s.mixture_check = mixture_->fingerprint();
+        s.weights = mixture_->shares(s.step);
+        rebase_mixture(s);
+        return s;
     }
 
     int rank() const noexcept { return rank_; }
@@ -473,8 +555,16 @@ public:
             };
             if (a != b) throw config_error("state." + field, "saved " + name(a) + ", this sampler has " + name(b));
         };
-        if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version)
+        if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version &&
+            s.version != sampler_state::mixture_version)
             throw config_error("state.version", "unsupported version " + std::to_string(s.version));
+        if (mixture_ && !s.mixed())
+            throw config_error("state.mixture",
+                               "saved without a mixture schedule, and this sampler mixes by one: go on with it from the "
+                               "saved step explicitly (sampler::with_mixture_from_step; pipeline::restore with "
+                               "mixture_change::from_step)");
+        if (!mixture_ && s.mixed())
+            throw config_error("state.mixture", "saved by a run mixed with a schedule: make the sampler with that schedule");
         if (!s.rebased() && (s.origin_step | s.origin_drawn | s.origin_epoch | s.origin_index) != 0)
             throw config_error("state.origin_step", "a version-1 state has no origin fields");
         differs("seed", s.seed, state_.seed);
@@ -492,7 +582,7 @@ public:
             const std::string at = index_text(i);
             differs("dataset_documents" + at, s.dataset_documents[i], state_.dataset_documents[i]);
             differs("dataset_tokens" + at, s.dataset_tokens[i], state_.dataset_tokens[i]);
-            differs("weights" + at, s.weights[i], state_.weights[i]);
+            if (!s.mixed()) differs("weights" + at, s.weights[i], state_.weights[i]);
             const bool at_origin = n == 1 && s.rebased() && s.step == s.origin_step;  // the earlier batch's index (bounded below)
             if (!at_origin && s.index[i] > streams_[i].samples_in_epoch(s.epoch[i]) + config_.global_batch)
                 throw config_error("state.index" + at,
@@ -553,10 +643,78 @@ public:
                                                                           std::to_string(s.index[i]) + " (edited or corrupted state)");
             }
         }
+        if (s.mixed()) check_mixture(s);
         state_ = s;
+        mixer_.reset();
     }
 
 private:
+    // A mixed state's own fields: where its targets count from, which schedule, and counts within one
+    // sample of their targets (the mixer refuses others).
+    void check_mixture(const sampler_state& s) {
+        const std::size_t n = streams_.size();
+        if (s.mixture != 1 && s.mixture != 2)
+            throw config_error("state.mixture",
+                               "unknown value " + std::to_string(s.mixture) + " (1: the schedule, 2: weights set during the run)");
+        if (s.mixture_taken.size() != n) throw config_error("state.mixture_taken", "not one count per dataset");
+        std::uint64_t sum = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (s.mixture_taken[i] > s.taken[i])
+                throw config_error("state.mixture_taken" + index_text(i),
+                                   "more than the dataset's samples drawn since (edited or corrupted state)");
+            sum += s.mixture_taken[i];
+        }
+        if (s.mixture_step > s.step || s.mixture_drawn != s.mixture_step * s.global_batch || sum != s.mixture_drawn)
+            throw config_error("state.mixture_step", "step " + std::to_string(s.mixture_step) + " after " +
+                                                         std::to_string(s.mixture_drawn) + " samples is not a step before " +
+                                                         std::to_string(s.step) + " (edited or corrupted state)");
+        if (s.mixture == 1 && s.mixture_check != mixture_->fingerprint())
+            throw config_error("state.mixture_check",
+                               "saved with another mixture schedule: go on with this one from the saved step "
+                               "explicitly (sampler::with_mixture_from_step; pipeline::restore with "
+                               "mixture_change::from_step)");
+        if (s.mixture == 2 && s.mixture_check != effective_schedule(s)->fingerprint())
+            throw config_error("state.weights",
+                               "the weights set during the run do not match the state's check (edited or corrupted state)");
+        (void)mixer(effective_schedule(s), s.global_batch, s.drawn_before(s.step) - s.mixture_drawn, taken_since(s));
+    }
+
+    // The schedule in force for a mixed state: the sampler's from its mixture_step, or the weights set
+    // during the run.
+    std::shared_ptr<const mixture_schedule> effective_schedule(const sampler_state& s) const {
+        if (s.mixture == 2) {
+            try {
+                return std::make_shared<const mixture_schedule>(mixture_->names(), std::vector<mixture_stage>{{0, s.weights, 0, ""}});
+            } catch (const config_error& e) {
+                throw config_error("state.weights", std::string("weights set during the run: ") + e.what());
+            }
+        }
+        if (s.mixture_step == 0) return mixture_;
+        return std::make_shared<const mixture_schedule>(mixture_->from_step(s.mixture_step));
+    }
+    static std::vector<std::uint64_t> taken_since(const sampler_state& s) {
+        std::vector<std::uint64_t> t(s.taken.size());
+        for (std::size_t i = 0; i < t.size(); ++i) t[i] = s.taken[i] - s.mixture_taken[i];
+        return t;
+    }
+    // Targets count from `s`'s step on.
+    static void rebase_mixture(sampler_state& s) {
+        s.mixture_step = s.step;
+        s.mixture_drawn = s.drawn_before(s.step);
+        s.mixture_taken = s.taken;
+    }
+    // The dataset of the sample after `drawn` samples: the mixer over `st`'s counts, rebuilt when the
+    // state it follows is not the one it was left at.
+    std::uint32_t mix_next(const sampler_state& st, std::uint64_t drawn) {
+        const std::uint64_t since = drawn - st.mixture_drawn;
+        if (!mixer_ || mixer_->drawn() != since || mixer_step_ != st.mixture_step || mixer_check_ != st.mixture_check) {
+            mixer_.emplace(effective_schedule(st), config_.global_batch, since, taken_since(st));
+            mixer_step_ = st.mixture_step;
+            mixer_check_ = st.mixture_check;
+        }
+        return mixer_->next();
+    }
+
     sampler(sampler_config config, std::vector<double> weights) : config_(config) {
         launch_info env = launch_from_environment();
         rank_ = config_.rank >= 0 ? config_.rank : env.rank;
@@ -677,7 +835,7 @@ private:
             // batch draws the same stream.
             const std::uint64_t before = st.drawn_before(st.step);
             for (std::uint64_t i = 0; i < g; ++i) {
-                std::uint32_t d = choose_dataset(st.taken, before + i);
+                std::uint32_t d = mixture_ ? mix_next(st, before + i) : choose_dataset(st.taken, before + i);
                 auto& s = streams_[d];
                 if (st.index[d] >= s.samples_in_epoch(st.epoch[d])) {
                     ++st.epoch[d];
@@ -731,6 +889,9 @@ private:
 
     sampler_config config_;
     std::vector<double> weights_;
+    std::shared_ptr<const mixture_schedule> mixture_;  // null: fixed weights (or one dataset)
+    std::optional<mixer> mixer_;                       // follows state_ while it plans in order
+    std::uint64_t mixer_step_ = 0, mixer_check_ = 0;
     int rank_ = 0, world_ = 1;
     std::vector<dataset_stream> streams_;
     sampler_state state_;

@@ -2,7 +2,7 @@
 // JSON (with nlohmann_json): one flat, versioned object a person can read in a checkpoint directory,
 // with a checksum of every field. Binary (detail::to_bytes, detail::sampler_state_from_bytes): magic
 // "FLSAMPL1", then little-endian fields in a fixed order (version 2 adds the origin fields after the
-// step); it is only the input of that checksum (detail::state_check), not a format to save, but saved
+// step, version 3 the mixture fields after those and a count per dataset); it is only the input of that checksum (detail::state_check), not a format to save, but saved
 // checksums depend on it, so a new field means a new version. Both round-trip exactly; corrupt input
 // is a format_error.
 #pragma once
@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <string>
@@ -39,8 +40,11 @@ inline std::vector<std::byte> to_bytes(const sampler_state& s) {
         u64(v);
     if (s.rebased())
         for (std::uint64_t v : {s.origin_step, s.origin_drawn, s.origin_epoch, s.origin_index}) u64(v);
+    if (s.mixed())
+        for (std::uint64_t v : {std::uint64_t(s.mixture), s.mixture_check, s.mixture_step, s.mixture_drawn}) u64(v);
     const std::size_t n = s.dataset_documents.size();
-    if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
+    if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n ||
+        (s.mixed() && s.mixture_taken.size() != n))
         throw config_error("state", "per-dataset fields differ in length");
     u64(n);
     for (std::size_t i = 0; i < s.dataset_documents.size(); ++i) {
@@ -50,6 +54,7 @@ inline std::vector<std::byte> to_bytes(const sampler_state& s) {
         u64(s.taken[i]);
         u64(s.epoch[i]);
         u64(s.index[i]);
+        if (s.mixed()) u64(s.mixture_taken[i]);
     }
     return out;
 }
@@ -69,7 +74,8 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
     at = 8;
     sampler_state s;
     std::uint64_t version = u64();
-    if (version != sampler_state::current_version && version != sampler_state::rebased_version) {
+    if (version != sampler_state::current_version && version != sampler_state::rebased_version &&
+        version != sampler_state::mixture_version) {
         at -= 8;
         fail("unsupported version " + std::to_string(version));
     }
@@ -88,8 +94,14 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
         s.origin_epoch = u64();
         s.origin_index = u64();
     }
+    if (s.mixed()) {
+        s.mixture = static_cast<std::uint32_t>(u64());
+        s.mixture_check = u64();
+        s.mixture_step = u64();
+        s.mixture_drawn = u64();
+    }
     std::uint64_t n = u64();
-    if (n > (in.size() - at) / 48) fail("dataset count " + std::to_string(n) + " does not fit the remaining bytes");
+    if (n > (in.size() - at) / (s.mixed() ? 56 : 48)) fail("dataset count " + std::to_string(n) + " does not fit the remaining bytes");
     for (std::uint64_t i = 0; i < n; ++i) {
         s.dataset_documents.push_back(u64());
         s.dataset_tokens.push_back(u64());
@@ -97,6 +109,7 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
         s.taken.push_back(u64());
         s.epoch.push_back(u64());
         s.index.push_back(u64());
+        if (s.mixed()) s.mixture_taken.push_back(u64());
     }
     if (at != in.size()) fail("trailing bytes");
     return s;
@@ -139,6 +152,15 @@ inline std::string to_json(const sampler_state& s) {
         j["origin_epoch"] = s.origin_epoch;
         j["origin_index"] = s.origin_index;
     }
+    if (s.mixed()) {
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(s.mixture_check));
+        j["mixture"] = s.mixture;
+        j["mixture_check"] = hex;  // a string: 64-bit numbers lose digits in some JSON readers
+        j["mixture_step"] = s.mixture_step;
+        j["mixture_drawn"] = s.mixture_drawn;
+        j["mixture_taken"] = s.mixture_taken;
+    }
     j["check"] = detail::state_check(s);
     return j.dump();
 }
@@ -149,7 +171,8 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
     if (j.is_discarded() || json_format_of(j) != "feedline.sampler_state") f.fail("not a feedline sampler state");
     sampler_state s;
     s.version = f.u32("version");
-    if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version)
+    if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version &&
+        s.version != sampler_state::mixture_version)
         f.fail("unsupported version " + std::to_string(s.version));
     s.seed = f.u64("seed");
     s.seq_len = f.u64("seq_len");
@@ -171,13 +194,25 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
         s.origin_epoch = f.u64("origin_epoch");
         s.origin_index = f.u64("origin_index");
     }
+    if (s.mixed()) {
+        s.mixture = f.u32("mixture");
+        const auto& check = f.field("mixture_check");
+        const std::string hex = check.is_string() ? check.get<std::string>() : std::string();
+        char* end = nullptr;
+        s.mixture_check = std::strtoull(hex.c_str(), &end, 16);
+        if (hex.size() != 16 || end != hex.c_str() + 16) f.fail("mixture_check is not 16 hexadecimal digits");
+        s.mixture_step = f.u64("mixture_step");
+        s.mixture_drawn = f.u64("mixture_drawn");
+        s.mixture_taken = f.u64s("mixture_taken");
+    }
     const std::size_t n = s.dataset_documents.size();
-    if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n)
+    if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n ||
+        (s.mixed() && s.mixture_taken.size() != n))
         f.fail("per-dataset arrays differ in length");
     // States saved before the check existed have none (all of version 1); one that has it must match
     // every field.
-    if (s.rebased() && !j.contains("check"))
-        f.fail("a version-2 state without its check: it was edited (restore the checkpoint it came from)");
+    if ((s.rebased() || s.mixed()) && !j.contains("check"))
+        f.fail("a version-" + std::to_string(s.version) + " state without its check: it was edited (restore the checkpoint it came from)");
     if (j.contains("check")) {
         const auto& check = f.field("check");
         if (!check.is_string() || check.get<std::string>() != detail::state_check(s))

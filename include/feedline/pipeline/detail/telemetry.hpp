@@ -68,7 +68,7 @@ public:
     void write(const pipeline_stats& s, bool final = false) {
         if (!log_) return;
         if (final) final_logged_ = true;
-        put([&] { log_->write(s); });
+        put([&] { log_->write(s, final); });
     }
 
     // Before a line's stats are taken: the GPU's mean since the last line.
