@@ -332,19 +332,27 @@ class Pipeline:
         returned. JSON-serialisable, equal to the C++ to_json(state())."""
         return json.loads(self._engine.state_json())
 
-    def load_state_dict(self, state: Dict[str, Any], global_batch_change: str = "refuse") -> None:
+    def load_state_dict(self, state: Dict[str, Any], global_batch_change: str = "refuse", mixture_change: str = "refuse") -> None:
         """Continues from a state_dict() (before the first batch). Raises ConfigError when it does not belong here.
 
         global_batch_change: what a state saved with another global batch (batch_size x world size)
         does. "refuse" (the default) raises ConfigError naming both; "from_same_sample" goes on from
         the sample the saved run would have drawn next, with a warning: steps keep their numbers, and
-        the batches from there match neither a run with the old batch nor one with the new."""
+        the batches from there match neither a run with the old batch nor one with the new.
+
+        mixture_change: for a Pipeline over a mixture file, what a state saved with another schedule
+        (an edited file, or fixed weights) does. "refuse" (the default) raises ConfigError; "from_step"
+        goes on with this Pipeline's schedule from the saved step, each domain's target counted from its
+        count there (the schedule's stages keep their step numbers)."""
         _check("global_batch_change", global_batch_change, str, '"refuse" or "from_same_sample"')
         if global_batch_change not in ("refuse", "from_same_sample"):
             raise ValueError(f'global_batch_change must be "refuse" or "from_same_sample", not {global_batch_change!r}')
+        _check("mixture_change", mixture_change, str, '"refuse" or "from_step"')
+        if mixture_change not in ("refuse", "from_step"):
+            raise ValueError(f'mixture_change must be "refuse" or "from_step", not {mixture_change!r}')
         text = json.dumps(state)
         from_same_sample = global_batch_change == "from_same_sample"
-        self._engine.restore_json(text, from_same_sample)
+        self._engine.restore_json(text, from_same_sample, mixture_change == "from_step")
         saved = int(state.get("global_batch", 0)) if isinstance(state, dict) else 0
         mine = int(self.state_dict()["global_batch"])
         if from_same_sample and saved and saved != mine:

@@ -295,9 +295,10 @@ public:
     std::string state_json() const { return feedline::to_json(pending_ ? before_ : engine().state()); }
     // Each dataset's epoch as of the last batch the loop got (0 before the first).
     std::vector<std::uint64_t> epochs() const { return (pending_ ? before_ : engine().state()).epoch; }
-    void restore_json(const std::string& text, bool from_same_sample) {
+    void restore_json(const std::string& text, bool from_same_sample, bool mixture_from_step) {
         engine().restore(feedline::pipeline_state_from_json(text),
-                         from_same_sample ? feedline::global_batch_change::from_same_sample : feedline::global_batch_change::refuse);
+                         from_same_sample ? feedline::global_batch_change::from_same_sample : feedline::global_batch_change::refuse,
+                         mixture_from_step ? feedline::mixture_change::from_step : feedline::mixture_change::refuse);
         end_step_ = engine().end_step();  // `epochs` after another global batch ends elsewhere
     }
     void set_epoch(std::uint64_t epoch, bool only_that_epoch) {
@@ -581,7 +582,7 @@ NB_MODULE(_feedline, m) {
         .def("__next__", [](nb::handle self) { return nb::cast<py_pipeline&>(self).deliver(self); })
         .def("set_delivery", &py_pipeline::set_delivery, "stream_of"_a, "wrap"_a, "copy"_a)
         .def("state_json", &py_pipeline::state_json)
-        .def("restore_json", &py_pipeline::restore_json, "state"_a, "from_same_sample"_a = false)
+        .def("restore_json", &py_pipeline::restore_json, "state"_a, "from_same_sample"_a = false, "mixture_from_step"_a = false)
         .def("set_epoch", &py_pipeline::set_epoch, "epoch"_a, "only_that_epoch"_a = false)
         .def("stats_json", &py_pipeline::stats_json)
         .def("epochs", &py_pipeline::epochs)

@@ -48,11 +48,12 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
     // Byte 0 picks the sampler (and 0x80 the JSON form); states at the start and a few steps in.
     for (unsigned which = 0; which < feedline::fuzzing::sampler_kinds; ++which)
         for (int steps : {0, 5, -5}) {  // -5: 5 steps, then a version-2 state going on with another global batch
-            auto sampler = feedline::fuzzing::make_sampler(which);
+            auto sampler = feedline::fuzzing::make_sampler(which);  // (the mixture: weights set during the run)
             feedline::batch_plan plan;
             for (int i = 0; i < std::abs(steps); ++i) sampler->next(plan);
+            if (steps < 0 && sampler->mixture()) sampler->set_mixture_weights({1, 2});
             feedline::sampler_state state = sampler->state();
-            if (steps < 0) state = feedline::with_global_batch(state, state.global_batch + 1);
+            if (steps < 0 && !sampler->mixture()) state = feedline::with_global_batch(state, state.global_batch + 1);
             std::vector<std::uint8_t> bin{static_cast<std::uint8_t>(which)};
             for (std::byte b : feedline::detail::to_bytes(state)) bin.push_back(static_cast<std::uint8_t>(b));
             seeds.push_back(bin);

@@ -492,3 +492,22 @@ TEST_CASE("Faults.Resources.NoMemoryOrNoThreadsEndAToolWithAResourceErrorNotAnAb
     CHECK_MESSAGE(r.code == 1, r.err);
     CHECK_MESSAGE(r.err.find("could not be started") != std::string::npos, r.err);
 }
+
+// `ulimit -n 256` sets the soft and the hard limit: a dataset of a few shards (and a mixture of a few
+// domains) still opens and runs there. The reserve kept for the process's other descriptors used to
+// be 256 whatever the limit, which refused even one shard.
+TEST_CASE("Faults.Resources.AFewShardsRunUnderUlimitN256") {
+    ft::scratch_dir dir;
+    for (const char* name : {"a", "b"}) {
+        megatron_writer w(dir / name, token_dtype::uint16);
+        for (std::uint32_t d = 0; d < 20; ++d) w.add_document(std::vector<std::uint32_t>(300, d + 1));
+        w.finish();
+    }
+    ft::write_text(dir / "mix.json", R"({"domains": [{"name": "a", "data": "a"}, {"name": "b", "data": "b"}],
+ "stages": [{"at_step": 0, "weights": {"a": 1, "b": 3}}]})");
+    const std::string iterate = std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate --batches 5 --seq-len 64 --batch-size 4 ";
+    for (const std::string data : {dir / "a", dir / "mix.json"}) {
+        const auto r = ft::run("bash -c 'ulimit -n 256; exec " + iterate + data + "'", dir);
+        CHECK_MESSAGE(r.code == 0, data, ": ", r.err);
+    }
+}

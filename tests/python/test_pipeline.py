@@ -102,6 +102,42 @@ def test_a_blend_string_and_a_path_object_are_read_as_the_tools_read_them(data):
     assert len(list(feedline.Pipeline(Path(data["megatron"]), max_steps=2, **CONFIG))) == 2
 
 
+def test_a_mixture_file_is_a_data_spec_with_per_domain_stats_and_exact_resume(data, tmp_path):
+    """A mixture file (domains with their data, stages of weights) where a dataset goes: the same batches
+    as feedline-iterate, each domain's samples in stats(), a state_dict that resumes exactly, and an
+    edited schedule refused unless mixture_change="from_step"."""
+    mix = tmp_path / "mix.json"
+
+    def write(stages):
+        mix.write_text(json.dumps({"domains": [{"name": "web", "data": data["megatron"]}, {"name": "code", "data": data["llmc"]}],
+                                   "stages": stages}))
+
+    write([{"at_step": 0, "weights": {"web": 3, "code": 1}}, {"at_step": 4, "ramp_steps": 2, "weights": {"web": 1, "code": 3}}])
+    pipe = feedline.Pipeline(mix, max_steps=10, **CONFIG)
+    batches = [b.inputs.tolist() for b in pipe]
+    cpp = iterate(str(mix), *cli_args(10))
+    assert sum(sum(sum(row) for row in b) for b in batches) == cpp["token_sum"]
+    assert pipe.state_dict() == cpp["state"]
+    domains = pipe.stats()["datasets"]
+    assert [d["name"] for d in domains] == ["web", "code"]
+    assert sum(d["samples"] for d in domains) == 10 * CONFIG["batch_size"]
+    assert domains[1]["share"] == pytest.approx(0.75)
+    first = feedline.Pipeline(mix, max_steps=10, **CONFIG)
+    head = [b.inputs.tolist() for _, b in zip(range(5), first)]
+    state = first.state_dict()
+    assert state["version"] == 3 and state["mixture"] == 1
+    resumed = feedline.Pipeline(mix, max_steps=10, **CONFIG)
+    resumed.load_state_dict(state)
+    assert head + [b.inputs.tolist() for b in resumed] == batches
+    write([{"at_step": 0, "weights": {"web": 3, "code": 1}}, {"at_step": 5, "weights": {"code": 1}}])
+    edited = feedline.Pipeline(mix, max_steps=10, **CONFIG)
+    with pytest.raises(feedline.ConfigError):
+        edited.load_state_dict(state)
+    edited.load_state_dict(state, mixture_change="from_step")
+    rest = list(edited)
+    assert len(rest) == 5 and all(set(b.datasets.tolist()) == {1} for b in rest)  # every row from code
+
+
 def test_path_objects_are_taken_for_option_paths_and_tokenizer_models(data):
     by_path = feedline.Pipeline(Path(data["jsonl"]), tokenizer=Path(data["model"]), cache_dir=Path(data["dir"]) / "counts",
                                 max_steps=3, **CONFIG)

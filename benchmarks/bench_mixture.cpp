@@ -1,0 +1,222 @@
+// bench_mixture: a mixture of many domains against a blend of two, the same data in all.
+//
+// The same total of tokens (--tokens, llm.c uint16 shards, page cache warm) split into D domains of one
+// shard each, for every D of --domains (default 2,100,1000,10000), each with a mixture file of random
+// weights over two stages (a switch at a third of the run, with a ramp). Each D runs in a child process
+// of its own (memory and descriptors are per process), rounds alternated over the Ds; per D:
+//   open_s          the pipeline's constructor (opening every domain, the schedule, the sampler)
+//   first_batch_s   from there to the first batch
+//   anon_bytes_per_domain  anonymous memory after the first batch, beyond the process before it opened
+//                   anything, per domain (mapped file pages are the page cache's, not counted)
+//   descriptors     file descriptors open after the first batch
+//   tokens_per_s    steady state, from the first batch to the last of --batches
+//   vs_blend2       tokens_per_s against a plain blend of the 2-domain case's two shards (fixed
+//                   weights, Megatron's rule) in the same round: the baseline
+// and, once per D, whether it runs under `ulimit -n 256` (RLIMIT_NOFILE 256 in the child).
+// Last line: one JSON object with every D's medians.
+//
+//   build/release/bin/bench_mixture --dir /tmp/mixbench --tokens 40000000
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <feedline/exec/host_memory.hpp>
+#include <feedline/pipeline.hpp>
+
+#include "bench_common.hpp"
+
+using namespace feedline;
+using namespace feedline::bench;
+namespace fs = std::filesystem;
+
+namespace {
+
+// D domains of one llm.c shard each holding tokens / D tokens, and mix.json: random weights 1-100,
+// then at a third of `steps` a ramp of steps / 10 to other random weights (a tenth of them 0).
+std::string make_mixture(const std::string& root, std::uint64_t domains, std::uint64_t tokens, std::uint64_t steps) {
+    const std::string dir = root + "/d" + std::to_string(domains);
+    const std::string mix = dir + "/mix.json";
+    if (fs::exists(mix)) return mix;
+    fs::create_directories(dir);
+    std::mt19937_64 rng(domains);
+    const std::uint64_t per = tokens / domains;
+    nlohmann::json doms = nlohmann::json::array(), first = nlohmann::json::object(), second = nlohmann::json::object();
+    std::vector<std::uint16_t> body(per);
+    for (std::uint64_t d = 0; d < domains; ++d) {
+        const std::string name = "d" + std::to_string(d), file = name + ".bin";
+        for (auto& t : body) t = static_cast<std::uint16_t>(rng() % 50000);
+        std::int32_t header[256] = {20240520, 1, static_cast<std::int32_t>(per)};
+        std::ofstream out(dir + "/" + file, std::ios::binary);
+        out.write(reinterpret_cast<const char*>(header), sizeof header);
+        out.write(reinterpret_cast<const char*>(body.data()), static_cast<std::streamsize>(body.size() * 2));
+        if (!out) throw io_error(dir + "/" + file, errno, "cannot write");
+        doms.push_back({{"name", name}, {"data", file}});
+        first[name] = 1 + rng() % 100;
+        second[name] = rng() % 10 == 0 ? 0 : 1 + rng() % 100;
+    }
+    if (domains > 1) second["d0"] = 1;  // never all 0
+    const nlohmann::json j{
+        {"domains", doms},
+        {"stages", {{{"at_step", 0}, {"weights", first}}, {{"at_step", steps / 3}, {"ramp_steps", steps / 10}, {"weights", second}}}}};
+    std::ofstream(mix) << j.dump();
+    return mix;
+}
+
+std::uint64_t open_descriptors_now() {
+    std::uint64_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+}
+
+// One measurement in this process: prints one JSON line.
+int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, std::uint64_t batches, unsigned workers) {
+    const auto before = read_process_memory().rss_anon.value_or(0);
+    const auto t0 = clock_type::now();
+    pipeline p(mix,
+               {.batch_size = batch, .seq_len = seq_len, .seed = 1, .workers = workers, .device = device_kind::cpu, .max_steps = batches});
+    const double open_s = seconds_since(t0);
+    const auto t1 = clock_type::now();
+    std::uint64_t n = 0, sink = 0;
+    clock_type::time_point first;
+    std::uint64_t anon = 0, fds = 0;
+    for (auto& b : p) {
+        if (n++ == 0) {
+            first = clock_type::now();
+            anon = read_process_memory().rss_anon.value_or(0);
+            fds = open_descriptors_now();
+        }
+        sink += static_cast<std::uint64_t>(b.host_inputs()[0]);
+    }
+    const double first_s = std::chrono::duration<double>(first - t1).count();
+    const double rate = static_cast<double>((n - 1) * batch * seq_len) / seconds_since(first);
+    const auto domains = p.sources().size();
+    std::printf(
+        "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"descriptors\": %llu, \"tokens_per_s\": %.0f, "
+        "\"domains\": %zu, \"sink\": %llu}\n",
+        open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
+        static_cast<unsigned long long>(fds), rate, domains, static_cast<unsigned long long>(sink));
+    return 0;
+}
+
+// Runs this program with --one in a child (RLIMIT_NOFILE `nofile` when given) and returns its JSON
+// line, or the error it printed.
+nlohmann::json child(const std::string& self, const std::vector<std::string>& args, rlim_t nofile) {
+    int pipefd[2];
+    if (::pipe(pipefd) != 0) throw io_error("pipe", errno, "cannot create");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::dup2(pipefd[1], 1);
+        ::dup2(pipefd[1], 2);
+        ::close(pipefd[0]);
+        if (nofile) {
+            rlimit r{nofile, nofile};
+            ::setrlimit(RLIMIT_NOFILE, &r);
+        }
+        std::vector<char*> argv{const_cast<char*>(self.c_str())};
+        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        ::execv(self.c_str(), argv.data());
+        ::_exit(127);
+    }
+    ::close(pipefd[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t k; (k = ::read(pipefd[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
+    ::close(pipefd[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    const auto line = out.rfind('{');
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && line != std::string::npos) return nlohmann::json::parse(out.substr(line));
+    return {{"error", out.empty() ? "exit status " + std::to_string(status) : out.substr(0, out.find('\n'))}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"A mixture of many domains against a blend of two, the same data in all"};
+    std::string dir = "/tmp/feedline-bench-mixture", one;
+    std::vector<std::uint64_t> domains{2, 100, 1000, 10000};
+    std::uint64_t tokens = 40'000'000, batch = 32, seq_len = 256, batches = 3000;
+    unsigned workers = 2;
+    int rounds = 3;
+    app.add_option("--dir", dir, "where the domains' shards are written (kept: later runs reuse them)");
+    app.add_option("--domains", domains, "domain counts to measure (and always the 2-domain data as a plain blend, the baseline)")
+        ->delimiter(',');
+    app.add_option("--tokens", tokens, "tokens in all, split evenly over the domains");
+    app.add_option("--batch", batch, "samples per batch");
+    app.add_option("--seq-len", seq_len, "tokens per sample");
+    app.add_option("--batches", batches, "batches per measurement");
+    app.add_option("--workers", workers, "worker threads");
+    app.add_option("--rounds", rounds, "rounds, alternating the domain counts");
+    app.add_option("--one", one, "internal: measure this mixture file in this process and print one JSON line");
+    CLI11_PARSE(app, argc, argv);
+    if (!one.empty()) {
+        try {
+            return measure(one, batch, seq_len, batches, workers);
+        } catch (const std::exception& e) {
+            std::printf("%s\n", e.what());
+            return 1;
+        }
+    }
+
+    const std::string self = fs::canonical("/proc/self/exe").string();
+    std::map<std::uint64_t, std::string> files;
+    for (std::uint64_t d : domains) files[d] = make_mixture(dir, d, tokens, batches);
+    // The baseline: the 2-domain data as a plain blend (0 stands for it below).
+    const std::string two = make_mixture(dir, 2, tokens, batches);
+    const std::string blend2 =
+        "1 " + fs::path(two).parent_path().string() + "/d0.bin 1 " + fs::path(two).parent_path().string() + "/d1.bin";
+    auto args = [&](std::uint64_t d) {
+        return std::vector<std::string>{"--one",     d == 0 ? blend2 : files[d], "--batch",   std::to_string(batch),
+                                        "--seq-len", std::to_string(seq_len),    "--batches", std::to_string(batches),
+                                        "--workers", std::to_string(workers)};
+    };
+    domains.insert(domains.begin(), 0);
+    // Warm the page cache: one untimed run of each.
+    for (std::uint64_t d : domains) (void)child(self, args(d), 0);
+    std::map<std::uint64_t, std::map<std::string, std::vector<double>>> samples;
+    for (int r = 0; r < rounds; ++r) {
+        double base = 0;
+        for (std::uint64_t d : domains) {
+            const nlohmann::json j = child(self, args(d), 0);
+            if (j.contains("error")) {
+                std::printf("%s: %s\n", d == 0 ? "blend2" : (std::to_string(d) + " domains").c_str(),
+                            j["error"].get<std::string>().c_str());
+                continue;
+            }
+            for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "descriptors", "tokens_per_s"})
+                samples[d][k].push_back(j[k].get<double>());
+            if (d == 0) base = j["tokens_per_s"].get<double>();
+            if (base > 0) samples[d]["vs_blend2"].push_back(j["tokens_per_s"].get<double>() / base);
+        }
+    }
+    nlohmann::json out = nlohmann::json::object();
+    std::printf("%8s %10s %14s %16s %12s %14s %10s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain", "descriptors", "tokens/s",
+                "vs blend2", "ulimit -n 256");
+    for (std::uint64_t d : domains) {
+        const nlohmann::json limited = child(self, args(d), 256);
+        const bool ok = !limited.contains("error");
+        nlohmann::json row{{"runs_under_ulimit_256", ok}};
+        if (!ok) row["ulimit_256_error"] = limited["error"];
+        for (auto& [k, v] : samples[d]) row[k] = summarise(v).median;
+        auto get = [&](const char* k) { return row.contains(k) ? row[k].get<double>() : 0.0; };
+        std::printf("%8s %10.3f %14.4f %16.0f %12.0f %14.4g %10.3f  %s\n", (d == 0 ? std::string("blend2") : std::to_string(d)).c_str(),
+                    get("open_s"), get("first_batch_s"), get("anon_bytes_per_domain"), get("descriptors"), get("tokens_per_s"),
+                    get("vs_blend2"), ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
+        out[d == 0 ? std::string("blend2") : std::to_string(d)] = row;
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+}
