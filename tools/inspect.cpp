@@ -197,13 +197,15 @@ nlohmann::json inspect_mixture(const std::string& path, const inspect_options& o
         {"mixture", path}, {"domains", s.domains()}, {"steps", o.steps}, {"global_batch", o.global_batch}, {"seq_len", o.seq_len}};
     nlohmann::json stages = nlohmann::json::array();
     for (std::size_t k = 0; k < s.stages(); ++k) {
-        const std::uint64_t at = s.stage_step(k) + s.stage_ramp(k);  // where its own weights are in force
+        const std::vector<double> own = s.stage_shares(k);  // what the stage ramps to, or holds
         nlohmann::json shares = nlohmann::json::object();
-        for (std::size_t d = 0; d < s.domains(); ++d) shares[s.names()[d]] = s.share(d, at);
+        for (std::size_t d = 0; d < s.domains(); ++d) shares[s.names()[d]] = own[d];
         stages.push_back({{"at_step", s.stage_step(k)}, {"ramp_steps", s.stage_ramp(k)}, {"shares", shares}});
     }
     out["stages"] = stages;
     const feedline::mixture_targets targets(m.schedule, o.global_batch);
+    if (o.steps >= feedline::mixture_schedule::max_samples / o.global_batch)
+        throw feedline::config_error("--steps", "steps x global batch past 2^48 samples");
     const std::uint64_t samples = o.steps * o.global_batch;
     nlohmann::json domains = nlohmann::json::array();
     for (std::size_t d = 0; d < s.domains(); ++d) {

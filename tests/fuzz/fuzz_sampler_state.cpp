@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         return 0;  // per-dataset fields of different lengths: detail::to_bytes refuses to write them
     }
 
-    // The position fields (step, taken, epoch, index, and a version-2 state's origin) come from the input; the identity fields from
+    // The position fields (step, taken, epoch, index, a version-2 state's origin, a version-3 state's mixture fields) come from the input; the identity fields from
     // the sampler, so restore() gets past them and judges the position itself.
     auto sampler = fuzzing::make_sampler(which);
     sampler_state want = sampler->state();
@@ -87,6 +87,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         want.origin_drawn = s.origin_drawn;
         want.origin_epoch = s.origin_epoch % 4096;
         want.origin_index = s.origin_index;
+    }
+    if (s.mixed() && want.mixed()) {  // the mixture: where its targets count from, from the input (the check too, or this
+                                      // schedule's, so the rest of the validation is reached)
+        want.mixture = s.mixture;
+        want.mixture_check = s.mixture_check % 2 == 0 ? want.mixture_check : s.mixture_check;
+        want.mixture_step = s.mixture_step;
+        want.mixture_drawn = s.mixture_drawn;
+        if (s.weights.size() == want.weights.size()) want.weights = s.weights;
+        for (std::size_t i = 0; i < want.mixture_taken.size() && i < s.mixture_taken.size(); ++i)
+            want.mixture_taken[i] = s.mixture_taken[i];
     }
     try {
         sampler->restore(want);

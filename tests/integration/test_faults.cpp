@@ -506,7 +506,7 @@ TEST_CASE("Faults.Resources.AFewShardsRunUnderUlimitN256") {
     ft::write_text(dir / "mix.json", R"({"domains": [{"name": "a", "data": "a"}, {"name": "b", "data": "b"}],
  "stages": [{"at_step": 0, "weights": {"a": 1, "b": 3}}]})");
     const std::string iterate = std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate --batches 5 --seq-len 64 --batch-size 4 ";
-    for (const std::string data : {dir / "a", dir / "mix.json"}) {
+    for (const std::string& data : {dir / "a", dir / "mix.json"}) {
         const auto r = ft::run("bash -c 'ulimit -n 256; exec " + iterate + data + "'", dir);
         CHECK_MESSAGE(r.code == 0, data, ": ", r.err);
     }

@@ -162,6 +162,8 @@ TEST_CASE("Mixture.Config.BadSchedulesAreRefusedNamingTheField") {
     refused(names(2), {{0, {1, 1e-12}, 0, ""}}, "stages[0].weights.d1", "rounds to 0");
     refused(names(2), {}, "stages", "at least one stage");
     refused({}, {{0, {}, 0, ""}}, "domains", "at least one domain");
+    refused(names(2), {{0, {1, 1}, 0, ""}, {std::uint64_t{1} << 48, {1, 2}, 0, ""}}, "stages[1].at_step", "past what a run can reach");
+    refused(names(2), {{0, {1, 1}, 0, ""}, {~std::uint64_t{0} - 5, {1, 2}, 100, ""}}, "stages[1].at_step", "past what a run can reach");
 }
 
 TEST_CASE("Mixture.Resume.StatesThatThisScheduleCannotProduceAreRefused") {
@@ -248,6 +250,12 @@ TEST_CASE("Mixture.File.BadInputNamesTheFieldAndTheLine") {
     refused(head + "    {\"at_step\": 0, \"at_tokens\": 0, \"weights\": {\"web\": 1}}\n  ]\n}", "stages[0].at_tokens", "not both");
     refused(head + "    {\"at_step\": 0.5, \"weights\": {\"web\": 1}}\n  ]\n}", "stages[0].at_step", "mix.json:4: a whole number");
     refused("[1, 2]", "mixture", "mix.json:1: a mixture is a JSON object");
+    // A long key over a long array in an unknown field: refused at once, with no index of its values.
+    std::string zeros = "0";
+    for (int i = 0; i < 200000; ++i) zeros += ",0";
+    const std::string key(200000, 'k');
+    refused("{\"domains\": [\"a\"], \"stages\": [{\"at_step\": 0, \"weights\": {\"a\": 1}}],\n \"" + key + "\": [" + zeros + "]}", key,
+            "mix.json:2: not a field of a mixture");
     // Deep nesting in an unknown field is refused, not walked off the stack.
     refused("{\"domains\": [\"a\"], \"stages\": [{\"at_step\": 0, \"weights\": {\"a\": 1}}], \"x\": " + std::string(100000, '[') +
                 std::string(100000, ']') + "}",
@@ -457,6 +465,8 @@ TEST_CASE("Mixture.Sampler.AnotherScheduleGoesOnOnlyWhenAskedFromTheSavedStep") 
     CHECK_THROWS_AS(other.restore(plain.state()), config_error);
     CHECK_NOTHROW(other.restore(other.with_mixture_from_step(plain.state())));
     CHECK_THROWS_AS(plain.restore(later), config_error);  // a mixed state needs its schedule
+    // Asking to go on with the schedule a state already follows changes nothing: the same stream.
+    CHECK(other.with_mixture_from_step(later) == later);
 }
 
 TEST_CASE("Mixture.Sampler.MixedStatesRoundTripAndEditsAreRefused") {
@@ -478,10 +488,22 @@ TEST_CASE("Mixture.Sampler.MixedStatesRoundTripAndEditsAreRefused") {
     CHECK_NOTHROW(sampler_state_from_json(text));  // to_json recomputes the check: it is the restore that refuses
     sampler fresh(data.datasets(), schedule, mixed_config());
     CHECK_THROWS_AS(fresh.restore(moved), config_error);
+    // Counts moved by 3 between two datasets, their positions moved to match: only the mixture's bound
+    // can tell.
     sampler_state far = st;
     far.taken[0] += 3;
     far.taken[1] -= 3;
-    CHECK_THROWS_AS(fresh.restore(far), config_error);
+    for (std::size_t i = 0; i < 2; ++i) {
+        const std::uint64_t per = fresh.stream(i).samples_per_epoch(), t = far.taken[i];  // windows: every epoch alike
+        far.epoch[i] = t == 0 ? 0 : (t - 1) / per;
+        far.index[i] = t - far.epoch[i] * per;
+    }
+    try {
+        fresh.restore(far);
+        FAIL("restored counts 3 samples from their targets");
+    } catch (const config_error& e) {
+        CHECK(e.field() == "state.mixture_taken");
+    }
     sampler_state wrong_step = st;
     wrong_step.mixture_step = 30;
     CHECK_THROWS_AS(fresh.restore(wrong_step), config_error);

@@ -9,9 +9,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include <feedline/error.hpp>
@@ -40,21 +41,25 @@ inline void reserve_descriptors(std::uint64_t more, const std::string& what) {
     // `ulimit -n 256`, which sets both limits, a reserve of 256 refused even a one-shard dataset).
     const std::uint64_t headroom =
         lim.rlim_max == RLIM_INFINITY ? 256 : std::min<std::uint64_t>(256, static_cast<std::uint64_t>(lim.rlim_max) / 4);
-    // Listing /proc/self/fd costs O(descriptors open): done for every dataset opened, 10,000 small
-    // datasets (a mixture's domains) took 16 s. So the count listed last, plus what was reserved
-    // since, bounds what is open now (datasets opened since hold at most what they reserved); the
-    // directory is listed again only when that bound comes near the limit.
-    static std::atomic<std::uint64_t> listed{0}, reserved_since{0};
-    static std::atomic<bool> ever_listed{false};
-    if (ever_listed.load(std::memory_order_relaxed) &&
-        listed.load(std::memory_order_relaxed) + reserved_since.load(std::memory_order_relaxed) + more + headroom <= lim.rlim_cur) {
-        reserved_since.fetch_add(more, std::memory_order_relaxed);
+    // Listing /proc/self/fd costs O(descriptors open), and it was done for every dataset opened:
+    // 10,000 small datasets (a mixture's domains) took 16 s. So within a burst of opens (the last
+    // listing under 100 ms old), the count listed then plus what was reserved since bounds what is
+    // open now (datasets opened since hold at most what they reserved, and the headroom covers the
+    // few other descriptors a burst opens); past that, or near the limit, the directory is listed again.
+    static std::mutex guard;
+    static std::uint64_t listed = 0, reserved_since = 0;
+    static std::chrono::steady_clock::time_point listed_at{};
+    const std::lock_guard<std::mutex> lock(guard);
+    const auto now = std::chrono::steady_clock::now();
+    if (listed_at != std::chrono::steady_clock::time_point{} && now - listed_at < std::chrono::milliseconds(100) &&
+        listed + reserved_since + more + headroom <= lim.rlim_cur) {
+        reserved_since += more;
         return;
     }
     const std::uint64_t open = open_descriptors();
-    listed.store(open, std::memory_order_relaxed);
-    reserved_since.store(more, std::memory_order_relaxed);
-    ever_listed.store(true, std::memory_order_relaxed);
+    listed = open;
+    reserved_since = more;
+    listed_at = now;
     const std::uint64_t need = open + more + headroom;
     if (need <= lim.rlim_cur) return;
     if (lim.rlim_max != RLIM_INFINITY && need > lim.rlim_max)

@@ -291,6 +291,8 @@ public:
         if (delivery_.started()) throw config_error("restore", "call restore() before the first next()");
         if (mixing == mixture_change::from_step) {
             if (!mixture_) throw config_error("restore", "mixture_change::from_step is for a pipeline mixed by a schedule");
+            if (change != global_batch_change::refuse)
+                throw config_error("restore", "a mixture goes on with its global batch: give mixture_change::from_step alone");
             sampler_->restore(sampler_->with_mixture_from_step(s));
             delivery_.set_state(sampler_->state());
             return;

@@ -43,10 +43,16 @@ public:
             : targets_(std::move(schedule), global_batch), drawn_(drawn), taken_(std::move(taken)) {
         const std::size_t D = targets_.schedule().domains();
         if (taken_.empty() && drawn_ == 0) taken_.assign(D, 0);
+        if (drawn_ >= mixture_schedule::max_samples)
+            throw config_error("mixture.drawn", std::to_string(drawn_) + " samples: past what a schedule's targets hold (2^48)");
         if (taken_.size() != D)
             throw config_error("mixture.taken", std::to_string(taken_.size()) + " counts for " + std::to_string(D) + " domains");
         std::uint64_t sum = 0;
-        for (std::uint64_t t : taken_) sum += t;
+        for (std::uint64_t t : taken_) {
+            if (t > drawn_) throw config_error("mixture.taken", "a domain's count is more than the samples drawn");
+            sum += t;  // each at most drawn (< 2^48 for targets to be asked): no wrap before the check below
+            if (sum > drawn_) break;
+        }
         if (sum != drawn_)
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,21 +39,38 @@ namespace feedline {
 
 namespace detail {
 
-// The line (from 1) where each value of a JSON text starts, by JSON pointer ("/stages/1/weights/web").
-// For a text that nlohmann already parsed. Containers more than `max_depth` deep are stepped over, not
-// walked (a mixture is 4 deep; a hostile file must not exhaust the stack). Keys are taken as written,
-// so a key spelled with escapes is not found and its lookups fall back to an enclosing value's line.
+// Lines of a mixture file's values, for its errors. One pass at construction records the line of
+// each domain ("/domains/i") and stage ("/stages/k"), the values every error names; the line of any
+// deeper value ("/stages/1/weights/web") is found when asked, by a walk that follows only that path
+// (an error's, once). Memory: a line per domain and stage, whatever the file holds beside them (a
+// hostile file of long keys or huge arrays elsewhere costs a walk, not an index). Containers more
+// than `max_depth` deep are stepped over without recursion. Keys are compared as written, so a key
+// spelled with escapes is not found and falls back to an enclosing value's line. For a text that
+// nlohmann already parsed.
 class json_lines {
 public:
-    explicit json_lines(std::string_view text) : t_(text) { value("", 0); }
-    // The line of the value at `pointer`, or of the nearest enclosing value found (0: none).
-    int line(std::string pointer) const {
-        for (;;) {
-            if (auto it = lines_.find(pointer); it != lines_.end()) return it->second;
-            const auto slash = pointer.rfind('/');
-            if (slash == std::string::npos) return 0;
-            pointer.resize(slash);
-        }
+    explicit json_lines(std::string_view text) : t_(text) {
+        walk([](const std::string& at, int depth) { return depth == 0 || (depth == 1 && (at == "/domains" || at == "/stages")); },
+             [&](const std::string& at, int depth, int line) {
+                 if (depth != 2) return;
+                 (at.starts_with("/domains/") ? domains_ : stages_).push_back(line);
+             });
+    }
+    // The line of the value at `pointer`, or of the nearest enclosing value found (1: none).
+    int line(const std::string& pointer) const {
+        for (const auto& [prefix, lines] : {std::pair{std::string("/domains/"), &domains_}, std::pair{std::string("/stages/"), &stages_}})
+            if (pointer.starts_with(prefix) && pointer.find('/', prefix.size()) == std::string::npos) {
+                const std::size_t i = std::strtoull(pointer.c_str() + prefix.size(), nullptr, 10);
+                if (i < lines->size()) return (*lines)[i];
+            }
+        int found = 1;
+        std::size_t deepest = 0;
+        walk([&](const std::string& at, int) { return pointer.starts_with(at + "/") || at.empty(); },
+             [&](const std::string& at, int, int line) {
+                 const bool on_path = at.empty() || pointer == at || pointer.starts_with(at + "/");
+                 if (on_path && at.size() >= deepest) deepest = at.size(), found = line;
+             });
+        return found;
     }
     // The line of byte `offset` (nlohmann's parse errors give bytes).
     static int line_of_offset(std::string_view text, std::size_t offset) {
@@ -68,68 +86,82 @@ public:
 
 private:
     static constexpr int max_depth = 8;
-    void space() {
-        while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\t' || t_[i_] == '\n' || t_[i_] == '\r')) line_ += t_[i_++] == '\n';
+    // Calls `seen(pointer, depth, line)` for each value reached, and enters a container only where
+    // `enter(pointer, depth)` says so.
+    template <class Enter, class Seen>
+    void walk(Enter&& enter, Seen&& seen) const {
+        std::size_t i = 0;
+        int line = 1;
+        value(i, line, "", 0, enter, seen);
     }
-    std::string string() {  // at '"'; as written
+    void space(std::size_t& i, int& line) const {
+        while (i < t_.size() && (t_[i] == ' ' || t_[i] == '\t' || t_[i] == '\n' || t_[i] == '\r')) line += t_[i++] == '\n';
+    }
+    std::string string(std::size_t& i) const {  // at '"'; as written
         std::string out;
-        for (++i_; i_ < t_.size() && t_[i_] != '"'; ++i_) {
-            if (t_[i_] == '\\' && i_ + 1 < t_.size()) out += t_[i_++];
-            out += t_[i_];
+        for (++i; i < t_.size() && t_[i] != '"'; ++i) {
+            if (t_[i] == '\\' && i + 1 < t_.size()) out += t_[i++];
+            out += t_[i];
         }
-        ++i_;
+        ++i;
         return out;
     }
-    void skip_container() {  // at '{' or '[': to just past its match, strings respected, no recursion
+    void skip_string(std::size_t& i) const {
+        for (++i; i < t_.size() && t_[i] != '"'; ++i)
+            if (t_[i] == '\\') ++i;
+        ++i;
+    }
+    void skip_container(std::size_t& i, int& line) const {  // at '{' or '[': past its match, no recursion
         int depth = 0;
         do {
-            const char c = t_[i_];
+            const char c = t_[i];
             if (c == '"') {
-                string();
+                skip_string(i);
                 continue;
             }
             depth += c == '{' || c == '[';
             depth -= c == '}' || c == ']';
-            line_ += c == '\n';
-            ++i_;
-        } while (depth > 0 && i_ < t_.size());
+            line += c == '\n';
+            ++i;
+        } while (depth > 0 && i < t_.size());
     }
-    void value(const std::string& at, int depth) {
-        space();
-        if (i_ >= t_.size()) return;
-        lines_.emplace(at, line_);
-        const char c = t_[i_];
-        if ((c == '{' || c == '[') && depth >= max_depth) return skip_container();
+    template <class Enter, class Seen>
+    void value(std::size_t& i, int& line, const std::string& at, int depth, Enter& enter, Seen& seen) const {
+        space(i, line);
+        if (i >= t_.size()) return;
+        seen(at, depth, line);
+        const char c = t_[i];
         if (c == '{' || c == '[') {
+            if (depth >= max_depth || !enter(at, depth)) return skip_container(i, line);
             const char close = c == '{' ? '}' : ']';
-            ++i_;
+            ++i;
             for (std::size_t k = 0;; ++k) {
-                space();
-                if (i_ >= t_.size() || t_[i_] == close) break;
-                std::string key = std::to_string(k);
+                space(i, line);
+                if (i >= t_.size() || t_[i] == close) break;
+                std::string key;
                 if (c == '{') {
-                    key = string();
-                    space();
-                    ++i_;  // ':'
+                    key = string(i);
+                    space(i, line);
+                    ++i;  // ':'
+                } else {
+                    key = std::to_string(k);
                 }
-                value(at + "/" + pointer_token(key), depth + 1);
-                space();
-                if (i_ < t_.size() && t_[i_] == ',') ++i_;
+                value(i, line, at + "/" + pointer_token(key), depth + 1, enter, seen);
+                space(i, line);
+                if (i < t_.size() && t_[i] == ',') ++i;
             }
-            ++i_;
+            ++i;
         } else if (c == '"') {
-            string();
+            skip_string(i);
         } else {
-            while (i_ < t_.size() && t_[i_] != ',' && t_[i_] != '}' && t_[i_] != ']' && t_[i_] != ' ' && t_[i_] != '\n' && t_[i_] != '\t' &&
-                   t_[i_] != '\r')
-                ++i_;
+            while (i < t_.size() && t_[i] != ',' && t_[i] != '}' && t_[i] != ']' && t_[i] != ' ' && t_[i] != '\n' && t_[i] != '\t' &&
+                   t_[i] != '\r')
+                ++i;
         }
     }
 
     std::string_view t_;
-    std::size_t i_ = 0;
-    int line_ = 1;
-    std::unordered_map<std::string, int> lines_;
+    std::vector<int> domains_, stages_;
 };
 
 }  // namespace detail
@@ -142,9 +174,13 @@ struct mixture_file {
     std::vector<std::string> declared_at;
 };
 
+// A mixture of 10,000 domains over a few stages is about 1 MB.
+inline constexpr std::size_t max_mixture_file_bytes = std::size_t{64} << 20;
+
 // Reads a mixture file's text; `name` (its path) goes into every error. `tokens_per_step` (global
 // batch x sequence length) turns "at_tokens" into steps; 0 refuses "at_tokens".
 inline mixture_file parse_mixture(std::string_view text, const std::string& name, std::uint64_t tokens_per_step = 0) {
+    if (text.size() > max_mixture_file_bytes) throw config_error("mixture", name + ": larger than 64 MiB, not a mixture file");
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(text.begin(), text.end());

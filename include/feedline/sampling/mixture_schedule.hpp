@@ -42,6 +42,8 @@ public:
     // Limits that keep every target's numerator within 128 bits (see target()).
     static constexpr std::uint64_t max_samples = std::uint64_t{1} << 48;
     static constexpr std::uint64_t max_ramp_steps = std::uint64_t{1} << 40;
+    // Stages x domains: each stage holds a weight per domain (a 10,000-domain mixture may have 1,600).
+    static constexpr std::uint64_t max_stage_cells = std::uint64_t{1} << 24;
 
     // Throws config_error naming the field (and the stage's `where`) for: no domains, a duplicate or
     // empty domain name, no stages, a first stage not at step 0, steps that do not increase, a count
@@ -57,6 +59,9 @@ public:
             if (!seen.insert(n).second) throw config_error("domains", "the domain name '" + n + "' appears twice");
         }
         if (stages.empty()) throw config_error("stages", "a mixture needs at least one stage");
+        if (stages.size() > max_stage_cells / names_.size())
+            throw config_error("stages", std::to_string(stages.size()) + " stages of " + std::to_string(names_.size()) +
+                                             " domains: more than 2^24 weights in all");
         for (std::size_t k = 0; k < stages.size(); ++k) {
             const mixture_stage& st = stages[k];
             const std::string field = "stages[" + std::to_string(k) + "]";
@@ -64,6 +69,8 @@ public:
                 throw config_error(field + sub, (st.where.empty() ? "" : st.where + ": ") + why);
             };
             if (k == 0 && st.at_step != 0) fail(".at_step", "the first stage must start at step 0, not " + std::to_string(st.at_step));
+            if (st.at_step >= max_samples)  // no run reaches it (a sample per step at least), and steps stay far from wrapping
+                fail(".at_step", "step " + std::to_string(st.at_step) + " is past what a run can reach (2^48)");
             if (k > 0 && st.at_step <= stages[k - 1].at_step)
                 fail(".at_step", "step " + std::to_string(st.at_step) + " does not come after the previous stage's step " +
                                      std::to_string(stages[k - 1].at_step) + " (stages go forward)");
@@ -160,6 +167,14 @@ public:
     std::size_t stages() const noexcept { return declared_.size(); }
     std::uint64_t stage_step(std::size_t k) const { return declared_.at(k).at_step; }
     std::uint64_t stage_ramp(std::size_t k) const { return declared_.at(k).ramp_steps; }
+    // Stage k's own shares (what it ramps to), as numbers.
+    std::vector<double> stage_shares(std::size_t k) const {
+        const std::size_t j = segment_index(declared_.at(k).at_step + declared_.at(k).ramp_steps - (declared_.at(k).ramp_steps ? 1 : 0));
+        const std::vector<std::uint32_t>& q = quotas_[segments_[j].to];
+        std::vector<double> r(q.size());
+        for (std::size_t d = 0; d < q.size(); ++d) r[d] = static_cast<double>(q[d]) / static_cast<double>(quantum);
+        return r;
+    }
 
     // Domain d's share at `step`, as a number (for stats and display; the mixer uses target()).
     double share(std::size_t d, std::uint64_t step) const {
@@ -236,7 +251,7 @@ public:
     static constexpr std::uint64_t quantum = mixture_schedule::quantum, max_samples = mixture_schedule::max_samples;
     mixture_targets(std::shared_ptr<const mixture_schedule> schedule, std::uint64_t global_batch)
             : S_(std::move(schedule)), B_(global_batch) {
-        if (B_ == 0) throw config_error("global_batch", "must be at least 1");
+        if (B_ == 0 || B_ >= max_samples) throw config_error("global_batch", "must be at least 1 and below 2^48");
         const std::size_t D = S_->domains(), K = S_->segments_.size();
         // Domain d's target at the start of segment k, in 1 / (2 quantum): a constant segment of L
         // steps adds 2 B L a; a ramp adds B (a (L + 1) + b (L - 1)) (the sum of its steps' shares).
@@ -270,7 +285,7 @@ public:
         const mixture_uint128 P = prefix(d, k);  // in 1 / (2 quantum)
         const mixture_uint128 t = step - s.begin, B = B_, a = S_->quotas_[s.from][d];
         if (s.from == s.to) return {P + 2 * (t * B + r) * a, 2 * mixture_uint128{quantum}};
-        // In 1 / (2 quantum L): bounded by 2^113 for n < 2^48 samples and L < 2^40 steps.
+        // In 1 / (2 quantum L): bounded by 2^116 for n < 2^48 samples and L < 2^40 steps.
         const mixture_uint128 L = s.end - s.begin, b = S_->quotas_[s.to][d];
         const mixture_uint128 tri = t * (t - (t > 0 ? 1 : 0)) / 2;  // t (t - 1) / 2
         const mixture_uint128 whole = B * (a * (t * L - tri) + b * tri), part = mixture_uint128{r} * (a * (L - t) + b * t);
@@ -332,7 +347,7 @@ private:
             throw config_error("mixture", "more than 2^48 samples: beyond what the schedule's exact targets hold");
     }
     std::uint64_t samples_at(std::uint64_t step) const {
-        if (step == mixture_schedule::never || step >= mixture_schedule::max_samples / B_) return mixture_schedule::max_samples - 1;
+        if (step == mixture_schedule::never || step > (mixture_schedule::max_samples - 1) / B_) return mixture_schedule::max_samples - 1;
         return step * B_;
     }
 

@@ -400,10 +400,18 @@ public:
     // this sampler's schedule from its step: targets count from the counts at that step, and the
     // schedule's stages keep their step numbers (those before it no longer matter). The explicit way
     // to continue a run with a new or edited schedule; restore() refuses a schedule that differs from
-    // the saved one. Throws config_error when the step falls inside a ramp of the schedule.
+    // the saved one. A state already of this schedule is returned as it is; one whose weights were set
+    // during the run goes back to this schedule. Throws config_error when the step falls inside a ramp
+    // of the schedule.
     sampler_state with_mixture_from_step(sampler_state s) const {
         if (!mixture_) throw config_error("mixture", "this sampler has no mixture schedule to go on with");
-        if (s.rebased()) throw config_error("state.version", "a state that changed its global batch cannot go on with a schedule");
+        if (s.version != sampler_state::current_version && s.version != sampler_state::mixture_version)
+            throw config_error("state.version",
+                               "version " + std::to_string(s.version) +
+                                   ": a state that changed its global batch (2), or an unknown one, cannot go on with a schedule");
+        // Already this schedule's (saved by a run with it, in force): nothing to rebase, and rebasing
+        // would drop what its targets carried past whole samples.
+        if (s.mixed() && s.mixture == 1 && s.mixture_check == mixture_->fingerprint()) return s;
         (void)mixture_->from_step(s.step);  // refuses a step inside a ramp
         s.version = sampler_state::mixture_version;
         s.mixture = 1;
@@ -565,6 +573,8 @@ public:
                                "mixture_change::from_step)");
         if (!mixture_ && s.mixed())
             throw config_error("state.mixture", "saved by a run mixed with a schedule: make the sampler with that schedule");
+        if (!s.mixed() && ((s.mixture | s.mixture_check | s.mixture_step | s.mixture_drawn) != 0 || !s.mixture_taken.empty()))
+            throw config_error("state.mixture", "a version-" + std::to_string(s.version) + " state has no mixture fields");
         if (!s.rebased() && (s.origin_step | s.origin_drawn | s.origin_epoch | s.origin_index) != 0)
             throw config_error("state.origin_step", "a version-1 state has no origin fields");
         differs("seed", s.seed, state_.seed);
@@ -673,10 +683,18 @@ private:
                                "saved with another mixture schedule: go on with this one from the saved step "
                                "explicitly (sampler::with_mixture_from_step; pipeline::restore with "
                                "mixture_change::from_step)");
+        for (std::size_t i = 0; i < n; ++i)  // shown in stats and saved again: numbers JSON can hold
+            if (!std::isfinite(s.weights[i]) || s.weights[i] < 0)
+                throw config_error("state.weights" + index_text(i), "not a finite number, at least 0 (edited or corrupted state)");
         if (s.mixture == 2 && s.mixture_check != effective_schedule(s)->fingerprint())
             throw config_error("state.weights",
                                "the weights set during the run do not match the state's check (edited or corrupted state)");
-        (void)mixer(effective_schedule(s), s.global_batch, s.drawn_before(s.step) - s.mixture_drawn, taken_since(s));
+        try {  // counts within one sample of their targets: the mixer refuses others
+            (void)mixer(effective_schedule(s), s.global_batch, s.drawn_before(s.step) - s.mixture_drawn, taken_since(s));
+        } catch (const config_error& e) {
+            if (e.field().starts_with("state.")) throw;
+            throw config_error("state.mixture_taken", std::string(e.what()) + " (edited or corrupted state)");
+        }
     }
 
     // The schedule in force for a mixed state: the sampler's from its mixture_step, or the weights set

@@ -198,9 +198,9 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
         s.mixture = f.u32("mixture");
         const auto& check = f.field("mixture_check");
         const std::string hex = check.is_string() ? check.get<std::string>() : std::string();
-        char* end = nullptr;
-        s.mixture_check = std::strtoull(hex.c_str(), &end, 16);
-        if (hex.size() != 16 || end != hex.c_str() + 16) f.fail("mixture_check is not 16 hexadecimal digits");
+        if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+            f.fail("mixture_check is not 16 lowercase hexadecimal digits");
+        s.mixture_check = std::strtoull(hex.c_str(), nullptr, 16);
         s.mixture_step = f.u64("mixture_step");
         s.mixture_drawn = f.u64("mixture_drawn");
         s.mixture_taken = f.u64s("mixture_taken");
