@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,7 @@ public:
         if (sum != drawn_)
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
+        reached_.assign(D, none);
         for (std::uint32_t d = 0; d < D; ++d) {
             if (!within_bound(d))
                 throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " + std::to_string(taken_[d]) +
@@ -112,9 +114,17 @@ private:
     // target stops short of that, so it never must). A domain whose target never passes its count
     // again is done.
     void schedule_next(std::uint32_t d) {
-        const auto may = targets_.first_reaching(d, taken_[d], true);
+        // Where the target passes the count is usually where it reached it (the previous sample's
+        // deadline, kept): one target instead of a search, unless it landed exactly on the count.
+        std::optional<std::uint64_t> may;
+        if (const std::uint64_t reached = reached_[d]; reached != none) {
+            const auto f = targets_.target(d, reached);
+            if (f.num > mixture_uint128{taken_[d]} * f.den) may = reached;
+        }
+        if (!may) may = targets_.first_reaching(d, taken_[d], true);
         if (!may) return;
         const auto must = targets_.first_reaching(d, taken_[d] + 1, false);
+        reached_[d] = must ? *must : none;
         job j{std::max(*may, std::uint64_t{1}) - 1, must ? *must - 1 : none, d};
         j.release = std::max(j.release, drawn_);
         waiting_.push(j);
@@ -123,6 +133,7 @@ private:
     mixture_targets targets_;
     std::uint64_t drawn_;
     std::vector<std::uint64_t> taken_;
+    std::vector<std::uint64_t> reached_;  // per domain: where its target reached its count (none: not known)
     std::priority_queue<job, std::vector<job>, later_release> waiting_;
     std::priority_queue<job, std::vector<job>, later_deadline> ready_;
 };
