@@ -146,7 +146,9 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
                              R"( {"at_tokens": 2048, "ramp_steps": 5, "weights": {"web": 1, "math": 4}},)"
                              R"( {"at_step": 40, "weights": {"code": 0.5, "math": 1e-3}}]})";
     const std::string bad = R"({"domains": ["web", "web"], "stages": [{"at_step": 3, "weights": {"x": -1}}]})";
-    for (const auto& [b, text] : {std::pair{3, good}, std::pair{0, good}, std::pair{7, bad}}) {
+    // A number past a double's range: nlohmann's out_of_range, not a parse_error (found by libFuzzer).
+    const std::string huge = R"({"domains": ["web"], "stages": [{"at_step": 0, "weights": {"web": 3e999}}]})";
+    for (const auto& [b, text] : {std::pair{3, good}, std::pair{0, good}, std::pair{7, bad}, std::pair{1, huge}}) {
         std::vector<std::uint8_t> seed{static_cast<std::uint8_t>(b)};
         seed.insert(seed.end(), text.begin(), text.end());
         seeds.push_back(seed);

@@ -250,6 +250,8 @@ TEST_CASE("Mixture.File.BadInputNamesTheFieldAndTheLine") {
     refused(head + "    {\"at_step\": 0, \"at_tokens\": 0, \"weights\": {\"web\": 1}}\n  ]\n}", "stages[0].at_tokens", "not both");
     refused(head + "    {\"at_step\": 0.5, \"weights\": {\"web\": 1}}\n  ]\n}", "stages[0].at_step", "mix.json:4: a whole number");
     refused("[1, 2]", "mixture", "mix.json:1: a mixture is a JSON object");
+    // A number past a double's range is nlohmann's out_of_range, not a parse error (found by libFuzzer).
+    refused(head + "    {\"at_step\": 0, \"weights\": {\"web\": 1e999}}\n  ]\n}", "mixture", "mix.json: not JSON a mixture can hold");
     // A long key over a long array in an unknown field: refused at once, with no index of its values.
     std::string zeros = "0";
     for (int i = 0; i < 200000; ++i) zeros += ",0";

@@ -187,6 +187,8 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
     } catch (const nlohmann::json::parse_error& e) {
         throw config_error("mixture",
                            name + ":" + std::to_string(detail::json_lines::line_of_offset(text, e.byte)) + ": not JSON (" + e.what() + ")");
+    } catch (const nlohmann::json::exception& e) {  // a number too large for a double (406), ...
+        throw config_error("mixture", name + ": not JSON a mixture can hold (" + std::string(e.what()) + ")");
     }
     const detail::json_lines lines(text);
     auto where = [&](const std::string& pointer) { return name + ":" + std::to_string(lines.line(pointer)); };
