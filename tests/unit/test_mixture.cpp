@@ -357,6 +357,54 @@ TEST_CASE("Mixture.Sampler.ResumeAtAnyStepEqualsTheUninterruptedStreamAndKeepsTh
     CHECK(probe.mixture_shares()[2] == doctest::Approx(schedule->share(2, 18)));
 }
 
+// What pipelines keep per batch in flight: each step's change, applied in order to the state before,
+// gives the sampler's state after, field for field; including a step planned again after a restore
+// (the sampler marks the datasets a step drew from per plan, not per step number) and epochs that end.
+TEST_CASE("Mixture.Sampler.StepDeltasAppliedInOrderGiveTheStateAfterEachStep") {
+    const mixed_data data;
+    const auto follow = [](sampler& s, int steps) {
+        sampler_state applied = s.state();
+        batch_plan b;
+        sampler_step_delta delta;
+        std::set<std::uint32_t> drawn;
+        for (int i = 0; i < steps; ++i) {
+            s.next(b, delta);
+            REQUIRE(delta.step == s.state().step);
+            REQUIRE(delta.datasets.size() <= s.config().global_batch);
+            delta.apply_to(applied);
+            REQUIRE(applied == s.state());
+            for (const auto& p : delta.datasets) drawn.insert(p.dataset);
+        }
+        return drawn;
+    };
+    SUBCASE("a mixture, across its stages and a ramp, and after a restore to an earlier step") {
+        sampler s(data.datasets(), three_stages(), mixed_config());
+        CHECK(follow(s, 30).size() == 3);
+        const sampler_state at30 = s.state();
+        (void)follow(s, 5);
+        s.restore(at30);  // step 30 again: every dataset it draws from is in its delta once more
+        CHECK(follow(s, 40).size() >= 2);
+    }
+    SUBCASE("a blend with fixed weights") {
+        sampler s(data.datasets(), {0.5, 0.3, 0.2}, mixed_config());
+        CHECK(follow(s, 60).size() == 3);
+    }
+    SUBCASE("one dataset, planned in order and at any step") {
+        sampler s(std::vector<sampler_dataset>{data.datasets()[1]}, {1.0}, mixed_config());
+        CHECK(follow(s, 25) == std::set<std::uint32_t>{0});
+        sampler at(std::vector<sampler_dataset>{data.datasets()[1]}, {1.0}, mixed_config());
+        batch_plan b;
+        sampler_state after;
+        sampler_step_delta delta;
+        for (std::uint64_t step : {7u, 3u, 24u}) {
+            at.plan_at(step, b, after, delta);
+            sampler_state applied = at.state();
+            delta.apply_to(applied);
+            CHECK(applied == after);
+        }
+    }
+}
+
 TEST_CASE("Mixture.Sampler.TwoRanksThenThreeAfterAResumeEqualOneRanksGlobalStream") {
     const mixed_data data;
     const auto schedule = three_stages();

@@ -560,12 +560,18 @@ private:
         const detail::scoped_fetch_ahead ahead(fetch_ahead_.get());  // remote ranges fetched for this worker's steps
         try {
             if (!worker_cpus_.empty()) pin_to(worker_cpus_);
-            std::vector<std::unique_ptr<source_worker>> writers;
-            for (std::size_t i = 0; i < sources_.size(); ++i)
-                writers.push_back(sources_[i].source->make_worker(source_context::of(config_), counters_[i]));
-            std::vector<std::vector<std::uint32_t>> rows_of(sources_.size());
-            batch_plan plan;  // reused: no allocation per batch once warm
-            sampler_state after;
+            // Each source's writer, made when a batch first holds its samples: a mixture of thousands
+            // of domains costs a worker nothing for the domains it has not met.
+            std::vector<std::unique_ptr<source_worker>> writers(sources_.size());
+            const auto writer = [&](std::size_t i) -> source_worker& {
+                if (!writers[i]) writers[i] = sources_[i].source->make_worker(source_context::of(config_), counters_[i]);
+                return *writers[i];
+            };
+            if (sources_.size() == 1) (void)writer(0);
+            std::vector<std::uint32_t> by_dataset;  // the batch's rows ordered by dataset: one run per writer
+            batch_plan plan;                        // reused: no allocation per batch once warm
+            sampler_step_delta after;
+            sampler_state own_after;  // own planners: the state after the step (one dataset: small)
             detail::row_boundaries bounds;
             int excluded_cpu = -1;  // the trainer's CPU this thread's affinity leaves out
             for (;;) {
@@ -574,7 +580,7 @@ private:
                     [&] { return index < target_workers_.load(std::memory_order_relaxed) || ring.closed() || planned_all_.load(); });
                 delivery_.placement().keep_off(excluded_cpu);  // exec/trainer_cpu.hpp
                 const auto t0 = std::chrono::steady_clock::now();
-                if (!plan_next(index, plan, after, ring)) break;
+                if (!plan_next(index, plan, after, own_after, ring)) break;
                 plan_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
                 std::byte* slot = ring.acquire(plan.step);
                 if (slot == nullptr) break;
@@ -584,11 +590,17 @@ private:
                     view.datasets[r] = static_cast<std::int32_t>(plan.samples[r].dataset);
                 if (writers.size() == 1) {
                     writers[0]->write(plan, all_rows_, view);
-                } else {
-                    for (auto& rows : rows_of) rows.clear();
-                    for (std::uint32_t r = 0; r < plan.samples.size(); ++r) rows_of[plan.samples[r].dataset].push_back(r);
-                    for (std::size_t i = 0; i < writers.size(); ++i)
-                        if (!rows_of[i].empty()) writers[i]->write(plan, rows_of[i], view);
+                } else {  // O(batch), whatever the number of sources
+                    by_dataset.assign(all_rows_.begin(), all_rows_.end());
+                    std::sort(by_dataset.begin(), by_dataset.end(), [&](std::uint32_t a, std::uint32_t b) {  // no allocation
+                        const auto da = plan.samples[a].dataset, db = plan.samples[b].dataset;
+                        return da != db ? da < db : a < b;
+                    });
+                    for (std::size_t first = 0, last = 0; first < by_dataset.size(); first = last) {
+                        const std::uint32_t d = plan.samples[by_dataset[first]].dataset;
+                        while (last < by_dataset.size() && plan.samples[by_dataset[last]].dataset == d) ++last;
+                        writer(d).write(plan, std::span<const std::uint32_t>(by_dataset).subspan(first, last - first), view);
+                    }
                 }
                 if (layout_.packed) {
                     const auto t1 = std::chrono::steady_clock::now();
@@ -606,20 +618,20 @@ private:
         parked_.notify();                             // parked workers see the end or the failure
     }
 
-    // The next step's plan and the state after it; false when there is none (max_steps reached, or stopped).
-    bool plan_next(unsigned index, batch_plan& plan, sampler_state& after, const staging_ring& ring) {
+    // The next step's plan and what it changes in the state; false when there is none (max_steps
+    // reached, or stopped). `scratch`: storage for an own planner's state after the step.
+    bool plan_next(unsigned index, batch_plan& plan, sampler_step_delta& after, sampler_state& scratch, const staging_ring& ring) {
         if (own_planners_) {
             if (ring.closed()) return false;
             const std::uint64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
             if (end_step_ && step >= end_step_) return planned_all();
-            planners_[index]->plan_at(step, plan, after);
+            planners_[index]->plan_at(step, plan, scratch, after);
             return true;
         }
         std::lock_guard lock(planner_);
         if (ring.closed()) return false;
         if (end_step_ && sampler_->state().step >= end_step_) return planned_all();
-        sampler_->next(plan);
-        after = sampler_->state();
+        sampler_->next(plan, after);
         next_step_.store(after.step, std::memory_order_relaxed);  // for the fetch ahead (own planners count it themselves)
         return true;
     }

@@ -36,9 +36,11 @@ public:
     // Where the trainer is: the state after the last batch returned (or the restored one).
     const sampler_state& state() const noexcept { return state_; }
     void set_state(const sampler_state& s) { state_ = s; }
-    // Where a restore continues once the batch of `step` is returned. Written by the slot's producer
-    // after it acquired the slot and before it publishes (the ring's publish/next orders the two).
-    void set_slot_state(std::uint64_t step, const sampler_state& s) { slot_states_[step % slot_states_.size()] = s; }
+    // Where a restore continues once the batch of `step` is returned: what the step changes in the
+    // state before it (batches are returned in step order). Written by the slot's producer after it
+    // acquired the slot and before it publishes (the ring's publish/next orders the two). Copy-assigned:
+    // the slot's storage is reused.
+    void set_slot_state(std::uint64_t step, const sampler_step_delta& d) { slot_states_[step % slot_states_.size()] = d; }
 
     // Makes the ring (pinned on a GPU, else host: the device choice and its reason) at the plan's
     // depth, and the autotuner for what the config left to it (workers = 0: `tune_workers`; prefetch
@@ -53,7 +55,7 @@ public:
             c.device);
         ring_ = std::move(chosen.ring);
         device_reason_ = std::move(chosen.reason);
-        slot_states_.assign(m.slots, state_);
+        slot_states_.assign(m.slots, sampler_step_delta{});
         ring_->set_depth(m.depth);
         if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
         tuner_ = autotuner({.tune_workers = tune_workers,
@@ -92,7 +94,7 @@ public:
         }
         returned_ = left;
         if (!h) return std::nullopt;
-        state_ = slot_states_[h->slot()];
+        slot_states_[h->slot()].apply_to(state_);
         ++delivered_;
         return h;
     }
@@ -146,7 +148,7 @@ private:
     std::chrono::milliseconds wait_check_every_{100};
     std::string device_reason_;
     trainer_cpu placement_;
-    std::vector<sampler_state> slot_states_;
+    std::vector<sampler_step_delta> slot_states_;
     sampler_state state_{};
     autotuner tuner_;
     std::uint64_t delivered_ = 0;
