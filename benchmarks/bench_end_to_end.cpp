@@ -57,7 +57,7 @@ struct mapped_shards {
     explicit mapped_shards(const token_dataset& d) {
         for (std::size_t i = 0; i < d.shard_count(); ++i) {
             const auto& s = d.shard(i);
-            void* p = ::mmap(nullptr, s.bin->size(), PROT_READ, MAP_SHARED, s.bin->local_file()->fd(), 0);
+            void* p = ::mmap(nullptr, s.bin->size(), PROT_READ, MAP_SHARED, s.bin->local_file()->use().fd(), 0);
             if (p == MAP_FAILED) throw io_error(s.path, errno, "mmap");
             shards.emplace_back(reinterpret_cast<const std::uint16_t*>(static_cast<const std::byte*>(p) + 1024), s.tokens);
         }

@@ -90,7 +90,7 @@ std::vector<std::string> make_shards(const args& a) {
 // Fraction of the file's pages resident in the page cache (mincore).
 double residency(const feedline::file& f) {
     if (f.size() == 0) return 1.0;
-    void* p = ::mmap(nullptr, f.size(), PROT_READ, MAP_SHARED, f.fd(), 0);
+    void* p = ::mmap(nullptr, f.size(), PROT_READ, MAP_SHARED, f.use().fd(), 0);
     std::vector<unsigned char> vec((f.size() + 4095) / 4096);
     ::mincore(p, f.size(), vec.data());
     ::munmap(p, f.size());
@@ -101,7 +101,8 @@ double residency(const feedline::file& f) {
 void warm(const feedline::token_dataset& ds) {
     std::vector<char> buf(8 << 20);
     for (std::size_t s = 0; s < ds.shard_count(); ++s) {
-        int fd = ds.shard(s).bin->local_file()->fd();
+        const auto held = ds.shard(s).bin->local_file()->use();
+        const int fd = held.fd();
         for (off_t off = 0; ::pread(fd, buf.data(), buf.size(), off) > 0; off += static_cast<off_t>(buf.size())) {
         }
     }

@@ -2,10 +2,12 @@
 // fail with format_error naming the file, and backend selection records why it chose what it chose.
 #include <doctest/doctest.h>
 
+#include <feedline/detail/descriptor_limit.hpp>
 #include <feedline/storage/fetch_ahead.hpp>
 #include <feedline/storage/reader.hpp>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,6 +194,93 @@ TEST_CASE("Storage.Mmap.ManyFilesInRandomOrderEachReadFromItsOwnMapping") {
     }
 }
 
+// The descriptor pool: with more files than the soft RLIMIT_NOFILE allows open (lowered to 64 here),
+// every backend still reads every file's own bytes, many times over in random order, while the files
+// never hold more descriptors than the pool's budget; a file whose descriptor was closed and that was
+// replaced (renamed over) or truncated since is an io_error naming it when used again, never the new
+// file's bytes.
+TEST_CASE("Storage.DescriptorPool.MoreFilesThanTheLimitAreReadWithinItAndAReplacedOneIsRefused") {
+    rlimit saved{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 64) ft::skip("the hard descriptor limit is below 64 here");
+    ft::scratch_dir dir;
+    const std::size_t n = 150;
+    std::vector<std::vector<std::byte>> contents;
+    for (std::size_t i = 0; i < n; ++i) {
+        contents.push_back(ft::patterned_bytes(3000 + 101 * i, i + 7));
+        ft::write_bytes(dir / file_name(i), contents.back().data(), contents.back().size());
+    }
+    rlimit low = saved;
+    low.rlim_cur = 64;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    struct restore_limit {
+        rlimit lim;
+        ~restore_limit() { (void)::setrlimit(RLIMIT_NOFILE, &lim); }
+    } restore{saved};
+    auto& pool = detail::descriptor_pool::instance();
+    const std::size_t budget = detail::descriptor_pool::budget();
+    CHECK(budget == 48);  // 64 less a quarter for the process's others
+    const std::size_t before = pool.open_count();
+    const std::uint64_t fds_before = detail::open_descriptors();
+    {
+        std::vector<file> files;
+        for (std::size_t i = 0; i < n; ++i) files.emplace_back(dir / file_name(i));  // past the limit: opens close idle ones
+        CHECK(pool.open_count() <= budget);
+        std::vector<any_reader> readers;
+        readers.push_back(make_reader({.backend = io_backend::pread}));
+        readers.push_back(make_reader({.backend = io_backend::mmap}));
+        if (!io_uring_unavailable_reason()) readers.push_back(make_reader({.backend = io_backend::io_uring}));
+        std::mt19937_64 rng(11);
+        for (int round = 0; round < 60; ++round) {
+            std::vector<std::vector<std::byte>> got(40);
+            std::vector<read_request> reqs;
+            std::vector<std::size_t> which;
+            for (auto& g : got) {
+                const std::size_t f = rng() % n;
+                const std::uint64_t size = contents[f].size(), off = rng() % size, len = rng() % (size - off) + 1;
+                g.resize(len);
+                reqs.push_back({&files[f], off, len, g.data()});
+                which.push_back(f);
+            }
+            readers[static_cast<std::size_t>(round) % readers.size()].read(reqs);
+            for (std::size_t k = 0; k < reqs.size(); ++k)
+                REQUIRE(std::equal(got[k].begin(), got[k].end(), contents[which[k]].begin() + static_cast<std::ptrdiff_t>(reqs[k].offset)));
+            REQUIRE(pool.open_count() <= budget);
+            REQUIRE(detail::open_descriptors() <= fds_before + budget + 8);  // the io_uring ring's own, and the listing's
+        }
+        // Files used since, until the clock has closed the descriptors of files 3 and 4.
+        for (int sweep = 0; sweep < 10 && (files[3].holds_descriptor() || files[4].holds_descriptor()); ++sweep)
+            for (std::size_t i = 60; i < n; ++i) (void)files[i].version();
+        REQUIRE_FALSE(files[3].holds_descriptor());
+        REQUIRE_FALSE(files[4].holds_descriptor());
+        const std::string replaced = dir / file_name(3), truncated = dir / file_name(4);
+        ft::write_bytes(dir / "new", contents[9].data(), contents[3].size());
+        REQUIRE(::rename((dir / "new").c_str(), replaced.c_str()) == 0);
+        REQUIRE(::truncate(truncated.c_str(), 100) == 0);
+        std::vector<std::byte> buf(50);
+        for (auto& reader : readers) {
+            for (const std::size_t f : {std::size_t{3}, std::size_t{4}}) {
+                read_request r{&files[f], 0, 50, buf.data()};
+                try {
+                    reader.read(std::span(&r, 1));
+                    // Only a mapping made before (it holds the file as opened) may still be read: its own bytes.
+                    CHECK_MESSAGE(reader.name() == "mmap", reader.name(), " read file ", f, " after it was replaced or cut");
+                    CHECK(std::equal(buf.begin(), buf.end(), contents[f].begin()));
+                } catch (const io_error& e) {
+                    CHECK(std::string(e.what()).find(f == 3 ? replaced : truncated) != std::string::npos);
+                    CHECK(std::string(e.what()).find(f == 3 ? "replaced" : "shorter") != std::string::npos);
+                }
+            }
+        }
+        // The file that was not replaced reads its own bytes again.
+        read_request r{&files[5], 0, 50, buf.data()};
+        readers[0].read(std::span(&r, 1));
+        CHECK(std::equal(buf.begin(), buf.end(), contents[5].begin()));
+    }
+    CHECK(pool.open_count() == before);
+    CHECK(detail::open_descriptors() <= fds_before);
+}
+
 TEST_CASE("Storage.AllBackends.RangePastEndOfFileIsFormatError") {
     fixture fx;
     const file& f = fx.files[3];  // 4097 bytes
@@ -298,7 +387,7 @@ const std::byte* map_then_truncate(const std::string& path) {
     auto bytes = ft::patterned_bytes(3 * 4096, 3);
     ft::write_bytes(path, bytes.data(), bytes.size());
     file f(path);
-    void* p = ::mmap(nullptr, 3 * 4096, PROT_READ, MAP_SHARED, f.fd(), 0);
+    void* p = ::mmap(nullptr, 3 * 4096, PROT_READ, MAP_SHARED, f.use().fd(), 0);
     if (p == MAP_FAILED || ::truncate(path.c_str(), 4096) != 0) ::_exit(10);
     return static_cast<const std::byte*>(p);
 }

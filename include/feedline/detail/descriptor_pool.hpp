@@ -25,16 +25,17 @@ struct pooled_descriptor {
     static constexpr std::size_t unlisted = ~std::size_t{0};
     std::mutex mutex;  // guards fd and users (held by whoever opens, leases or closes it)
     int fd = -1;
-    unsigned users = 0;                // leases held now: never closed while > 0
-    std::atomic<bool> recent{false};   // leased since the clock last passed it
-    std::size_t slot = unlisted;       // its place in the pool's list while open (the pool's mutex)
+    unsigned users = 0;               // leases held now: never closed while > 0
+    std::atomic<bool> recent{false};  // leased since the clock last passed it
+    std::size_t slot = unlisted;      // its place in the pool's list while open (the pool's mutex)
 };
 
 class descriptor_pool {
 public:
+    // Never destroyed: files in static storage may close after every other static is gone.
     static descriptor_pool& instance() {
-        static descriptor_pool pool;
-        return pool;
+        static auto* const pool = new descriptor_pool;
+        return *pool;
     }
 
     // The descriptors the files may hold open together: the soft RLIMIT_NOFILE less room for the

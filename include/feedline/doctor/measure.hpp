@@ -89,7 +89,7 @@ inline double read_rate(feedline::any_reader& reader, const std::vector<std::uni
 }
 
 inline void drop_cached_pages(const std::vector<std::unique_ptr<feedline::file>>& files) {
-    for (const auto& f : files) (void)::posix_fadvise(f->fd(), 0, 0, POSIX_FADV_DONTNEED);
+    for (const auto& f : files) (void)::posix_fadvise(f->use().fd(), 0, 0, POSIX_FADV_DONTNEED);
 }
 
 }  // namespace detail

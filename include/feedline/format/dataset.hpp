@@ -169,15 +169,17 @@ public:
     };
 
     // Opens and validates every shard (headers and, for Megatron, the .idx arrays; never the tokens),
-    // holding one file descriptor per shard (the soft RLIMIT_NOFILE is raised toward the hard one when
-    // that takes more). Throws io_error for missing files, format_error for corrupt ones, config_error
-    // for mixed dtypes, resource_error when the descriptor limit cannot hold the shards.
+    // with one file descriptor per shard while it is used (the soft RLIMIT_NOFILE is raised toward the
+    // hard one when that takes more; past the hard one, the descriptor pool closes idle descriptors and
+    // opens them again on use). Throws io_error for missing files, format_error for corrupt ones,
+    // config_error for mixed dtypes.
     explicit token_dataset(const std::vector<std::string>& specs) : token_dataset(detail::resolve_dataset_spec(specs)) {}
     explicit token_dataset(const std::string& spec) : token_dataset(std::vector<std::string>{spec}) {}
     explicit token_dataset(detail::resolved_spec spec)
             : format_(spec.format), data_offset_(spec.format == dataset_format::llmc ? llmc_layout::header_bytes : 0) {
-        // One descriptor per shard for the dataset's life (+1 while a Megatron .idx is mapped).
-        detail::reserve_descriptors(spec.shards.size(), std::to_string(spec.shards.size()) + " shards");
+        // One descriptor per shard while it is used (+1 while a Megatron .idx is mapped); the pool
+        // closes idle ones past the limit (detail/descriptor_pool.hpp).
+        detail::raise_descriptor_limit(spec.shards.size());
         // llm.c headers are read together (remote shards: one round trip, not one per shard).
         std::vector<llmc_shard> opened = format_ == dataset_format::llmc ? llmc_shard::open_all(spec.shards) : std::vector<llmc_shard>{};
         for (const auto& s : spec.shards) {

@@ -223,11 +223,7 @@ private:
     // Is the local file now at `path` the one `s` has open? (Other sources: nothing to check.)
     static bool still_at(const byte_source& s, const std::string& path) {
         const file* f = s.local_file();
-        if (f == nullptr) return true;
-        struct stat open_st {
-        }, now{};
-        return ::fstat(f->fd(), &open_st) == 0 && ::stat(path.c_str(), &now) == 0 && open_st.st_ino == now.st_ino &&
-               open_st.st_dev == now.st_dev;
+        return f == nullptr || f->still_at(path);
     }
     // Opens the .idx, then the .bin, then checks both names still lead to what was opened: a writer
     // publishes by removing the old .idx before renaming the new .bin in (megatron_writer::commit), so

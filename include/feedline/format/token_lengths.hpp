@@ -104,7 +104,7 @@ struct token_lengths {
         if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
         const file f(path);
         std::vector<std::byte> bytes(f.size());
-        detail::pread_exact(f.fd(), path, bytes.data(), bytes.size(), 0);
+        detail::pread_exact(f.use().fd(), path, bytes.data(), bytes.size(), 0);
         token_lengths t = decode(bytes, path);
         if (t.key != key) return std::nullopt;
         return std::move(t.lengths);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,6 +55,7 @@ public:
     }
     std::string prepare(const source_context& c) override {
         auto probe = make_reader(reader_for(c));
+        chosen_ = probe.backend();  // the workers' readers: this backend, no second choice per worker
         std::string how = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
         if (!data_->all_local())  // the backend reads the local shards; the rest go through their scheme
             how += "; shards in remote storage: each batch's ranges requested at once through their storage scheme";
@@ -101,6 +103,42 @@ private:
         return {.backend = c.shards.backend, .dataset_bytes = data_->total_tokens() * dtype_size(data_->dtype())};
     }
 
+    // A contiguous run of one window's tokens in a mapping: row `row`, from its token `first`.
+    struct mapped_piece {
+        std::span<const std::byte> bytes;
+        const byte_source* source = nullptr;  // its file and offset, for the error if the file shrinks
+        std::uint64_t offset = 0;
+        std::uint32_t row = 0;
+        std::uint64_t first = 0;
+    };
+
+    // A worker thread's reader and scratch buffers, shared by every shard source the thread writes
+    // for (it writes for one at a time): a mixture of 10,000 domains has one reader per worker, not
+    // 10,000 (each an io_uring ring and its descriptor, or an mmap table), and one set of buffers.
+    struct thread_io {
+        explicit thread_io(io_backend backend) : reader(make_reader({.backend = backend})), mapped(reader.get_if<mmap_reader>()) {}
+        any_reader reader;
+        mmap_reader* mapped;  // zero-copy: convert straight from the mapping
+        std::vector<std::byte> raw;
+        std::vector<read_request> requests;
+        std::vector<mapped_piece> pieces;
+        std::vector<std::size_t> row_first;             // write_viewed: each row's first request
+        std::vector<std::span<const std::byte>> views;  // write_viewed: each request's bytes in the cache
+        std::vector<std::uint8_t> read_row;             // write_viewed: 1 = read into raw, 2 = to read
+        std::vector<read_request> to_read;
+    };
+    // This thread's thread_io for `backend`, made on first use and kept while a worker holds it.
+    static std::shared_ptr<thread_io> io_of_this_thread(io_backend backend) {
+        thread_local std::vector<std::pair<io_backend, std::weak_ptr<thread_io>>> made;
+        for (auto& [b, weak] : made)
+            if (b == backend)
+                if (auto io = weak.lock()) return io;
+        auto io = std::make_shared<thread_io>(backend);
+        std::erase_if(made, [&](const auto& m) { return m.first == backend || m.second.expired(); });
+        made.emplace_back(backend, io);
+        return io;
+    }
+
     class worker final : public source_worker {
     public:
         worker(const shard_source& s, const source_context& c, source_counters& counters)
@@ -108,8 +146,8 @@ private:
                   counters_(counters),
                   streams_are_shards_(s.streams_are_shards(c)),
                   windows_(c.mode == sample_mode::windows),
-                  reader_(make_reader(s.reader_for(c))),
-                  mapped_(s.data_->all_local() ? reader_.get_if<mmap_reader>() : nullptr) {}
+                  io_(io_of_this_thread(s.chosen_.value_or(make_reader(s.reader_for(c)).backend()))),
+                  mapped_(s.data_->all_local() ? io_->mapped : nullptr) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
             const auto t0 = std::chrono::steady_clock::now();
@@ -131,18 +169,9 @@ private:
         }
 
     private:
-        // A contiguous run of one window's tokens in the mapping: row `row`, from its token `first`.
-        struct mapped_piece {
-            std::span<const std::byte> bytes;
-            const byte_source* source = nullptr;  // its file and offset, for the error if the file shrinks
-            std::uint64_t offset = 0;
-            std::uint32_t row = 0;
-            std::uint64_t first = 0;
-        };
-
         // Appends the read requests of one sample's segments (dest: consecutive from `dest`).
         std::uint64_t sample_requests(const sample_plan& sp, std::byte* dest) {
-            return append_sample_requests(data_, streams_are_shards_, sp, dest, requests_);
+            return append_sample_requests(data_, streams_are_shards_, sp, dest, io_->requests);
         }
 
         // Windows through an mmap reader: tokens go from the page cache straight into the slot (one
@@ -154,30 +183,30 @@ private:
         void write_mapped(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
             const std::size_t item = dtype_size(data_.dtype());
             std::uint64_t bytes = 0;
-            pieces_.clear();
+            io_->pieces.clear();
             if (streams_are_shards_) {
                 bytes = stream_pieces(plan, rows);
             } else {
-                raw_.resize((slot.seq_len + 1) * item);  // requests need a destination; this path reads through view() instead
-                requests_.clear();
+                io_->raw.resize((slot.seq_len + 1) * item);  // requests need a destination; this path reads through view() instead
+                io_->requests.clear();
                 for (const std::uint32_t r : rows) {
-                    const std::size_t first = requests_.size();
-                    bytes += sample_requests(plan.samples[r], raw_.data());
+                    const std::size_t first = io_->requests.size();
+                    bytes += sample_requests(plan.samples[r], io_->raw.data());
                     std::uint64_t k = 0;  // the piece's first token within window r
-                    for (std::size_t i = first; i < requests_.size(); ++i) {
-                        const read_request& q = requests_[i];
-                        pieces_.push_back({mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, k});
+                    for (std::size_t i = first; i < io_->requests.size(); ++i) {
+                        const read_request& q = io_->requests[i];
+                        io_->pieces.push_back({mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, k});
                         k += q.length / item;
                     }
                 }
             }
             // A shard truncated under the job is a format_error, not a SIGBUS.
             std::size_t at = 0;
-            if (!convert_pieces(slot, at)) throw detail::file_shrank_error(pieces_[at].source->name(), pieces_[at].offset);
+            if (!convert_pieces(slot, at)) throw detail::file_shrank_error(io_->pieces[at].source->name(), io_->pieces[at].offset);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
-        // Converts pieces_ straight out of their mappings into the slot, guarded (one recovery point for
+        // Converts io_->pieces straight out of their mappings into the slot, guarded (one recovery point for
         // the batch; storage/guarded_copy.hpp). False when a mapping's file turned out shorter (SIGBUS),
         // with `at` the piece. Requested ahead: the lines of the piece being converted (one burst of
         // misses instead of one at a time) and of the pieces after it, up to prefetch_bytes of pieces
@@ -188,16 +217,16 @@ private:
             const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
                 std::size_t next = 0;     // the first piece not requested yet
                 std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
-                for (std::size_t p = 0; p < pieces_.size(); ++p) {
+                for (std::size_t p = 0; p < io_->pieces.size(); ++p) {
                     if (next == p)
-                        prefetch_lines(pieces_[next++].bytes);
+                        prefetch_lines(io_->pieces[next++].bytes);
                     else
-                        ahead -= pieces_[p].bytes.size();
-                    while (next < pieces_.size() && ahead < defaults::prefetch_bytes) {
-                        prefetch_lines(pieces_[next].bytes);
-                        ahead += pieces_[next++].bytes.size();
+                        ahead -= io_->pieces[p].bytes.size();
+                    while (next < io_->pieces.size() && ahead < defaults::prefetch_bytes) {
+                        prefetch_lines(io_->pieces[next].bytes);
+                        ahead += io_->pieces[next++].bytes.size();
                     }
-                    const mapped_piece& piece = pieces_[p];
+                    const mapped_piece& piece = io_->pieces[p];
                     at = p;
                     guard.covering(piece.bytes.data(), piece.bytes.size());
                     slot.put_window_tokens(piece.row, piece.first, piece.bytes.data(), data_.dtype(), piece.bytes.size() / item);
@@ -209,59 +238,60 @@ private:
 
         // Windows of data in remote storage: rows whose bytes sit in the local block cache are converted
         // straight from its mapped blocks, as local shards are from theirs (no staging copy); the other
-        // rows are read (from the fetch ahead, the cache or the store) into raw_ and converted from
+        // rows are read (from the fetch ahead, the cache or the store) into io_->raw and converted from
         // there. A cache block cut short under the job (by hand) has its rows read again.
         void write_viewed(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
             const std::size_t item = dtype_size(data_.dtype());
             const std::uint64_t row_bytes = (slot.seq_len + 1) * item;
-            raw_.resize(rows.size() * row_bytes);
-            requests_.clear();
-            row_first_.clear();
+            io_->raw.resize(rows.size() * row_bytes);
+            io_->requests.clear();
+            io_->row_first.clear();
             std::uint64_t bytes = 0;
             for (std::size_t i = 0; i < rows.size(); ++i) {
-                row_first_.push_back(requests_.size());
-                bytes += sample_requests(plan.samples[rows[i]], raw_.data() + i * row_bytes);
+                io_->row_first.push_back(io_->requests.size());
+                bytes += sample_requests(plan.samples[rows[i]], io_->raw.data() + i * row_bytes);
             }
-            row_first_.push_back(requests_.size());
-            views_.resize(requests_.size());
-            read_row_.assign(rows.size(), 0);
+            io_->row_first.push_back(io_->requests.size());
+            io_->views.resize(io_->requests.size());
+            io_->read_row.assign(rows.size(), 0);
             // Until every row is in view or read: a read may drop this thread's earlier views (the cache
             // keeps a bounded table of them), so views are taken again after one, and read last.
             for (bool reads = true; reads;) {
-                detail::cached_views(requests_, views_);
-                to_read_.clear();
+                detail::cached_views(io_->requests, io_->views);
+                io_->to_read.clear();
                 for (std::size_t i = 0; i < rows.size(); ++i) {
-                    if (read_row_[i] == 1) continue;  // read already
-                    for (std::size_t j = row_first_[i]; j < row_first_[i + 1]; ++j)
-                        if (views_[j].size() != requests_[j].length) {
-                            read_row_[i] = 2;
+                    if (io_->read_row[i] == 1) continue;  // read already
+                    for (std::size_t j = io_->row_first[i]; j < io_->row_first[i + 1]; ++j)
+                        if (io_->views[j].size() != io_->requests[j].length) {
+                            io_->read_row[i] = 2;
                             break;
                         }
-                    if (read_row_[i] == 2) {
-                        to_read_.insert(to_read_.end(), requests_.begin() + static_cast<std::ptrdiff_t>(row_first_[i]),
-                                        requests_.begin() + static_cast<std::ptrdiff_t>(row_first_[i + 1]));
-                        read_row_[i] = 1;
+                    if (io_->read_row[i] == 2) {
+                        io_->to_read.insert(io_->to_read.end(), io_->requests.begin() + static_cast<std::ptrdiff_t>(io_->row_first[i]),
+                                            io_->requests.begin() + static_cast<std::ptrdiff_t>(io_->row_first[i + 1]));
+                        io_->read_row[i] = 1;
                     }
                 }
-                reads = !to_read_.empty();
-                if (reads) reader_.read(to_read_);
+                reads = !io_->to_read.empty();
+                if (reads) io_->reader.read(io_->to_read);
             }
-            pieces_.clear();
+            io_->pieces.clear();
             for (std::size_t i = 0; i < rows.size(); ++i) {
-                if (read_row_[i] == 1) continue;
+                if (io_->read_row[i] == 1) continue;
                 std::uint64_t k = 0;  // the piece's first token within the window
-                for (std::size_t j = row_first_[i]; j < row_first_[i + 1]; ++j) {
-                    pieces_.push_back({views_[j], requests_[j].source, requests_[j].offset, rows[i], k});
-                    k += requests_[j].length / item;
+                for (std::size_t j = io_->row_first[i]; j < io_->row_first[i + 1]; ++j) {
+                    io_->pieces.push_back({io_->views[j], io_->requests[j].source, io_->requests[j].offset, rows[i], k});
+                    k += io_->requests[j].length / item;
                 }
             }
             std::size_t at = 0;
             if (!convert_pieces(slot, at)) {  // a cached block's file was cut short: read every row instead
-                reader_.read(requests_);
-                std::fill(read_row_.begin(), read_row_.end(), 1);
+                io_->reader.read(io_->requests);
+                std::fill(io_->read_row.begin(), io_->read_row.end(), 1);
             }
             for (std::size_t i = 0; i < rows.size(); ++i)
-                if (read_row_[i] == 1) slot.put_window_tokens(rows[i], 0, raw_.data() + i * row_bytes, data_.dtype(), slot.seq_len + 1);
+                if (io_->read_row[i] == 1)
+                    slot.put_window_tokens(rows[i], 0, io_->raw.data() + i * row_bytes, data_.dtype(), slot.seq_len + 1);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
@@ -290,7 +320,7 @@ private:
                         const std::uint64_t n = std::min(count, sh.tokens - first), offset = data_.token_byte_offset(first);
                         const std::byte*& base = shard_bytes_[shard];  // the view checks all its tokens are in the file
                         if (base == nullptr) base = mapped_->view(*sh.bin->local_file(), 0, data_.token_byte_offset(sh.tokens)).data();
-                        pieces_.push_back({{base + offset, n * item}, sh.bin, offset, r, k});
+                        io_->pieces.push_back({{base + offset, n * item}, sh.bin, offset, r, k});
                         k += n;
                         count -= n;
                         first += n;
@@ -312,16 +342,16 @@ private:
             for (std::uintptr_t a = first; a <= last; a += line) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
         }
 
-        // Every segment of the rows' samples into raw_ (the file's dtype), with one batched read: row
+        // Every segment of the rows' samples into io_->raw (the file's dtype), with one batched read: row
         // i of `rows` at i x (T + 1) tokens (windows) or i x T (packed).
         void read_rows(const batch_plan& plan, std::span<const std::uint32_t> rows, std::uint64_t T) {
             const std::size_t item = dtype_size(data_.dtype());
             const std::uint64_t row = windows_ ? T + 1 : T;
-            raw_.resize(rows.size() * row * item);
-            requests_.clear();
+            io_->raw.resize(rows.size() * row * item);
+            io_->requests.clear();
             std::uint64_t bytes = 0;
-            for (std::size_t i = 0; i < rows.size(); ++i) bytes += sample_requests(plan.samples[rows[i]], raw_.data() + i * row * item);
-            reader_.read(requests_);
+            for (std::size_t i = 0; i < rows.size(); ++i) bytes += sample_requests(plan.samples[rows[i]], io_->raw.data() + i * row * item);
+            io_->reader.read(io_->requests);
             counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
@@ -331,11 +361,11 @@ private:
             for (std::size_t i = 0; i < rows.size(); ++i) {
                 const std::uint32_t r = rows[i];
                 if (windows_) {
-                    slot.put_window_tokens(r, 0, raw_.data() + i * (T + 1) * item, data_.dtype(), T + 1);
+                    slot.put_window_tokens(r, 0, io_->raw.data() + i * (T + 1) * item, data_.dtype(), T + 1);
                 } else {
                     std::uint64_t used = 0;
                     for (const segment& s : plan.samples[r].segments) used += s.length;
-                    detail::convert_tokens(raw_.data() + i * T * item, data_.dtype(), used, slot.input_row(r));
+                    detail::convert_tokens(io_->raw.data() + i * T * item, data_.dtype(), used, slot.input_row(r));
                 }
             }
         }
@@ -343,19 +373,13 @@ private:
         const token_dataset& data_;
         source_counters& counters_;
         bool streams_are_shards_, windows_;
-        any_reader reader_;
-        mmap_reader* mapped_;  // zero-copy: convert straight from the mapping
-        std::vector<std::byte> raw_;
-        std::vector<read_request> requests_;
-        std::vector<mapped_piece> pieces_;
-        std::vector<std::size_t> row_first_;             // write_viewed: each row's first request
-        std::vector<std::span<const std::byte>> views_;  // write_viewed: each request's bytes in the cache
-        std::vector<std::uint8_t> read_row_;             // write_viewed: 1 = read into raw_, 2 = to read
-        std::vector<read_request> to_read_;
+        std::shared_ptr<thread_io> io_;              // this thread's reader and buffers
+        mmap_reader* mapped_;                        // zero-copy: convert straight from the mapping (local shards)
         std::vector<const std::byte*> shard_bytes_;  // stream_pieces: each shard's mapping, once mapped
     };
 
     std::shared_ptr<const token_dataset> data_;
+    std::optional<io_backend> chosen_;  // by prepare(), before any worker starts
 };
 
 namespace detail {

@@ -1,6 +1,8 @@
-// feedline/storage/file.hpp: an open, read-only local file with its size, owned by RAII: the local
-// byte source (storage/byte_source.hpp). Reader backends take byte sources and use a local file's
-// descriptor directly (mmap, io_uring, pread); datasets open one per shard at construction so a missing file fails early with its name, never mid-epoch.
+// feedline/storage/file.hpp: a read-only local file with its size, owned by RAII: the local byte
+// source (storage/byte_source.hpp). Reader backends take byte sources and use a local file's
+// descriptor directly (mmap, io_uring, pread) through a lease; datasets open one per shard at
+// construction so a missing file fails early with its name, never mid-epoch, and the descriptor pool
+// keeps their descriptors within RLIMIT_NOFILE (detail/descriptor_pool.hpp).
 #pragma once
 
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include <feedline/detail/descriptor_pool.hpp>
 #include <feedline/error.hpp>
 #include <feedline/storage/byte_source.hpp>
 
@@ -30,8 +33,13 @@ inline constexpr std::uint64_t direct_io_alignment = 4096;
 
 }  // namespace detail
 
-// An open read-only file descriptor and its size. Move-only. Thread-safe for concurrent reads
-// (pread/mmap/io_uring never use the shared file position).
+// A read-only local file: its path, its size when opened, and a descriptor that is open while it is
+// used. Every descriptor is in the process's descriptor pool (detail/descriptor_pool.hpp), which
+// closes idle ones when the files' descriptors reach RLIMIT_NOFILE's budget; a file opens its own
+// again on its next lease and checks it is still the file it opened (the same device and inode, not
+// shorter): a file replaced or truncated under the job is an io_error naming it, never another file's
+// bytes. Move-only. Thread-safe for concurrent reads (pread/mmap/io_uring never use the shared file
+// position).
 class file final : public byte_source {
 public:
     file() = default;
@@ -39,20 +47,163 @@ public:
     // Opens `path` read-only. Throws io_error naming the path when it cannot be opened or stat'ed, or
     // is not a regular file: opened non-blocking, so a FIFO or device where data belongs is refused
     // at once instead of blocking the open forever (a directory is refused the same way).
-    explicit file(std::string path, bool direct = false) : path_(std::move(path)) {
-        int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (direct ? O_DIRECT : 0);
-        fd_ = ::open(path_.c_str(), flags);
-        if (fd_ < 0) throw io_error(path_, errno, direct ? "cannot open with O_DIRECT" : "cannot open");
+    explicit file(std::string path, bool direct = false)
+            : path_(std::move(path)), direct_(direct), state_(std::make_unique<shared_state>()) {
         struct stat st {};
-        if (::fstat(fd_, &st) != 0) {
-            int err = errno;
-            ::close(fd_);
-            fd_ = -1;
+        const std::lock_guard lock(state_->mutex);
+        state_->fd = open_checked(st);
+        size_ = static_cast<std::uint64_t>(st.st_size);
+        device_ = st.st_dev;
+        inode_ = st.st_ino;
+        detail::descriptor_pool::instance().opened(*state_);
+    }
+
+    file(file&& o) noexcept
+            : byte_source(),
+              size_(o.size_),
+              path_(std::move(o.path_)),
+              direct_(o.direct_),
+              device_(o.device_),
+              inode_(o.inode_),
+              state_(std::move(o.state_)) {}
+    file& operator=(file&& o) noexcept {
+        if (this != &o) {
+            close();
+            size_ = o.size_;
+            path_ = std::move(o.path_);
+            direct_ = o.direct_;
+            device_ = o.device_;
+            inode_ = o.inode_;
+            state_ = std::move(o.state_);
+        }
+        return *this;
+    }
+    file(const file&) = delete;
+    file& operator=(const file&) = delete;
+    ~file() override { close(); }
+
+    // The file's descriptor, held open while the lease lives (the pool closes none that is leased).
+    class lease {
+    public:
+        lease() = default;
+        lease(lease&& o) noexcept : state_(std::exchange(o.state_, nullptr)), fd_(std::exchange(o.fd_, -1)) {}
+        lease& operator=(lease&& o) noexcept {
+            if (this != &o) {
+                release();
+                state_ = std::exchange(o.state_, nullptr);
+                fd_ = std::exchange(o.fd_, -1);
+            }
+            return *this;
+        }
+        lease(const lease&) = delete;
+        lease& operator=(const lease&) = delete;
+        ~lease() { release(); }
+        int fd() const noexcept { return fd_; }
+
+    private:
+        friend class file;
+        lease(detail::pooled_descriptor* s, int fd) : state_(s), fd_(fd) {}
+        void release() noexcept {
+            if (state_ == nullptr) return;
+            const std::lock_guard lock(state_->mutex);
+            --state_->users;
+            state_ = nullptr;
+        }
+        detail::pooled_descriptor* state_ = nullptr;
+        int fd_ = -1;
+    };
+
+    // The descriptor, opened again if the pool closed it. Throws io_error naming the file when it
+    // cannot be opened, or is no longer the file opened first (replaced, or shorter).
+    lease use() const {
+        if (!state_) throw io_error(path_.empty() ? "(no file)" : path_, EBADF, "not open (moved from)");
+        const std::lock_guard lock(state_->mutex);
+        if (state_->fd < 0) {
+            struct stat st {};
+            const int fd = open_checked(st);
+            if (st.st_dev != device_ || st.st_ino != inode_ || static_cast<std::uint64_t>(st.st_size) < size_) {
+                ::close(fd);
+                throw io_error(path_, ESTALE,
+                               st.st_dev != device_ || st.st_ino != inode_
+                                   ? "was replaced by another file since it was opened (its descriptor had been closed to stay "
+                                     "within RLIMIT_NOFILE; the new file is not read in its place)"
+                                   : "is shorter than when it was opened (" + std::to_string(st.st_size) + " bytes, was " +
+                                         std::to_string(size_) + "): truncated under the job");
+            }
+            state_->fd = fd;
+            detail::descriptor_pool::instance().opened(*state_);
+        }
+        ++state_->users;
+        state_->recent.store(true, std::memory_order_relaxed);
+        return lease(state_.get(), state_->fd);
+    }
+
+    std::uint64_t size() const noexcept override { return size_; }
+    const std::string& path() const noexcept { return path_; }
+    // As a byte source: named by its path, read with pread.
+    const std::string& name() const noexcept override { return path_; }
+    void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override;
+    // "<size> <mtime s>.<ns> <inode>" of the open file (fstat: the file read, even if renamed over since).
+    std::string version() const override {
+        const lease l = use();
+        struct stat st {};
+        if (::fstat(l.fd(), &st) != 0) throw io_error(path_, errno, "cannot stat");
+        return std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + " " +
+               std::to_string(st.st_ino);
+    }
+    // Whether `path` leads to this file now (same device and inode): a name renamed over since says no.
+    bool still_at(const std::string& path) const {
+        struct stat now {};
+        return state_ && ::stat(path.c_str(), &now) == 0 && now.st_ino == inode_ && now.st_dev == device_;
+    }
+    const file* local_file() const noexcept override { return this; }
+    bool is_open() const noexcept { return state_ != nullptr; }
+    // Whether its descriptor is open now (the pool may have closed it; use() opens it again).
+    bool holds_descriptor() const {
+        if (!state_) return false;
+        const std::lock_guard lock(state_->mutex);
+        return state_->fd >= 0;
+    }
+    bool direct() const noexcept { return direct_; }
+
+    // The one mapping of this file that every mmap reader shares, made by `make` on first use.
+    // Shared because page-table entries belong to a mapping: per-reader mappings would make every
+    // worker (and every new pipeline) take its own minor fault on every page it touches. Thread-safe.
+    template <class Make>
+    std::shared_ptr<const file_mapping> shared_mapping(Make&& make) const {
+        if (!state_) throw io_error(path_.empty() ? "(no file)" : path_, EBADF, "not open (moved from)");
+        std::lock_guard lock(state_->mapping_mutex);
+        if (!state_->mapping) state_->mapping = make();
+        return state_->mapping;
+    }
+
+private:
+    // The descriptor and what the pool knows of it, with the shared mapping (a separate lock: mapping
+    // takes a lease).
+    struct shared_state : detail::pooled_descriptor {
+        std::mutex mapping_mutex;
+        std::shared_ptr<const file_mapping> mapping;
+    };
+
+    // Opens path_ (O_DIRECT if direct_) and stats it, refusing what is not a regular file. On EMFILE,
+    // asks the pool to close idle descriptors and tries once more.
+    int open_checked(struct stat& st) const {
+        const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (direct_ ? O_DIRECT : 0);
+        int fd = ::open(path_.c_str(), flags);
+        if (fd < 0 && errno == EMFILE && detail::descriptor_pool::instance().make_room(state_.get()) > 0) fd = ::open(path_.c_str(), flags);
+        if (fd < 0) {
+            const int err = errno;
+            throw io_error(path_, err,
+                           std::string(direct_ ? "cannot open with O_DIRECT" : "cannot open") +
+                               (err == EMFILE ? " (every descriptor this process may open is in use: raise ulimit -n)" : ""));
+        }
+        if (::fstat(fd, &st) != 0) {
+            const int err = errno;
+            ::close(fd);
             throw io_error(path_, err, "cannot stat");
         }
         if (!S_ISREG(st.st_mode)) {
-            ::close(fd_);
-            fd_ = -1;
+            ::close(fd);
             throw io_error(path_, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
                            std::string("not a regular file (") +
                                (S_ISDIR(st.st_mode)    ? "a directory"
@@ -62,74 +213,25 @@ public:
         }
         // Non-blocking only to get past open(): on a regular file the flag has no use, and io_uring on
         // older kernels (and FUSE) would treat reads of uncached pages as "would block".
-        if (const int fl = ::fcntl(fd_, F_GETFL); fl >= 0) (void)::fcntl(fd_, F_SETFL, fl & ~O_NONBLOCK);
-        size_ = static_cast<std::uint64_t>(st.st_size);
-        direct_ = direct;
+        if (const int fl = ::fcntl(fd, F_GETFL); fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        return fd;
     }
 
-    file(file&& o) noexcept
-            : byte_source(),
-              fd_(std::exchange(o.fd_, -1)),
-              size_(o.size_),
-              path_(std::move(o.path_)),
-              direct_(o.direct_),
-              cache_(std::move(o.cache_)) {}
-    file& operator=(file&& o) noexcept {
-        if (this != &o) {
-            close();
-            fd_ = std::exchange(o.fd_, -1);
-            size_ = o.size_;
-            path_ = std::move(o.path_);
-            direct_ = o.direct_;
-            cache_ = std::move(o.cache_);
-        }
-        return *this;
-    }
-    file(const file&) = delete;
-    file& operator=(const file&) = delete;
-    ~file() override { close(); }
-
-    int fd() const noexcept { return fd_; }
-    std::uint64_t size() const noexcept override { return size_; }
-    const std::string& path() const noexcept { return path_; }
-    // As a byte source: named by its path, read with pread.
-    const std::string& name() const noexcept override { return path_; }
-    void read_at(void* dest, std::uint64_t length, std::uint64_t offset) const override;
-    // "<size> <mtime s>.<ns> <inode>" of the open file (fstat: the file read, even if renamed over since).
-    std::string version() const override {
-        struct stat st {};
-        if (::fstat(fd_, &st) != 0) throw io_error(path_, errno, "cannot stat");
-        return std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + " " +
-               std::to_string(st.st_ino);
-    }
-    const file* local_file() const noexcept override { return this; }
-    bool is_open() const noexcept { return fd_ >= 0; }
-    bool direct() const noexcept { return direct_; }
-
-    // The one mapping of this file that every mmap reader shares, made by `make` on first use.
-    // Shared because page-table entries belong to a mapping: per-reader mappings would make every
-    // worker (and every new pipeline) take its own minor fault on every page it touches. Thread-safe.
-    template <class Make>
-    std::shared_ptr<const file_mapping> shared_mapping(Make&& make) const {
-        std::lock_guard lock(cache_->mutex);
-        if (!cache_->mapping) cache_->mapping = make();
-        return cache_->mapping;
-    }
-
-private:
-    struct mapping_cache {
-        std::mutex mutex;
-        std::shared_ptr<const file_mapping> mapping;
-    };
     void close() noexcept {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = -1;
+        if (!state_) return;
+        const std::lock_guard lock(state_->mutex);
+        if (state_->fd < 0) return;
+        detail::descriptor_pool::instance().closing(*state_);
+        ::close(state_->fd);
+        state_->fd = -1;
     }
-    int fd_ = -1;
+
     std::uint64_t size_ = 0;
     std::string path_;
     bool direct_ = false;
-    std::unique_ptr<mapping_cache> cache_ = std::make_unique<mapping_cache>();
+    dev_t device_ = 0;
+    ino_t inode_ = 0;
+    std::unique_ptr<shared_state> state_;  // null: default-constructed or moved from
 };
 
 namespace detail {
@@ -155,7 +257,8 @@ inline void pread_exact(int fd, const std::string& path, void* dest, std::uint64
 }  // namespace detail
 
 inline void file::read_at(void* dest, std::uint64_t length, std::uint64_t offset) const {
-    detail::pread_exact(fd_, path_, dest, length, offset);
+    const lease l = use();
+    detail::pread_exact(l.fd(), path_, dest, length, offset);
 }
 
 // Throws io_error naming `path` unless it is (or links to) a regular file (by stat: nothing is opened).

@@ -28,7 +28,8 @@ public:
     file_mapping() = default;
     explicit file_mapping(const file& f, access_pattern pattern = access_pattern::random) : size_(f.size()) {
         if (size_ == 0) return;
-        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, f.fd(), 0);
+        const file::lease held = f.use();  // the mapping outlives the descriptor
+        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, held.fd(), 0);
         if (p == MAP_FAILED) throw io_error(f.path(), errno, "mmap failed");
         data_ = static_cast<const std::byte*>(p);
         advise(pattern);

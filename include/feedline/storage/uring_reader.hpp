@@ -96,6 +96,11 @@ public:
     // stops submitting, waits for every read in flight, then throws (format_error when a file ends
     // before the requested range, io_error otherwise), so no buffer is written after it returns.
     void read(std::span<const read_request> requests) {
+        // The descriptors leased for this call's reads, released when it returns (or throws).
+        const struct release_leases {
+            std::vector<std::pair<const file*, file::lease>>& leased;
+            ~release_leases() { leased.clear(); }
+        } release{leased_};
         std::deque<op> pending;
         others_.clear();
         for (const auto& r : requests) {
@@ -188,9 +193,16 @@ private:
 
     int direct_fd(const file& f) {
         for (auto& [src, df] : direct_files_)
-            if (src == &f) return df.fd();
+            if (src == &f) return leased_fd(df);
         direct_files_.emplace_back(&f, file(f.path(), /*direct=*/true));
-        return direct_files_.back().second.fd();
+        return leased_fd(direct_files_.back().second);
+    }
+
+    // `f`'s descriptor, held open until read() returns (the descriptor pool closes no leased one).
+    // Requests come grouped by file, so the last lease is checked first.
+    int leased_fd(const file& f) {
+        if (leased_.empty() || leased_.back().first != &f) leased_.emplace_back(&f, f.use());
+        return leased_.back().second.fd();
     }
 
     void split_into_ops(const read_request& r, const file& source, std::deque<op>& out) {
@@ -203,7 +215,7 @@ private:
             std::byte* dst = r.dest + done;
             bool aligned = (reinterpret_cast<std::uintptr_t>(dst) % a == 0) && off % a == 0 && n % a == 0;
             if (!opt_.direct) {
-                o.fd = source.fd();
+                o.fd = leased_fd(source);
                 o.offset = off;
                 o.dest = dst;
                 o.remaining = n;
@@ -296,7 +308,8 @@ private:
     io_uring ring_{};
     std::vector<op> slots_;
     std::vector<unsigned> free_slots_;
-    std::vector<read_request> others_;  // requests of sources that are not local files (reused)
+    std::vector<read_request> others_;                         // requests of sources that are not local files (reused)
+    std::vector<std::pair<const file*, file::lease>> leased_;  // read()'s leased descriptors
     std::unique_ptr<std::byte, free_deleter> bounce_;
     std::size_t bounce_size_ = 0;
     bool registered_ = false;
