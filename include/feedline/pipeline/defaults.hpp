@@ -45,6 +45,10 @@ struct defaults {
     // above it the workers share one sampler behind a lock. Megatron: 12-16 bytes per document, so up
     // to ~260 000-350 000 documents.
     static constexpr std::uint64_t own_planner_max_bytes = 4u << 20;
+    // How long a worker that finds the shared planner busy tries it before sleeping on it
+    // (detail/spin_then_lock.hpp): a few plans' length (a step of a 10,000-domain mixture plans in
+    // ~10 us on the 2-vCPU VM), far below a scheduler's time slice.
+    static constexpr std::chrono::microseconds planner_spin{20};
 
     // --- Reading ---
     // Software prefetch while converting mapped windows: the next pieces' cache lines up to this many

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include <feedline/detail/futex.hpp>
+#include <feedline/detail/spin_then_lock.hpp>
 #include <feedline/detail/thread_name.hpp>
 #include <feedline/exec/host_memory.hpp>
 #include <feedline/exec/topology.hpp>
@@ -628,7 +629,8 @@ private:
             planners_[index]->plan_at(step, plan, scratch, after);
             return true;
         }
-        std::lock_guard lock(planner_);
+        detail::spin_then_lock(planner_, defaults::planner_spin);  // held for microseconds: spin before sleeping
+        const std::lock_guard lock(planner_, std::adopt_lock);
         if (ring.closed()) return false;
         if (end_step_ && sampler_->state().step >= end_step_) return planned_all();
         sampler_->next(plan, after);
