@@ -4,8 +4,9 @@
 // A blend in Megatron's --data-path form is inspected dataset by dataset (JSONL/text: every line parsed).
 // A tokenizer model (a sentencepiece .model or a tokenizer.json) is summarised too: its type and options, and which encoder
 // feedline tokenizes it with (its own where it reproduces the model, else the library's, and why).
-// --mixture reads a mixture file instead (sampling/mixture_file.hpp): its stages, and each domain's
-// expected samples and tokens over a run of --steps steps of --global-batch x --seq-len.
+// A mixture file (sampling/mixture_file.hpp; recognised by its content, or named by --mixture) is
+// summarised by its stages and, given a run of --steps steps of --global-batch x --seq-len, each
+// domain's expected samples and tokens.
 // Exit code 1 with the error (file and byte offset, or a mixture file's line) on bad input.
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -193,8 +194,8 @@ nlohmann::json inspect_mixture(const std::string& path, const inspect_options& o
     }
     const feedline::mixture_file m = feedline::parse_mixture(text, path, o.global_batch * o.seq_len);
     const feedline::mixture_schedule& s = *m.schedule;
-    nlohmann::json out{
-        {"mixture", path}, {"domains", s.domains()}, {"steps", o.steps}, {"global_batch", o.global_batch}, {"seq_len", o.seq_len}};
+    nlohmann::json out{{"mixture", path},  {"domains", s.domains()},         {"names", s.names()},
+                       {"steps", o.steps}, {"global_batch", o.global_batch}, {"seq_len", o.seq_len}};
     nlohmann::json stages = nlohmann::json::array();
     for (std::size_t k = 0; k < s.stages(); ++k) {
         const std::vector<double> own = s.stage_shares(k);  // what the stage ramps to, or holds
@@ -203,6 +204,7 @@ nlohmann::json inspect_mixture(const std::string& path, const inspect_options& o
         stages.push_back({{"at_step", s.stage_step(k)}, {"ramp_steps", s.stage_ramp(k)}, {"shares", shares}});
     }
     out["stages"] = stages;
+    if (o.steps == 0 || o.global_batch == 0 || o.seq_len == 0) return out;  // no run shape: the stages only
     const feedline::mixture_targets targets(m.schedule, o.global_batch);
     if (o.steps >= feedline::mixture_schedule::max_samples / o.global_batch)
         throw feedline::config_error("--steps", "steps x global batch past 2^48 samples");
@@ -233,6 +235,13 @@ void print_mixture(const nlohmann::json& m) {
         if (shown > 8) shares += fmt::format(" (+{} more)", shown - 8);
         fmt::print(":{}\n", shares);
     }
+    if (!m.contains("expected")) {
+        fmt::print("domains   ");
+        for (std::size_t d = 0; d < m["names"].size() && d < 8; ++d) fmt::print(" {}", m["names"][d].get<std::string>());
+        if (m["names"].size() > 8) fmt::print(" (+{} more)", m["names"].size() - 8);
+        fmt::print("\n(give --steps, --global-batch and --seq-len for each domain's expected samples and tokens)\n");
+        return;
+    }
     fmt::print("over       {} steps of {} x {}: expected samples and tokens per domain (each within one sample)\n",
                m["steps"].get<std::uint64_t>(), m["global_batch"].get<std::uint64_t>(), m["seq_len"].get<std::uint64_t>());
     for (const auto& d : m["expected"])
@@ -260,22 +269,26 @@ int main(int argc, char** argv) {
     app.add_option("--delimiter", o.delimiter,
                    "llm.c or raw document delimiter token (default: from the llm.c header; raw: 50256 for uint16, else 128001)");
     app.add_flag("--mixture", o.mixture,
-                 "the path is a mixture file (JSON: domains and stages of weights): print its stages and each domain's expected samples "
-                 "and tokens over --steps steps");
-    app.add_option("--steps", o.steps, "with --mixture: the run's length in steps")
+                 "the path is a mixture file (JSON: domains and stages of weights; recognised without this flag too): print its stages "
+                 "and, given the run's shape, each domain's expected samples and tokens over --steps steps");
+    app.add_option("--steps", o.steps, "with a mixture file: the run's length in steps")
         ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
-    app.add_option("--global-batch", o.global_batch, "with --mixture: samples per step, over all ranks")
+    app.add_option("--global-batch", o.global_batch, "with a mixture file: samples per step, over all ranks")
         ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 24));
-    app.add_option("--seq-len", o.seq_len, "with --mixture: tokens per sample (also turns a stage's at_tokens into a step)")
+    app.add_option("--seq-len", o.seq_len, "with a mixture file: tokens per sample (also turns a stage's at_tokens into a step)")
         ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 24));
     if (const int code = tools::parse_command_line("feedline-inspect", 1, app, argc, argv); code >= 0) return code;
     o.backend = read_with.shards.backend;
 
     return tools::run_tool("feedline-inspect", 1, [&] {
+        // A mixture file is recognised by its content ("domains" and "stages"), with or without --mixture:
+        // before, a .json was taken for a tokenizer.json. The run's shape adds each domain's expectations.
+        if (!o.mixture && paths.size() == 1 && feedline::detail::mixture_text({{1.0, paths[0]}})) o.mixture = true;
         if (o.mixture) {
             if (paths.size() != 1) throw feedline::config_error("--mixture", "give one mixture file");
-            if (o.steps == 0 || o.global_batch == 0 || o.seq_len == 0)
-                throw feedline::config_error("--mixture", "give the run's shape: --steps, --global-batch and --seq-len");
+            const bool shape = o.steps > 0 && o.global_batch > 0 && o.seq_len > 0;
+            if (!shape && (o.steps > 0 || o.global_batch > 0 || o.seq_len > 0))
+                throw feedline::config_error("--mixture", "give the run's whole shape: --steps, --global-batch and --seq-len");
             const nlohmann::json m = inspect_mixture(paths[0], o);
             if (o.json)
                 fmt::print("{}\n", tools::json_text(m));

@@ -398,4 +398,19 @@ TEST_CASE("Tools.Inspect.AMixtureFilesScheduleAndExpectedTokens") {
     const auto bad = run(bin + "/feedline-inspect --mixture " + path + " --steps 100 --global-batch 8 --seq-len 64", dir);
     CHECK(bad.code == 1);
     CHECK_MESSAGE(bad.err.find("mix.json:3: 'wbe' is not one of the mixture's domains") != std::string::npos, bad.err);
+    // Recognised by its content without --mixture (it used to be read as a tokenizer.json), and without
+    // the run's shape its stages are shown alone.
+    write(R"({"domains": ["web", "code"], "stages": [{"at_step": 0, "weights": {"web": 1, "code": 3}}]})");
+    const auto plain = run(bin + "/feedline-inspect " + path, dir);
+    REQUIRE_MESSAGE(plain.code == 0, plain.err);
+    CHECK_MESSAGE(plain.out.find("2 domains, 1 stages") != std::string::npos, plain.out);
+    CHECK(plain.out.find("code 0.7500") != std::string::npos);
+    const auto plain_json = run(bin + "/feedline-inspect --json " + path, dir);
+    REQUIRE_MESSAGE(plain_json.code == 0, plain_json.err);
+    const auto pj = nlohmann::json::parse(plain_json.out);
+    CHECK(pj["stages"].size() == 1);
+    CHECK_FALSE(pj.contains("expected"));
+    const auto partial = run(bin + "/feedline-inspect --steps 10 " + path, dir);
+    CHECK(partial.code == 1);
+    CHECK_MESSAGE(partial.err.find("--global-batch") != std::string::npos, partial.err);
 }
