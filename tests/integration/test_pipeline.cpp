@@ -769,6 +769,10 @@ TEST_CASE("Pipeline.Mixture.AMixtureFileDeliversItsScheduleAndResumesExactly") {
             ++n;
             for (std::uint32_t x = 0; x < 3; ++x) REQUIRE(std::abs(static_cast<double>(counts[x]) - targets.expected(x, n)) < 1.0);
         }
+        // The state after each batch (each step's change applied in order as the trainer takes it)
+        // counts exactly the samples delivered.
+        REQUIRE(whole.state().step == static_cast<std::uint64_t>(step) + 1);
+        REQUIRE(whole.state().taken == counts);
     }
     const pipeline_stats st = whole.stats();
     REQUIRE(st.datasets.size() == 3);

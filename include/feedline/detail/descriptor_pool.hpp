@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace feedline::detail {
@@ -50,14 +51,23 @@ public:
 
     // `d` (its mutex held by the caller) has just opened its descriptor: listed, and while more than
     // the budget are open, idle ones of other files are closed.
+    // Throws std::bad_alloc (nothing listed then).
     void opened(pooled_descriptor& d) {
-        const std::lock_guard lock(mutex_);
-        d.slot = open_.size();
-        open_.push_back(&d);
-        d.recent.store(true, std::memory_order_relaxed);
-        const std::size_t limit = budget();
-        while (open_.size() > limit)
-            if (!close_one_idle(&d)) break;  // every other one in use: over the budget for now
+        int idle[close_batch];
+        std::size_t n = 0;
+        {
+            const std::lock_guard lock(mutex_);
+            open_.push_back(&d);
+            d.slot = open_.size() - 1;
+            d.recent.store(true, std::memory_order_relaxed);
+            const std::size_t limit = budget();
+            while (open_.size() > limit && n < close_batch) {
+                const int fd = take_one_idle(&d);
+                if (fd < 0) break;  // every other one in use: over the budget for now
+                idle[n++] = fd;
+            }
+        }
+        close_all(idle, n);  // outside the lock: a close can be a round trip (NFS)
     }
 
     // `d` (its mutex held by the caller) is about to close its descriptor.
@@ -69,10 +79,17 @@ public:
     // An open failed with EMFILE: closes idle descriptors (half of those open, at least one) other
     // than `self`'s. Returns how many were closed.
     std::size_t make_room(const pooled_descriptor* self) {
-        const std::lock_guard lock(mutex_);
-        std::size_t closed = 0;
-        for (const std::size_t want = std::max<std::size_t>(1, open_.size() / 2); closed < want && close_one_idle(self);) ++closed;
-        return closed;
+        std::vector<int> idle;
+        {
+            const std::lock_guard lock(mutex_);
+            for (const std::size_t want = std::max<std::size_t>(1, open_.size() / 2); idle.size() < want;) {
+                const int fd = take_one_idle(self);
+                if (fd < 0) break;
+                idle.push_back(fd);
+            }
+        }
+        close_all(idle.data(), idle.size());
+        return idle.size();
     }
 
     // Descriptors open now through the pool.
@@ -91,10 +108,15 @@ private:
         if (hand_ >= open_.size()) hand_ = 0;
     }
 
+    static void close_all(const int* fds, std::size_t n) noexcept {
+        for (std::size_t i = 0; i < n; ++i) ::close(fds[i]);
+    }
+
     // The clock: from the hand, a descriptor used since the hand last passed gets another round; the
     // first one not used since and not leased now (its mutex free: try_lock, since the lock order is a
-    // file's mutex then the pool's) is closed. Two rounds at most. Caller holds mutex_.
-    bool close_one_idle(const pooled_descriptor* keep) {
+    // file's mutex then the pool's) is taken from its file, which opens another when used again.
+    // Returns it for the caller to close (-1: none idle). Two rounds at most. Caller holds mutex_.
+    int take_one_idle(const pooled_descriptor* keep) {
         for (std::size_t looked = 0, n = open_.size(); looked < 2 * n && !open_.empty(); ++looked) {
             if (hand_ >= open_.size()) hand_ = 0;
             pooled_descriptor* c = open_[hand_];
@@ -108,12 +130,12 @@ private:
                 continue;
             }
             unlist(*c);  // the hand now points at the descriptor moved into c's place
-            ::close(c->fd);
-            c->fd = -1;
-            return true;
+            return std::exchange(c->fd, -1);
         }
-        return false;
+        return -1;
     }
+
+    static constexpr std::size_t close_batch = 16;  // descriptors one open closes at most
 
     std::mutex mutex_;
     std::vector<pooled_descriptor*> open_;  // the descriptors open now, each at its slot

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -191,10 +192,13 @@ private:
         std::uint64_t all_samplers_bytes = 0;
         for (std::size_t i = 0; i < sources_.size(); ++i) all_samplers_bytes += sampler_->stream(i).memory_bytes();
         std::uint64_t worker_bytes = 0, index_bytes = all_samplers_bytes + (own_planners_ ? sampler_bytes * workers.workers : 0);
+        std::map<const void*, std::uint64_t> scratch_groups;  // per group, its largest worker's bytes
         for (const auto& s : sources_) {
-            worker_bytes += s.source->worker_bytes(source_context::of(config_));
+            auto& group = scratch_groups[s.source->worker_scratch_group()];
+            group = std::max(group, s.source->worker_bytes(source_context::of(config_)));
             index_bytes += s.source->index_bytes(source_context::of(config_));
         }
+        for (const auto& [group, bytes] : scratch_groups) worker_bytes += bytes;
         memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes, remote_step_bytes, all_samplers_bytes);
         all_rows_.resize(config_.batch_size);
         for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;

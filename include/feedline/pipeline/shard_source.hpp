@@ -7,9 +7,9 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,12 +50,17 @@ public:
         // llm.c's document index, built for packed mode (Megatron's .idx is mapped, not copied).
         return is_token_stream(data_->format()) && !streams_are_shards(c) ? data_->document_count() * sizeof(std::uint64_t) : 0;
     }
+    // Every shard source's workers on a thread share that thread's reader and buffers (thread_io).
+    const void* worker_scratch_group() const noexcept override {
+        static const char group = 0;
+        return &group;
+    }
     std::uint64_t worker_bytes(const source_context& c) const override {
         return c.batch_size * (c.seq_len + 1) * dtype_size(data_->dtype()) + defaults::shard_scratch_extra_bytes;
     }
     std::string prepare(const source_context& c) override {
         auto probe = make_reader(reader_for(c));
-        chosen_ = probe.backend();  // the workers' readers: this backend, no second choice per worker
+        chosen_.store(static_cast<int>(probe.backend()), std::memory_order_relaxed);  // the workers' readers: no choice per worker
         std::string how = std::string(probe.name()) + (probe.reason().empty() ? "" : " (" + probe.reason() + ")");
         if (!data_->all_local())  // the backend reads the local shards; the rest go through their scheme
             how += "; shards in remote storage: each batch's ranges requested at once through their storage scheme";
@@ -127,6 +132,13 @@ private:
         std::vector<std::uint8_t> read_row;             // write_viewed: 1 = read into raw, 2 = to read
         std::vector<read_request> to_read;
     };
+    // The backend a worker reads with: the one named, or what prepare() resolved `auto` to.
+    io_backend backend_for(const source_context& c) const {
+        if (c.shards.backend != io_backend::automatic) return c.shards.backend;
+        const int chosen = chosen_.load(std::memory_order_relaxed);
+        return chosen >= 0 ? static_cast<io_backend>(chosen) : make_reader(reader_for(c)).backend();
+    }
+
     // This thread's thread_io for `backend`, made on first use and kept while a worker holds it.
     static std::shared_ptr<thread_io> io_of_this_thread(io_backend backend) {
         thread_local std::vector<std::pair<io_backend, std::weak_ptr<thread_io>>> made;
@@ -146,7 +158,7 @@ private:
                   counters_(counters),
                   streams_are_shards_(s.streams_are_shards(c)),
                   windows_(c.mode == sample_mode::windows),
-                  io_(io_of_this_thread(s.chosen_.value_or(make_reader(s.reader_for(c)).backend()))),
+                  io_(io_of_this_thread(s.backend_for(c))),
                   mapped_(s.data_->all_local() ? io_->mapped : nullptr) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
@@ -379,7 +391,9 @@ private:
     };
 
     std::shared_ptr<const token_dataset> data_;
-    std::optional<io_backend> chosen_;  // by prepare(), before any worker starts
+    // `auto` resolved by the last prepare() (-1: none yet). Atomic: a source shared by two pipelines
+    // is prepared by one while the other's workers read it.
+    std::atomic<int> chosen_{-1};
 };
 
 namespace detail {

@@ -90,6 +90,10 @@ public:
     // Bytes held for the run (indexes, caches) and per worker (scratch), for the memory plan.
     virtual std::uint64_t index_bytes(const source_context& run) const = 0;
     virtual std::uint64_t worker_bytes(const source_context& run) const = 0;
+    // Sources whose workers on one thread share their scratch (one reader and buffers for all of them)
+    // name the same group: the memory plan counts the largest worker_bytes of a group once per worker,
+    // not every source's. Default: a group of its own.
+    virtual const void* worker_scratch_group() const noexcept { return this; }
     // Before any worker starts (at the first next()): whatever can fail early (probing a reader,
     // loading a tokenizer). Returns one line on how it reads, for stats (io_backend).
     virtual std::string prepare(const source_context& run) = 0;

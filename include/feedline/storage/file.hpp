@@ -51,11 +51,12 @@ public:
             : path_(std::move(path)), direct_(direct), state_(std::make_unique<shared_state>()) {
         struct stat st {};
         const std::lock_guard lock(state_->mutex);
-        state_->fd = open_checked(st);
+        const int fd = open_checked(st);
         size_ = static_cast<std::uint64_t>(st.st_size);
         device_ = st.st_dev;
         inode_ = st.st_ino;
-        detail::descriptor_pool::instance().opened(*state_);
+        modified_ = st.st_mtim;
+        listed(fd);
     }
 
     file(file&& o) noexcept
@@ -65,6 +66,7 @@ public:
               direct_(o.direct_),
               device_(o.device_),
               inode_(o.inode_),
+              modified_(o.modified_),
               state_(std::move(o.state_)) {}
     file& operator=(file&& o) noexcept {
         if (this != &o) {
@@ -74,6 +76,7 @@ public:
             direct_ = o.direct_;
             device_ = o.device_;
             inode_ = o.inode_;
+            modified_ = o.modified_;
             state_ = std::move(o.state_);
         }
         return *this;
@@ -121,17 +124,20 @@ public:
         if (state_->fd < 0) {
             struct stat st {};
             const int fd = open_checked(st);
-            if (st.st_dev != device_ || st.st_ino != inode_ || static_cast<std::uint64_t>(st.st_size) < size_) {
+            // The inode alone does not tell: a file removed and another created may get its number
+            // (ext4, XFS), so the modification time must match too.
+            const bool same = st.st_dev == device_ && st.st_ino == inode_ && st.st_mtim.tv_sec == modified_.tv_sec &&
+                              st.st_mtim.tv_nsec == modified_.tv_nsec;
+            if (!same || static_cast<std::uint64_t>(st.st_size) < size_) {
                 ::close(fd);
                 throw io_error(path_, ESTALE,
-                               st.st_dev != device_ || st.st_ino != inode_
-                                   ? "was replaced by another file since it was opened (its descriptor had been closed to stay "
-                                     "within RLIMIT_NOFILE; the new file is not read in its place)"
-                                   : "is shorter than when it was opened (" + std::to_string(st.st_size) + " bytes, was " +
-                                         std::to_string(size_) + "): truncated under the job");
+                               static_cast<std::uint64_t>(st.st_size) < size_
+                                   ? "is shorter than when it was opened (" + std::to_string(st.st_size) + " bytes, was " +
+                                         std::to_string(size_) + "): truncated under the job"
+                                   : "was replaced or modified since it was opened (its descriptor had been closed to stay within "
+                                     "RLIMIT_NOFILE; another file's bytes are not read in its place)");
             }
-            state_->fd = fd;
-            detail::descriptor_pool::instance().opened(*state_);
+            listed(fd);
         }
         ++state_->users;
         state_->recent.store(true, std::memory_order_relaxed);
@@ -151,6 +157,8 @@ public:
         return std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + " " +
                std::to_string(st.st_ino);
     }
+    // Whether `o` was opened from the same inode as this file.
+    bool same_inode(const file& o) const noexcept { return state_ && o.state_ && device_ == o.device_ && inode_ == o.inode_; }
     // Whether `path` leads to this file now (same device and inode): a name renamed over since says no.
     bool still_at(const std::string& path) const {
         struct stat now {};
@@ -184,6 +192,19 @@ private:
         std::mutex mapping_mutex;
         std::shared_ptr<const file_mapping> mapping;
     };
+
+    // Records `fd` as state_'s open descriptor (state_->mutex held) and lists it with the pool; closes
+    // it if the pool cannot list it (no memory).
+    void listed(int fd) const {
+        state_->fd = fd;
+        try {
+            detail::descriptor_pool::instance().opened(*state_);
+        } catch (...) {
+            state_->fd = -1;
+            ::close(fd);
+            throw;
+        }
+    }
 
     // Opens path_ (O_DIRECT if direct_) and stats it, refusing what is not a regular file. On EMFILE,
     // asks the pool to close idle descriptors and tries once more.
@@ -231,6 +252,7 @@ private:
     bool direct_ = false;
     dev_t device_ = 0;
     ino_t inode_ = 0;
+    timespec modified_{};                  // st_mtim when opened
     std::unique_ptr<shared_state> state_;  // null: default-constructed or moved from
 };
 

@@ -11,6 +11,7 @@
 #include <liburing.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,8 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -96,9 +99,34 @@ public:
     // stops submitting, waits for every read in flight, then throws (format_error when a file ends
     // before the requested range, io_error otherwise), so no buffer is written after it returns.
     void read(std::span<const read_request> requests) {
-        // The descriptors leased for this call's reads, released when it returns (or throws).
+        // Requests in runs that name at most max_files_in_flight() files: each run's files are leased
+        // (their descriptors held open) while its reads are in flight, so a batch of windows from
+        // thousands of shards never asks the descriptor pool for more than its budget at once.
+        const std::size_t most = max_files_in_flight();
+        for (std::size_t first = 0; first < requests.size();) {
+            run_files_.clear();
+            std::size_t last = first;
+            for (; last < requests.size(); ++last) {
+                const file* f = requests[last].source->local_file();
+                if (f != nullptr && !run_files_.contains(f)) {
+                    if (run_files_.size() == most) break;
+                    run_files_.insert(f);
+                }
+            }
+            read_run(requests.subspan(first, last - first));
+            first = last;
+        }
+    }
+
+    // Files one read() leases at once: a sixteenth of the descriptor pool's budget (workers read
+    // side by side), at least 8.
+    static std::size_t max_files_in_flight() { return std::max<std::size_t>(8, detail::descriptor_pool::budget() / 16); }
+
+private:
+    void read_run(std::span<const read_request> requests) {
+        // The descriptors leased for this run's reads (one per file), released when it returns (or throws).
         const struct release_leases {
-            std::vector<std::pair<const file*, file::lease>>& leased;
+            std::unordered_map<const file*, file::lease>& leased;
             ~release_leases() { leased.clear(); }
         } release{leased_};
         std::deque<op> pending;
@@ -160,6 +188,7 @@ public:
         if (failure) std::rethrow_exception(failure);
     }
 
+public:
     std::string_view name() const noexcept { return "io_uring"; }
     const uring_options& options() const noexcept { return opt_; }
     // Whether the bounce buffers are registered with the kernel (direct mode with register_buffers).
@@ -194,15 +223,18 @@ private:
     int direct_fd(const file& f) {
         for (auto& [src, df] : direct_files_)
             if (src == &f) return leased_fd(df);
-        direct_files_.emplace_back(&f, file(f.path(), /*direct=*/true));
+        file direct(f.path(), /*direct=*/true);
+        if (!direct.same_inode(f))  // opened by path: the name may lead elsewhere by now
+            throw io_error(f.path(), ESTALE, "was replaced since it was opened (found reopening it with O_DIRECT)");
+        direct_files_.emplace_back(&f, std::move(direct));
         return leased_fd(direct_files_.back().second);
     }
 
-    // `f`'s descriptor, held open until read() returns (the descriptor pool closes no leased one).
-    // Requests come grouped by file, so the last lease is checked first.
+    // `f`'s descriptor, held open until read_run() returns (the descriptor pool closes no leased one).
     int leased_fd(const file& f) {
-        if (leased_.empty() || leased_.back().first != &f) leased_.emplace_back(&f, f.use());
-        return leased_.back().second.fd();
+        auto it = leased_.find(&f);
+        if (it == leased_.end()) it = leased_.emplace(&f, f.use()).first;
+        return it->second.fd();
     }
 
     void split_into_ops(const read_request& r, const file& source, std::deque<op>& out) {
@@ -308,8 +340,9 @@ private:
     io_uring ring_{};
     std::vector<op> slots_;
     std::vector<unsigned> free_slots_;
-    std::vector<read_request> others_;                         // requests of sources that are not local files (reused)
-    std::vector<std::pair<const file*, file::lease>> leased_;  // read()'s leased descriptors
+    std::vector<read_request> others_;                     // requests of sources that are not local files (reused)
+    std::unordered_map<const file*, file::lease> leased_;  // read_run()'s leased descriptors (at most max_files_in_flight)
+    std::unordered_set<const file*> run_files_;            // read(): the files of the run being formed
     std::unique_ptr<std::byte, free_deleter> bounce_;
     std::size_t bounce_size_ = 0;
     bool registered_ = false;
