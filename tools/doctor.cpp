@@ -28,6 +28,7 @@
 #include <feedline/doctor/check.hpp>
 #include <feedline/doctor/diagnose.hpp>
 #include <feedline/doctor/measure.hpp>
+#include <feedline/doctor/mixture_totals.hpp>
 #include <feedline/doctor/plan.hpp>
 #include <feedline/doctor/watch.hpp>
 #include <feedline/pipeline/detail/telemetry.hpp>
@@ -155,7 +156,8 @@ nlohmann::json findings_json(const std::vector<doctor::finding>& findings) {
 // read a line at a time).
 constexpr std::uint64_t max_scenario_bytes = std::uint64_t(16) << 20;
 
-int run_diagnose(const std::string& path, bool json) {
+// `mixture`: a mixture file whose schedule each domain's total in the log is checked against.
+int run_diagnose(const std::string& path, const std::string& mixture, bool json) {
     // A regular file only: a FIFO without a writer would block the open forever, /dev/zero would be
     // read until memory ran out.
     feedline::require_regular_file(path);
@@ -170,7 +172,14 @@ int run_diagnose(const std::string& path, bool json) {
     } else {
         o = doctor::parse_log(f, path);
     }
-    const auto findings = doctor::diagnose(o);
+    auto findings = doctor::diagnose(o);
+    if (!mixture.empty()) {
+        if (scenario) throw feedline::config_error("mixture", "checks a run's log, not a scenario");
+        feedline::require_regular_file(mixture);
+        for (auto& f : doctor::mixture_totals(o, feedline::read_regular_file(mixture, feedline::max_mixture_file_bytes), mixture))
+            findings.push_back(std::move(f));
+        doctor::rank(findings);
+    }
     if (json) {
         std::printf("%s\n", tools::json_text(nlohmann::json{{"findings", findings_json(findings)},
                                                             {"needs_action", doctor::needs_action(findings)},
@@ -453,6 +462,9 @@ int main(int argc, char** argv) {
     CLI::App* diag = app.add_subcommand("diagnose", "findings with stable codes from a scenario file or a run's JSON-lines log");
     diag->add_option("input", input, "a scenario (JSON object, docs/sizing.md) or a feedline-train --json log")->required();
     diag->add_flag("--json", json, "one JSON object: {\"findings\": [{code, severity, evidence, action}], ...}");
+    std::string diag_mixture;
+    diag->add_option("--mixture", diag_mixture,
+                     "a mixture file: check each domain's total in the log against its schedule (within one sample)");
 
     std::string root = "/";
     doctor::check_job job;
@@ -517,7 +529,7 @@ int main(int argc, char** argv) {
         measure.read_bytes = read_mib << 20;
         return tools::run_tool("feedline-doctor", 2, [&] { return run_check(root, job, measure, h2d, json); });
     }
-    if (diag->parsed()) return tools::run_tool("feedline-doctor", 2, [&] { return run_diagnose(input, json); });
+    if (diag->parsed()) return tools::run_tool("feedline-doctor", 2, [&] { return run_diagnose(input, diag_mixture, json); });
     if (wat->parsed())
         return tools::run_tool("feedline-doctor", 2, [&] { return run_watch(watch_pid, watch_command, watching, watch_scenario, json); });
 

@@ -370,6 +370,30 @@ class Pipeline:
             raise ValueError(f"epoch must be a whole number >= 0, not {epoch!r}")
         self._engine.set_epoch(epoch)
 
+    def set_mixture_weights(self, weights: Union[Sequence[float], Dict[str, float]], step: Optional[int] = None) -> int:
+        """For a Pipeline over a mixture file: new weights from `step` on (e.g. from per-domain losses,
+        as DoReMi or online data mixing do), a list in the file's domain order or a dict by domain name
+        (domains left out weigh 0). From that step each domain's target grows by its share of these.
+        Recorded in state_dict() at once, so a state saved before the step resumes with them. Workers
+        plan ahead: `step` must not be planned yet (the current step plus planning_horizon() never is;
+        ConfigError names the first free step). Without `step`, the first step not planned yet, which
+        depends on timing. Returns the step the weights take effect at."""
+        if isinstance(weights, dict):
+            names = list(self._engine.domain_names())
+            unknown = [k for k in weights if k not in names]
+            if unknown:
+                raise ConfigError(f"weights: no domain named {unknown[0]!r} (domains: {', '.join(names)})")
+            weights = [float(weights.get(n, 0.0)) for n in names]
+        if step is not None:
+            _check("step", step, int, "a whole number")
+            if step < 0:
+                raise ValueError(f"step must be a whole number >= 0, not {step!r}")
+        return int(self._engine.set_mixture_weights([float(w) for w in weights], -1 if step is None else step))
+
+    def planning_horizon(self) -> int:
+        """How many steps past the current one the workers may have planned already."""
+        return int(self._engine.planning_horizon())
+
     def stats(self) -> Dict[str, Any]:
         """Throughput, stall time, prefetch depth and ready batches, workers, memory: the C++ pipeline_stats
         as a dict; and where the run is in its data: "epochs", each dataset's epoch as of the last batch the

@@ -301,6 +301,20 @@ public:
                          mixture_from_step ? feedline::mixture_change::from_step : feedline::mixture_change::refuse);
         end_step_ = engine().end_step();  // `epochs` after another global batch ends elsewhere
     }
+    // step < 0: the first step not planned yet (returned).
+    std::uint64_t set_mixture_weights(const std::vector<double>& weights, std::int64_t step) {
+        std::uint64_t at;
+        if (step < 0) {
+            at = engine().set_mixture_weights(weights);
+        } else {
+            at = static_cast<std::uint64_t>(step);
+            engine().set_mixture_weights(weights, at);
+        }
+        if (pending_) before_.add_weights_change({at, weights});  // state_json() says the state before the batch kept back
+        return at;
+    }
+    std::uint64_t planning_horizon() const { return engine().planning_horizon(); }
+    std::vector<std::string> domain_names() const { return engine().domain_names(); }
     void set_epoch(std::uint64_t epoch, bool only_that_epoch) {
         engine().set_epoch(epoch, only_that_epoch);
         end_step_ = engine().end_step();
@@ -584,6 +598,9 @@ NB_MODULE(_feedline, m) {
         .def("state_json", &py_pipeline::state_json)
         .def("restore_json", &py_pipeline::restore_json, "state"_a, "from_same_sample"_a = false, "mixture_from_step"_a = false)
         .def("set_epoch", &py_pipeline::set_epoch, "epoch"_a, "only_that_epoch"_a = false)
+        .def("set_mixture_weights", &py_pipeline::set_mixture_weights, "weights"_a, "step"_a)
+        .def("planning_horizon", &py_pipeline::planning_horizon)
+        .def("domain_names", &py_pipeline::domain_names)
         .def("stats_json", &py_pipeline::stats_json)
         .def("epochs", &py_pipeline::epochs)
         .def("describe", &py_pipeline::describe)

@@ -65,6 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 #if FEEDLINE_HAS_JSON
         bool finite = true;
         for (double w : s.weights) finite = finite && std::isfinite(w);
+        for (const auto& p : s.pending_weights)
+            for (double w : p.weights) finite = finite && std::isfinite(w);
         if (finite && detail::to_bytes(sampler_state_from_json(to_json(s))) != detail::to_bytes(s)) __builtin_trap();
 #endif
     } catch (const config_error&) {
@@ -97,6 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (s.weights.size() == want.weights.size()) want.weights = s.weights;
         for (std::size_t i = 0; i < want.mixture_taken.size() && i < s.mixture_taken.size(); ++i)
             want.mixture_taken[i] = s.mixture_taken[i];
+        want.version = s.version;  // a version-4 state's weights set for later steps, too
+        want.pending_weights = s.pending_weights;
     }
     try {
         sampler->restore(want);

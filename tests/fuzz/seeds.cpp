@@ -52,6 +52,7 @@ std::vector<std::vector<std::uint8_t>> fuzz_seeds() {
             feedline::batch_plan plan;
             for (int i = 0; i < std::abs(steps); ++i) sampler->next(plan);
             if (steps < 0 && sampler->mixture()) sampler->set_mixture_weights({1, 2});
+            if (steps > 0 && sampler->mixture()) sampler->set_mixture_weights({3, 1}, 9);  // a version-4 state: weights for step 9
             feedline::sampler_state state = sampler->state();
             if (steps < 0 && !sampler->mixture()) state = feedline::with_global_batch(state, state.global_batch + 1);
             std::vector<std::uint8_t> bin{static_cast<std::uint8_t>(which)};

@@ -814,3 +814,89 @@ TEST_CASE("Pipeline.Mixture.AMixtureFileDeliversItsScheduleAndResumesExactly") {
     CHECK(math_rows == 40);  // from step 30 every row is math
     CHECK(edited.state().mixture_step == 25);
 }
+
+// Weights set by the trainer during the run (online mixing): they take effect at the step named,
+// whatever the workers planned before; the state holds them from the call on, so a resume from any
+// state after it, with other workers, gives the same batches; a trainer that sets them again after
+// resuming from an earlier state does too. A step already planned is refused, naming the first free.
+TEST_CASE("Pipeline.Mixture.WeightsSetDuringTheRunTakeEffectAtTheirStepAndResumeExactly") {
+    ft::scratch_dir dir;
+    const ft::scratch_dir web, code, math;
+    (void)make_dataset(web, 2, 80);
+    (void)make_dataset(code, 1, 100);
+    (void)make_dataset(math, 1, 60);
+    const std::string mix = dir / "mix.json";
+    ft::write_text(mix, "{\"domains\": [{\"name\": \"web\", \"data\": \"" + (web / "part_*") + "\"},\n {\"name\": \"code\", \"data\": \"" +
+                            (code / "part_0") + "\"},\n {\"name\": \"math\", \"data\": \"" + (math / "part_0") +
+                            "\"}],\n \"stages\": [{\"at_step\": 0, \"weights\": {\"web\": 6, \"code\": 3, \"math\": 1}}]}");
+    constexpr std::uint64_t first_call = 6, steps = 60;
+    pipeline whole(mix, base(2));
+    auto got = take(whole, first_call);
+    const std::uint64_t at = whole.state().step + whole.planning_horizon();  // always free
+    REQUIRE(at + 10 < steps);
+    try {
+        whole.set_mixture_weights({1, 1, 1}, 2);
+        FAIL("weights for a step already delivered");
+    } catch (const config_error& e) {
+        CHECK(e.field() == "step");
+    }
+    const pipeline_state before_call = whole.state();
+    whole.set_mixture_weights({0, 0, 1}, at);  // from `at`: math only
+    REQUIRE(whole.state().pending_weights.size() == 1);
+    std::vector<pipeline_state> states;  // states[i]: after step first_call + i
+    std::vector<std::int32_t> datasets;  // each row's domain, from first_call on
+    for (std::uint64_t step = first_call; step < steps; ++step) {
+        auto b = whole.next();
+        REQUIRE(b);
+        auto in = b->host_inputs(), tg = b->host_targets(), pos = b->host_position_ids(), cu = b->host_cu_seqlens();
+        got.push_back({b->step(), {in.begin(), in.end()}, {tg.begin(), tg.end()}, {pos.begin(), pos.end()}, {cu.begin(), cu.end()}});
+        const auto rows = b->host_datasets();
+        datasets.insert(datasets.end(), rows.begin(), rows.end());
+        states.push_back(sampler_state_from_json(to_json(whole.state())));
+        // The change leaves the trainer's state when the batch of its step arrives.
+        REQUIRE(whole.state().pending_weights.size() == (step + 1 <= at ? 1u : 0u));
+    }
+    std::uint64_t math_before = 0, math_after = 0, rows_before = 0;
+    for (std::size_t r = 0; r < datasets.size(); ++r) {
+        const bool after = first_call + r / 4 >= at;
+        (after ? math_after : math_before) += datasets[r] == 2;
+        rows_before += !after;
+    }
+    CHECK(math_after == (steps - at) * 4);  // every row from `at` is math
+    CHECK(math_before < rows_before / 4);   // before it, about a tenth
+    CHECK(whole.state().mixture == 2);
+    CHECK(whole.state().mixture_step == at);
+    CHECK(whole.stats().datasets[2].share == doctest::Approx(1.0));
+    // Resumed from states after the call (before `at`, at it, past it), with one worker: the same batches.
+    for (std::uint64_t k : {first_call + 1, at - 1, at, at + 3}) {
+        CAPTURE(k);
+        pipeline resumed(mix, base(1));
+        resumed.restore(states[k - first_call - 1]);
+        const auto rest = take(resumed, steps - k);
+        REQUIRE(std::equal(rest.begin(), rest.end(), got.begin() + static_cast<std::ptrdiff_t>(k)));
+    }
+    // Resumed from before the call, a trainer that sets the same weights for the same step again.
+    pipeline again(mix, base(3));
+    again.restore(before_call);
+    again.set_mixture_weights({0, 0, 1}, at);
+    const auto rest = take(again, steps - first_call);
+    REQUIRE(std::equal(rest.begin(), rest.end(), got.begin() + first_call));
+    // Without a step: the first one not planned, which the workers have not reached.
+    pipeline now(mix, base(2));
+    (void)take(now, 3);
+    const std::uint64_t chosen = now.set_mixture_weights({1, 0, 0});
+    CHECK(chosen >= 3);
+    CHECK(chosen < 3 + now.planning_horizon());
+    for (std::uint64_t step = 3; step < chosen + 4; ++step) {
+        auto b = now.next();
+        REQUIRE(b);
+        if (step >= chosen)
+            for (std::int32_t d : b->host_datasets()) REQUIRE(d == 0);
+    }
+    // A blend without a schedule has no weights to set.
+    const ft::scratch_dir one, two;
+    pipeline blend(std::vector<weighted_source>{{1.0, std::make_shared<shard_source>(make_dataset(one, 1, 30))},
+                                                {1.0, std::make_shared<shard_source>(make_dataset(two, 1, 30))}},
+                   base(1));
+    CHECK_THROWS_AS(blend.set_mixture_weights({1, 1}, 10), config_error);
+}

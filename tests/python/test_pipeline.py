@@ -138,6 +138,32 @@ def test_a_mixture_file_is_a_data_spec_with_per_domain_stats_and_exact_resume(da
     assert rest == [[1] * CONFIG["batch_size"]] * 5  # every row from code
 
 
+def test_mixture_weights_set_during_the_run_take_effect_at_their_step_and_resume_exactly(data, tmp_path):
+    """Online mixing: weights set by name for a later step, in the state_dict at once; the batches from
+    that step come from the domains weighted; a state saved in between resumes into the same batches."""
+    mix = tmp_path / "mix.json"
+    mix.write_text(json.dumps({"domains": [{"name": "web", "data": data["megatron"]}, {"name": "code", "data": data["llmc"]}],
+                               "stages": [{"at_step": 0, "weights": {"web": 1, "code": 1}}]}))
+    pipe = feedline.Pipeline(mix, max_steps=40, **CONFIG)
+    it = iter(pipe)
+    head = [next(it).datasets.tolist() for _ in range(3)]
+    at = 3 + pipe.planning_horizon()
+    with pytest.raises(feedline.ConfigError, match="planned already"):
+        pipe.set_mixture_weights([1, 1], step=1)
+    with pytest.raises(feedline.ConfigError, match="no domain named"):
+        pipe.set_mixture_weights({"books": 1}, step=at)
+    assert pipe.set_mixture_weights({"code": 1}, step=at) == at  # web left out: 0
+    state = pipe.state_dict()
+    assert state["version"] == 4 and state["pending_weights"] == [{"step": at, "weights": [0.0, 1.0]}]
+    rest = [b.datasets.tolist() for b in pipe]
+    assert all(row == [1] * CONFIG["batch_size"] for row in rest[at - 3:])
+    assert any(0 in row for row in head + rest[:at - 3])
+    assert pipe.stats()["datasets"][1]["share"] == pytest.approx(1.0)
+    resumed = feedline.Pipeline(mix, max_steps=40, **CONFIG)
+    resumed.load_state_dict(state)
+    assert [b.datasets.tolist() for b in resumed] == rest
+
+
 def test_path_objects_are_taken_for_option_paths_and_tokenizer_models(data):
     by_path = feedline.Pipeline(Path(data["jsonl"]), tokenizer=Path(data["model"]), cache_dir=Path(data["dir"]) / "counts",
                                 max_steps=3, **CONFIG)

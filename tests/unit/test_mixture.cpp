@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <set>
@@ -470,6 +471,116 @@ TEST_CASE("Mixture.Sampler.WeightsSetDuringTheRunAreRecordedAndResumeExactly") {
     CHECK_THROWS_AS(plain.set_mixture_weights({1, 2}), config_error);
     CHECK_THROWS_AS(s.set_mixture_weights({1, -1, 1}), config_error);
     CHECK_THROWS_AS(s.set_mixture_weights({0, 0, 0}), config_error);
+}
+
+// Weights set for a later step (what a pipeline planning ahead uses): held in the state until the
+// sampler plans that step, then the same stream as weights set right there; every state in between
+// resumes it, step deltas carry the change, and bad steps and weights are refused.
+TEST_CASE("Mixture.Sampler.WeightsSetForALaterStepAreHeldInTheStateUntilThen") {
+    const mixed_data data;
+    const auto schedule = three_stages();
+    sampler direct(data.datasets(), schedule, mixed_config());
+    std::vector<std::vector<sample_id>> expected;
+    for (int step = 0; step < 45; ++step) {
+        if (step == 26) direct.set_mixture_weights({1, 0, 3});
+        if (step == 33) direct.set_mixture_weights({0, 2, 1});
+        expected.push_back(ids_of(direct.next()));
+    }
+    sampler ahead(data.datasets(), schedule, mixed_config());
+    std::vector<sampler_state> states;  // before each step
+    for (int step = 0; step < 45; ++step) {
+        if (step == 20) {
+            ahead.set_mixture_weights({1, 0, 3}, 26);
+            ahead.set_mixture_weights({5, 5, 5}, 33);
+            ahead.set_mixture_weights({0, 2, 1}, 33);  // the same step again: replaces
+            REQUIRE(ahead.state().pending_weights.size() == 2);
+            CHECK(ahead.state().version == sampler_state::pending_version);
+        }
+        states.push_back(ahead.state());
+        REQUIRE(ids_of(ahead.next()) == expected[static_cast<std::size_t>(step)]);
+    }
+    CHECK(ahead.state() == direct.state());  // both changes taken: a version-3 state again
+    CHECK(ahead.state().version == sampler_state::mixture_version);
+    CHECK(ahead.state().mixture_step == 33);
+    for (std::size_t k : {20u, 24u, 26u, 29u, 33u, 40u}) {
+        CAPTURE(k);
+        CHECK(detail::sampler_state_from_bytes(detail::to_bytes(states[k])) == states[k]);
+        sampler resumed(data.datasets(), schedule, mixed_config());
+        resumed.restore(sampler_state_from_json(to_json(states[k])));
+        for (std::size_t step = k; step < 45; ++step) REQUIRE(ids_of(resumed.next()) == expected[step]);
+    }
+    // Step deltas carry a change taken: applied in order, they give the state after each step.
+    sampler planner(data.datasets(), schedule, mixed_config());
+    planner.restore(states[20]);
+    sampler_state applied = states[20];
+    batch_plan plan;
+    sampler_step_delta delta;
+    for (int step = 20; step < 40; ++step) {
+        planner.next(plan, delta);
+        CHECK(delta.took_weights == (step == 26 || step == 33));
+        delta.apply_to(applied);
+        REQUIRE(applied == planner.state());
+    }
+    // A step passed, steps out of order, bad weights: refused, the state unchanged.
+    ahead.set_mixture_weights({1, 1, 1}, 60);
+    const sampler_state before = ahead.state();
+    try {
+        ahead.set_mixture_weights({1, 1, 1}, 44);
+        FAIL("weights for a step already planned");
+    } catch (const config_error& e) {
+        CHECK(e.field() == "step");
+    }
+    CHECK_THROWS_AS(ahead.set_mixture_weights({1, 1, 1}, 50), config_error);
+    CHECK_THROWS_AS(ahead.set_mixture_weights({1, -1, 1}, 70), config_error);
+    CHECK_THROWS_AS(ahead.set_mixture_weights({0, 0, 0}, 70), config_error);
+    CHECK_THROWS_AS(ahead.set_mixture_weights({1, 1}, 70), config_error);
+    CHECK(ahead.state() == before);
+    REQUIRE(before.pending_weights.size() == 1);
+    CHECK(before.pending_weights[0].step == 60);
+    // A state's own schedule goes on as it is, with the weights set for later steps.
+    REQUIRE(states[22].mixture == 1);
+    CHECK(ahead.with_mixture_from_step(states[22]) == states[22]);
+    // A delta that says it took weights no state holds is refused, not undefined.
+    sampler_state none = ahead.state();
+    none.pending_weights.clear();
+    none.version = sampler_state::mixture_version;
+    sampler_step_delta bogus;
+    bogus.took_weights = true;
+    CHECK_THROWS_AS(bogus.apply_to(none), config_error);
+    // Edited states are refused: a change before the state's step, changes out of order, bad weights,
+    // a version-4 state without changes.
+    sampler fresh(data.datasets(), schedule, mixed_config());
+    auto refused = [&](sampler_state st, const std::string& field) {
+        try {
+            fresh.restore(st);
+            FAIL("restored an edited state");
+        } catch (const config_error& e) {
+            CHECK(e.field().starts_with(field));
+        }
+    };
+    sampler_state edited = states[22];
+    edited.pending_weights[0].step = 21;
+    refused(edited, "state.pending_weights[0]");
+    edited = states[22];
+    edited.pending_weights[1].step = 26;
+    refused(edited, "state.pending_weights[1]");
+    edited = states[22];
+    edited.pending_weights[0].weights[1] = std::numeric_limits<double>::quiet_NaN();
+    refused(edited, "state.pending_weights[0]");
+    edited = states[22];
+    edited.pending_weights.clear();
+    refused(edited, "state.pending_weights");
+    auto json = nlohmann::json::parse(to_json(states[22]));  // weights edited in a saved state: its check refuses them
+    json["pending_weights"][0]["weights"][2] = 4;
+    CHECK_THROWS_AS(sampler_state_from_json(json.dump()), format_error);
+    // Going on with the schedule from a state whose weights were set during the run drops the changes
+    // set for later steps too (they belonged to that run).
+    sampler_state set_now = states[27];  // weights {1, 0, 3} in force from step 26, {0, 2, 1} for step 33
+    REQUIRE(set_now.mixture == 2);
+    const sampler_state from = fresh.with_mixture_from_step(set_now);
+    CHECK(from.pending_weights.empty());
+    CHECK(from.version == sampler_state::mixture_version);
+    CHECK(from.mixture == 1);
 }
 
 TEST_CASE("Mixture.Sampler.AnotherScheduleGoesOnOnlyWhenAskedFromTheSavedStep") {

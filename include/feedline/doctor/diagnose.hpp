@@ -44,6 +44,14 @@ struct observations {
     std::vector<double> worker_numa_nodes;             // where the data workers run
     // Remote reads (s3://) of the pipeline: requests, retried attempts, and the median request latency.
     std::optional<double> remote_requests, remote_retries, remote_latency_p50_s;
+    // A blend's or mixture's per-domain totals (a stats line's "datasets"), the step its state is at,
+    // and where a mixture's targets count from: what --mixture checks against the schedule.
+    struct domain_total {
+        std::string name;
+        double samples = 0, tokens = 0;
+    };
+    std::vector<domain_total> domains;
+    std::optional<double> next_step, mixture_from_step, mixture_weights_set;
     std::vector<std::string> notes;  // what the reader passed over (a cut last line)
 };
 
@@ -251,6 +259,20 @@ inline void read_log_fields(const nlohmann::json& j, observations& o, const std:
     set(o.cores, log_number(j, "cores", any, where, line));
     set(o.data_workers, log_number(j, "data_workers", any, where, line));
     if (!j.contains("data_workers")) set(o.data_workers, log_number(j, "workers", any, where, line));  // a pipeline stats line
+    if (auto d = j.find("datasets"); d != j.end()) {
+        if (!d->is_array()) throw feedline::format_error(where, 0, line + ": datasets must be a list");
+        o.domains.clear();
+        for (const auto& x : *d) {
+            const auto name = x.is_object() ? x.find("name") : x.end();
+            if (!x.is_object() || name == x.end() || !name->is_string())
+                throw feedline::format_error(where, 0, line + ": each of datasets must be an object with a name");
+            o.domains.push_back({name->get<std::string>(), log_number(x, "samples", any, where, line + " datasets").value_or(0),
+                                 log_number(x, "tokens", any, where, line + " datasets").value_or(0)});
+        }
+        o.next_step = log_number(j, "next_step", any, where, line);  // this line's, or none: never an older line's
+        o.mixture_from_step = log_number(j, "mixture_from_step", any, where, line);
+        o.mixture_weights_set = log_number(j, "mixture_weights_set", 1, where, line);
+    }
     // A GPU ring ("pinned ring on CUDA device ...") pins its slots unless pinning failed or was off,
     // and then it holds no pinned bytes: pageable copies.
     if (auto d = j.find("device"); d != j.end() && d->is_string() && d->get<std::string>().rfind("pinned ring", 0) == 0) {

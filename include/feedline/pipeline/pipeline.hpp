@@ -323,6 +323,42 @@ public:
         delivery_.set_state(sampler_->state());
     }
 
+    // A mixture: new weights (one per domain, in the mixture file's order; finite, at least 0, not all
+    // 0) from `step` on, e.g. from per-domain losses (DoReMi, online data mixing). From that step each
+    // domain's target grows by its share of these; what was drawn before stays. Recorded in state()
+    // at once, so a state saved before `step` is reached resumes with them, and the stream is the
+    // same whenever the call was made: a deterministic trainer that sets the same weights at the
+    // same step after a resume gets the uninterrupted run's batches. Workers plan ahead, so `step`
+    // must not be planned yet: state().step + planning_horizon() never is. Throws config_error for a
+    // pipeline without a schedule, bad weights, a step planned already (naming the first free one),
+    // or a step before one set earlier.
+    void set_mixture_weights(const std::vector<double>& weights, std::uint64_t step) {
+        if (!mixture_) throw config_error("mixture", "weights during the run are for a pipeline mixed by a schedule (a mixture file)");
+        const std::lock_guard lock(planner_);
+        if (const std::uint64_t free = sampler_->state().step; step < free)
+            throw config_error("step", "step " + std::to_string(step) + " is planned already; the first step new weights can take is " +
+                                           std::to_string(free) + " (state().step + planning_horizon() always can)");
+        sampler_->set_mixture_weights(weights, step);  // checks the weights and the order of steps
+        delivery_.add_weights_change({step, weights});
+    }
+    // The same from the first step not planned yet, which is returned (recorded in state() like the
+    // above). When that is depends on how far the workers ran ahead: for a stream that does not
+    // depend on timing, name the step.
+    std::uint64_t set_mixture_weights(const std::vector<double>& weights) {
+        if (!mixture_) throw config_error("mixture", "weights during the run are for a pipeline mixed by a schedule (a mixture file)");
+        const std::lock_guard lock(planner_);
+        const std::uint64_t step = sampler_->state().step;
+        sampler_->set_mixture_weights(weights, step);
+        delivery_.add_weights_change({step, weights});
+        return step;
+    }
+    // A mixture's domain names, in its file's order (empty for other pipelines).
+    std::vector<std::string> domain_names() const { return mixture_ ? mixture_->names() : std::vector<std::string>{}; }
+    // How many steps past state().step the workers may have planned: a batch in every ring slot, one
+    // more being filled by each worker. Weights set for state().step + planning_horizon() or later are
+    // always accepted.
+    std::uint64_t planning_horizon() const noexcept { return memory_.slots + memory_.workers + 1; }
+
     // One dataset: the run starts at the first step of `epoch` (0-based), as if the epochs before had
     // been read: the batches and states a run from the start gives from there. max_steps and epochs
     // still end it at the step they would. With `only_that_epoch` it also ends after that epoch's last
@@ -371,6 +407,11 @@ public:
             for (std::size_t i = 0; i < sources_.size(); ++i)
                 s.datasets.push_back({mixture_ ? mixture_->names()[i] : std::to_string(i + 1) + ": " + sources_[i].source->describe(),
                                       st.taken[i], st.taken[i] * config_.seq_len, st.epoch[i], shares[i]});
+            s.next_step = st.step;
+            if (st.mixed()) {
+                s.mixture_from_step = st.mixture_step;
+                s.mixture_weights_set = st.mixture == 2 ? 1 : 0;
+            }
         }
         if (fetch_ahead_) {
             const fetch_ahead_counts f = fetch_ahead_->counts();

@@ -74,6 +74,12 @@ struct pipeline_stats {
     // the line is the run's last (to_json(true)): 10,000 domains make ~1 MB a line.
     std::vector<dataset_stats> datasets;
     static constexpr std::size_t json_datasets_max = 256;
+    // With the datasets: the step the trainer's state is at (its samples over every rank: next_step x
+    // global batch), and for a mixture the step its targets count from (0 unless weights were set
+    // during the run or it went on with another schedule), which feedline-doctor diagnose --mixture
+    // needs to check each domain's total against the schedule.
+    // mixture_weights_set: 1 when weights set during the run are in force.
+    std::optional<std::uint64_t> next_step, mixture_from_step, mixture_weights_set;
 
     std::string to_json(bool final = false) const {
         // JSON string escapes: quotes, backslashes and control characters (a path with a newline in an
@@ -151,6 +157,9 @@ struct pipeline_stats {
                 telemetry += std::string(i ? ", " : "") + "{\"name\": \"" + esc(d.name) + num;
             }
             telemetry += "]";
+            put("next_step", next_step);
+            put("mixture_from_step", mixture_from_step);
+            put("mixture_weights_set", mixture_weights_set);
         }
         return std::string(buf) + "\"io_backend\": \"" + esc(io_backend) + "\", \"device\": \"" + esc(device) +
                "\", \"worker_placement\": \"" + esc(worker_placement) + "\", \"workers_reason\": \"" + esc(workers_reason) +

@@ -248,6 +248,14 @@ private:
     std::vector<std::uint32_t> pending_;
 };
 
+// Weights the trainer set to take effect at a later step (sampler::set_mixture_weights with a step):
+// held in the state until the sampler plans that step, so a state saved in between resumes with them.
+struct mixture_weights_change {
+    std::uint64_t step = 0;
+    std::vector<double> weights;
+    friend bool operator==(const mixture_weights_change&, const mixture_weights_change&) = default;
+};
+
 // The resumable position plus what it must be resumed with. Serialised by sampling/state_io.hpp.
 // Holds no rank or world size: every rank has the same state, and any world size with the same
 // global batch can continue from it.
@@ -256,7 +264,8 @@ struct sampler_state {
     // global batch (with_global_batch below) and so carries the origin fields. Both are read; a state
     // is written as the version its content needs, so version-1 states keep their checksums.
     // Version 3: a blend mixed by a schedule (sampling/mixer.hpp), with the mixture fields below.
-    static constexpr std::uint32_t current_version = 1, rebased_version = 2, mixture_version = 3;
+    // Version 4: version 3 with weights set for later steps not yet reached (`pending_weights`).
+    static constexpr std::uint32_t current_version = 1, rebased_version = 2, mixture_version = 3, pending_version = 4;
     std::uint32_t version = current_version;
     // What the position means: restore() refuses a state whose fields differ from the sampler's.
     std::uint64_t seed = 0, seq_len = 0, global_batch = 0;
@@ -280,7 +289,41 @@ struct sampler_state {
     std::uint32_t mixture = 0;
     std::uint64_t mixture_check = 0, mixture_step = 0, mixture_drawn = 0;
     std::vector<std::uint64_t> mixture_taken;
-    bool mixed() const noexcept { return version == mixture_version; }
+    bool mixed() const noexcept { return version == mixture_version || version == pending_version; }
+    // Version 4 only: weights set to take effect at later steps, in step order (one per step). The
+    // sampler takes the first when it plans its step: `mixture` becomes 2 with those weights, and
+    // targets count from that step.
+    std::vector<mixture_weights_change> pending_weights;
+
+    // Records `change` (steps in order: a later change for the same step replaces the earlier one).
+    // Throws config_error for a step already passed or before the last one recorded.
+    void add_weights_change(mixture_weights_change change) {
+        if (change.step < step)
+            throw config_error(
+                "step", "weights for step " + std::to_string(change.step) + ", which comes before the next step, " + std::to_string(step));
+        if (!pending_weights.empty() && change.step < pending_weights.back().step)
+            throw config_error("step", "weights for step " + std::to_string(change.step) + " after weights for step " +
+                                           std::to_string(pending_weights.back().step) + ": set them in step order");
+        if (!pending_weights.empty() && change.step == pending_weights.back().step)
+            pending_weights.back() = std::move(change);
+        else
+            pending_weights.push_back(std::move(change));
+        version = pending_version;
+    }
+    // The first recorded change takes effect at this state's step; `check`: its weights' fingerprint
+    // (a one-stage mixture_schedule's). Targets count from here, from the counts before the step.
+    void take_weights_change(std::uint64_t check) {
+        if (pending_weights.empty() || pending_weights.front().step != step)
+            throw config_error("state.pending_weights", "no weights were set for step " + std::to_string(step));
+        mixture = 2;
+        weights = std::move(pending_weights.front().weights);
+        pending_weights.erase(pending_weights.begin());
+        mixture_check = check;
+        mixture_step = step;
+        mixture_drawn = drawn_before(step);
+        mixture_taken = taken;
+        version = pending_weights.empty() ? mixture_version : pending_version;
+    }
     // Samples drawn before `step` (at or after origin_step) over all datasets.
     std::uint64_t drawn_before(std::uint64_t at) const noexcept { return origin_drawn + (at - origin_step) * global_batch; }
     friend bool operator==(const sampler_state&, const sampler_state&) = default;
@@ -299,9 +342,14 @@ struct sampler_step_delta {
     };
     std::uint64_t step = 0;  // the step after
     std::vector<position> datasets;
+    // The step took the state's first pending weights (sampler_state::take_weights_change), whose
+    // fingerprint is `weights_check`.
+    bool took_weights = false;
+    std::uint64_t weights_check = 0;
 
     // `s` must be the state the step was planned from (or the state after the step before it).
     void apply_to(sampler_state& s) const {
+        if (took_weights) s.take_weights_change(weights_check);  // before the step: its targets count from here
         s.step = step;
         for (const position& p : datasets) {
             s.taken.at(p.dataset) = p.taken;
@@ -412,13 +460,20 @@ public:
     // in the state (restore goes on with them, exactly). Throws config_error for a sampler without a
     // schedule or weights that are not one per dataset, finite and at least 0, or all 0.
     void set_mixture_weights(const std::vector<double>& weights) {
-        if (!mixture_) throw config_error("mixture", "weights during the run are for a sampler made with a mixture schedule");
-        auto schedule = std::make_shared<const mixture_schedule>(mixture_->names(), std::vector<mixture_stage>{{0, weights, 0, ""}});
+        const std::uint64_t check = weights_fingerprint(weights);
         state_.mixture = 2;
         state_.weights = weights;
-        state_.mixture_check = schedule->fingerprint();
+        state_.mixture_check = check;
         rebase_mixture(state_);
         mixer_.reset();
+    }
+    // The same from `step` on (at or after the next step, and after any step set before): recorded
+    // in the state until then, so a state saved in between resumes with it and the stream does not
+    // depend on when the call was made. What a pipeline planning ahead uses. Weights for the same
+    // step as the last ones set replace them.
+    void set_mixture_weights(const std::vector<double>& weights, std::uint64_t step) {
+        (void)weights_fingerprint(weights);  // checked now, not when the step is planned
+        state_.add_weights_change({step, weights});
     }
 
     // `s` (a state of this sampler's datasets, mixed or blended by fixed weights) made to go on with
@@ -430,15 +485,16 @@ public:
     // of the schedule.
     sampler_state with_mixture_from_step(sampler_state s) const {
         if (!mixture_) throw config_error("mixture", "this sampler has no mixture schedule to go on with");
-        if (s.version != sampler_state::current_version && s.version != sampler_state::mixture_version)
+        if (s.version != sampler_state::current_version && !s.mixed())
             throw config_error("state.version",
                                "version " + std::to_string(s.version) +
                                    ": a state that changed its global batch (2), or an unknown one, cannot go on with a schedule");
         // Already this schedule's (saved by a run with it, in force): nothing to rebase, and rebasing
         // would drop what its targets carried past whole samples.
-        if (s.mixed() && s.mixture == 1 && s.mixture_check == mixture_->fingerprint()) return s;
-        (void)mixture_->from_step(s.step);  // refuses a step inside a ramp
+        if (s.mixed() && s.mixture == 1 && s.mixture_check == mixture_->fingerprint()) return s;  // weights set for later steps kept
+        (void)mixture_->from_step(s.step);                                                        // refuses a step inside a ramp
         s.version = sampler_state::mixture_version;
+        s.pending_weights.clear();  // weights set for later steps belonged to the run this one replaces
         s.mixture = 1;
         s.mixture_check = mixture_->fingerprint();
         s.weights = mixture_->shares(s.step);
@@ -600,8 +656,12 @@ public:
             if (a != b) throw config_error("state." + field, "saved " + name(a) + ", this sampler has " + name(b));
         };
         if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version &&
-            s.version != sampler_state::mixture_version)
+            s.version != sampler_state::mixture_version && s.version != sampler_state::pending_version)
             throw config_error("state.version", "unsupported version " + std::to_string(s.version));
+        if ((s.version == sampler_state::pending_version) != !s.pending_weights.empty())
+            throw config_error("state.pending_weights", "a version-" + std::to_string(s.version) + " state " +
+                                                            (s.pending_weights.empty() ? "without" : "with") +
+                                                            " weights set for later steps (edited or corrupted state)");
         if (mixture_ && !s.mixed())
             throw config_error("state.mixture",
                                "saved without a mixture schedule, and this sampler mixes by one: go on with it from the "
@@ -725,6 +785,18 @@ private:
         if (s.mixture == 2 && s.mixture_check != effective_schedule(s)->fingerprint())
             throw config_error("state.weights",
                                "the weights set during the run do not match the state's check (edited or corrupted state)");
+        for (std::size_t k = 0; k < s.pending_weights.size(); ++k) {
+            const auto& p = s.pending_weights[k];
+            if (p.step < s.step || (k > 0 && p.step <= s.pending_weights[k - 1].step))
+                throw config_error("state.pending_weights" + index_text(k), "step " + std::to_string(p.step) +
+                                                                                " is not after the state's step " + std::to_string(s.step) +
+                                                                                " and the step before it (edited or corrupted state)");
+            try {
+                (void)weights_fingerprint(p.weights);
+            } catch (const config_error& e) {
+                throw config_error("state.pending_weights" + index_text(k), e.what());
+            }
+        }
         try {  // counts within one sample of their targets: the mixer refuses others
             (void)mixer(effective_schedule(s), s.global_batch, s.drawn_before(s.step) - s.mixture_drawn, taken_since(s));
         } catch (const config_error& e) {
@@ -745,6 +817,12 @@ private:
         }
         if (s.mixture_step == 0) return mixture_;
         return std::make_shared<const mixture_schedule>(mixture_->from_step(s.mixture_step));
+    }
+    // Weights set during the run, checked (one per dataset, finite, at least 0, not all 0; config_error
+    // otherwise), as the fingerprint of the one-stage schedule they make.
+    std::uint64_t weights_fingerprint(const std::vector<double>& weights) const {
+        if (!mixture_) throw config_error("mixture", "weights during the run are for a sampler made with a mixture schedule");
+        return mixture_schedule(mixture_->names(), std::vector<mixture_stage>{{0, weights, 0, ""}}).fingerprint();
     }
     static std::vector<std::uint64_t> taken_since(const sampler_state& s) {
         std::vector<std::uint64_t> t(s.taken.size());
@@ -862,7 +940,12 @@ private:
         b.first_global_sample = st.drawn_before(st.step);
         b.samples.resize(local);
         touched_.clear();
+        took_weights_.reset();
         ++plans_;
+        if (!st.pending_weights.empty() && st.pending_weights.front().step == st.step) {  // weights set for this step
+            took_weights_ = weights_fingerprint(st.pending_weights.front().weights);
+            st.take_weights_change(*took_weights_);
+        }
         if (streams_.size() == 1) {
             touched_.push_back(0);
             auto& s = streams_[0];
@@ -919,6 +1002,8 @@ private:
     void delta_of_step(const sampler_state& st, sampler_step_delta& delta) const {
         delta.step = st.step;
         delta.datasets.clear();
+        delta.took_weights = took_weights_.has_value();
+        delta.weights_check = took_weights_.value_or(0);
         for (const std::uint32_t d : touched_) delta.datasets.push_back({d, st.taken[d], st.epoch[d], st.index[d]});
     }
 
@@ -969,6 +1054,7 @@ private:
     std::vector<std::uint32_t> touched_;
     std::vector<std::uint64_t> touched_step_;
     std::uint64_t plans_ = 0;
+    std::optional<std::uint64_t> took_weights_;  // the last plan_step took pending weights with this fingerprint
 };
 
 }  // namespace feedline

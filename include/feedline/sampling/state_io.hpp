@@ -2,7 +2,8 @@
 // JSON (with nlohmann_json): one flat, versioned object a person can read in a checkpoint directory,
 // with a checksum of every field. Binary (detail::to_bytes, detail::sampler_state_from_bytes): magic
 // "FLSAMPL1", then little-endian fields in a fixed order (version 2 adds the origin fields after the
-// step, version 3 the mixture fields after those and a count per dataset); it is only the input of that checksum (detail::state_check), not a format to save, but saved
+// step, version 3 the mixture fields after those and a count per dataset, version 4 then the weights
+// set for later steps: their number, then each one's step and weights); it is only the input of that checksum (detail::state_check), not a format to save, but saved
 // checksums depend on it, so a new field means a new version. Both round-trip exactly; corrupt input
 // is a format_error.
 #pragma once
@@ -56,6 +57,14 @@ inline std::vector<std::byte> to_bytes(const sampler_state& s) {
         u64(s.index[i]);
         if (s.mixed()) u64(s.mixture_taken[i]);
     }
+    if (s.version == sampler_state::pending_version) {
+        u64(s.pending_weights.size());
+        for (const auto& p : s.pending_weights) {
+            if (p.weights.size() != n) throw config_error("state", "weights set for a later step are not one per dataset");
+            u64(p.step);
+            for (double w : p.weights) u64(std::bit_cast<std::uint64_t>(w));
+        }
+    }
     return out;
 }
 
@@ -75,7 +84,7 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
     sampler_state s;
     std::uint64_t version = u64();
     if (version != sampler_state::current_version && version != sampler_state::rebased_version &&
-        version != sampler_state::mixture_version) {
+        version != sampler_state::mixture_version && version != sampler_state::pending_version) {
         at -= 8;
         fail("unsupported version " + std::to_string(version));
     }
@@ -110,6 +119,17 @@ inline sampler_state sampler_state_from_bytes(std::span<const std::byte> in) {
         s.epoch.push_back(u64());
         s.index.push_back(u64());
         if (s.mixed()) s.mixture_taken.push_back(u64());
+    }
+    if (s.version == sampler_state::pending_version) {
+        const std::uint64_t changes = u64();
+        if (changes == 0) fail("a version-4 state without weights set for later steps");
+        if (changes > (in.size() - at) / (8 * (n + 1)))
+            fail("weight change count " + std::to_string(changes) + " does not fit the remaining bytes");
+        for (std::uint64_t k = 0; k < changes; ++k) {
+            mixture_weights_change& p = s.pending_weights.emplace_back();
+            p.step = u64();
+            for (std::uint64_t i = 0; i < n; ++i) p.weights.push_back(std::bit_cast<double>(u64()));
+        }
     }
     if (at != in.size()) fail("trailing bytes");
     return s;
@@ -161,6 +181,11 @@ inline std::string to_json(const sampler_state& s) {
         j["mixture_drawn"] = s.mixture_drawn;
         j["mixture_taken"] = s.mixture_taken;
     }
+    if (s.version == sampler_state::pending_version) {
+        nlohmann::json changes = nlohmann::json::array();
+        for (const auto& p : s.pending_weights) changes.push_back({{"step", p.step}, {"weights", p.weights}});
+        j["pending_weights"] = std::move(changes);
+    }
     j["check"] = detail::state_check(s);
     return j.dump();
 }
@@ -172,7 +197,7 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
     sampler_state s;
     s.version = f.u32("version");
     if (s.version != sampler_state::current_version && s.version != sampler_state::rebased_version &&
-        s.version != sampler_state::mixture_version)
+        s.version != sampler_state::mixture_version && s.version != sampler_state::pending_version)
         f.fail("unsupported version " + std::to_string(s.version));
     s.seed = f.u64("seed");
     s.seq_len = f.u64("seq_len");
@@ -205,10 +230,21 @@ inline sampler_state sampler_state_from_json(const std::string& text) {
         s.mixture_drawn = f.u64("mixture_drawn");
         s.mixture_taken = f.u64s("mixture_taken");
     }
+    if (s.version == sampler_state::pending_version) {
+        const auto& changes = f.field("pending_weights");
+        if (!changes.is_array() || changes.empty()) f.fail("pending_weights is not a non-empty list");
+        for (const auto& c : changes) {
+            const json_fields one(c, "sampler state (JSON), pending_weights");
+            if (!c.is_object()) one.fail("not an object with a step and weights");
+            s.pending_weights.push_back({one.u64("step"), one.numbers("weights")});
+        }
+    }
     const std::size_t n = s.dataset_documents.size();
     if (s.dataset_tokens.size() != n || s.weights.size() != n || s.taken.size() != n || s.epoch.size() != n || s.index.size() != n ||
         (s.mixed() && s.mixture_taken.size() != n))
         f.fail("per-dataset arrays differ in length");
+    for (const auto& p : s.pending_weights)
+        if (p.weights.size() != n) f.fail("pending_weights: weights for step " + std::to_string(p.step) + " are not one per dataset");
     // States saved before the check existed have none (all of version 1); one that has it must match
     // every field.
     if ((s.rebased() || s.mixed()) && !j.contains("check"))

@@ -36,6 +36,9 @@ public:
     // Where the trainer is: the state after the last batch returned (or the restored one).
     const sampler_state& state() const noexcept { return state_; }
     void set_state(const sampler_state& s) { state_ = s; }
+    // Weights set for a later step (pipeline::set_mixture_weights): in the trainer's state at once,
+    // taken by the delta of that step when its batch is returned.
+    void add_weights_change(mixture_weights_change c) { state_.add_weights_change(std::move(c)); }
     // Where a restore continues once the batch of `step` is returned: what the step changes in the
     // state before it (batches are returned in step order). Written by the slot's producer after it
     // acquired the slot and before it publishes (the ring's publish/next orders the two). Copy-assigned:
