@@ -377,7 +377,8 @@ class Pipeline:
         Recorded in state_dict() at once, so a state saved before the step resumes with them. Workers
         plan ahead: `step` must not be planned yet (the current step plus planning_horizon() never is;
         ConfigError names the first free step). Without `step`, the first step not planned yet, which
-        depends on timing. Returns the step the weights take effect at."""
+        depends on timing. Returns the step the weights take effect at. Call it from the thread that
+        iterates the Pipeline (between batches), as state_dict()."""
         if isinstance(weights, dict):
             names = list(self._engine.domain_names())
             unknown = [k for k in weights if k not in names]

@@ -70,6 +70,23 @@ std::vector<std::int32_t> read_window(const token_dataset& data, pread_reader& r
     return window;
 }
 
+// Three domains' shards (web: 2 shards of 80 documents, code: 100, math: 60) and a mixture file
+// naming them, whose stages write() sets.
+struct three_domains {
+    ft::scratch_dir dir, web, code, math;
+    std::string mix = dir / "mix.json";
+    three_domains() {
+        (void)make_dataset(web, 2, 80);
+        (void)make_dataset(code, 1, 100);
+        (void)make_dataset(math, 1, 60);
+    }
+    void write(const std::string& stages) const {
+        ft::write_text(mix, "{\"domains\": [{\"name\": \"web\", \"data\": \"" + (web / "part_*") +
+                                "\"},\n {\"name\": \"code\", \"data\": \"" + (code / "part_0") +
+                                "\"},\n {\"name\": \"math\", \"data\": \"" + (math / "part_0") + "\"}],\n \"stages\": [" + stages + "]}");
+    }
+};
+
 pipeline_config base(unsigned workers, sample_mode mode = sample_mode::windows) {
     return {.batch_size = 4,
             .seq_len = 64,
@@ -729,24 +746,13 @@ TEST_CASE("Pipeline.Memory.ResidentAnonymousMemoryStaysWithinTheBudget") {
 // step, with other workers, gives the same batches; stats() has each domain's accounting; another
 // schedule goes on only when asked for.
 TEST_CASE("Pipeline.Mixture.AMixtureFileDeliversItsScheduleAndResumesExactly") {
-    ft::scratch_dir dir;
-    const ft::scratch_dir web, code, math;
-    (void)make_dataset(web, 2, 80);
-    (void)make_dataset(code, 1, 100);
-    (void)make_dataset(math, 1, 60);
-    const std::string mix = dir / "mix.json";
+    const three_domains data;
+    const std::string& mix = data.mix;
     auto write_mixture = [&](const std::string& last_stage) {
-        ft::write_text(mix, "{\"domains\": [{\"name\": \"web\", \"data\": \"" + (web / "part_*") +
-                                "\"},\n"
-                                " {\"name\": \"code\", \"data\": \"" +
-                                (code / "part_0") +
-                                "\"},\n"
-                                " {\"name\": \"math\", \"data\": \"" +
-                                (math / "part_0") +
-                                "\"}],\n"
-                                " \"stages\": [{\"at_step\": 0, \"weights\": {\"web\": 6, \"code\": 3, \"math\": 1}},\n"
-                                "  {\"at_step\": 12, \"ramp_steps\": 8, \"weights\": {\"web\": 1, \"code\": 1, \"math\": 2}}" +
-                                last_stage + "]}");
+        data.write(
+            "{\"at_step\": 0, \"weights\": {\"web\": 6, \"code\": 3, \"math\": 1}},\n"
+            "  {\"at_step\": 12, \"ramp_steps\": 8, \"weights\": {\"web\": 1, \"code\": 1, \"math\": 2}}" +
+            last_stage);
     };
     write_mixture("");
     pipeline_config c = base(2);
@@ -820,15 +826,9 @@ TEST_CASE("Pipeline.Mixture.AMixtureFileDeliversItsScheduleAndResumesExactly") {
 // state after it, with other workers, gives the same batches; a trainer that sets them again after
 // resuming from an earlier state does too. A step already planned is refused, naming the first free.
 TEST_CASE("Pipeline.Mixture.WeightsSetDuringTheRunTakeEffectAtTheirStepAndResumeExactly") {
-    ft::scratch_dir dir;
-    const ft::scratch_dir web, code, math;
-    (void)make_dataset(web, 2, 80);
-    (void)make_dataset(code, 1, 100);
-    (void)make_dataset(math, 1, 60);
-    const std::string mix = dir / "mix.json";
-    ft::write_text(mix, "{\"domains\": [{\"name\": \"web\", \"data\": \"" + (web / "part_*") + "\"},\n {\"name\": \"code\", \"data\": \"" +
-                            (code / "part_0") + "\"},\n {\"name\": \"math\", \"data\": \"" + (math / "part_0") +
-                            "\"}],\n \"stages\": [{\"at_step\": 0, \"weights\": {\"web\": 6, \"code\": 3, \"math\": 1}}]}");
+    const three_domains data;
+    const std::string& mix = data.mix;
+    data.write("{\"at_step\": 0, \"weights\": {\"web\": 6, \"code\": 3, \"math\": 1}}");
     constexpr std::uint64_t first_call = 6, steps = 60;
     pipeline whole(mix, base(2));
     auto got = take(whole, first_call);

@@ -99,6 +99,9 @@ public:
     // stops submitting, waits for every read in flight, then throws (format_error when a file ends
     // before the requested range, io_error otherwise), so no buffer is written after it returns.
     void read(std::span<const read_request> requests) {
+        if (failed_ != 0)
+            throw io_error("io_uring", failed_,
+                           "this reader's ring failed in an earlier read (io_uring_submit_and_wait); it reads no more");
         // Requests in runs that name at most max_files_in_flight() files: each run's files are leased
         // (their descriptors held open) while its reads are in flight, so a batch of windows from
         // thousands of shards never asks the descriptor pool for more than its budget at once.
@@ -171,9 +174,15 @@ private:
             if (in_flight == 0) break;
             int rc = io_uring_submit_and_wait(&ring_, 1);
             if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-                // The ring itself failed; reads already in flight may still complete, so reap them.
+                // The ring itself failed. Reads the kernel took may still complete into the callers'
+                // buffers, so wait for those (and only those: waiting for the rest would never end).
+                // The ones it never took stay queued in the ring and would go out with the next
+                // submission, naming descriptors the pool may have closed and given to other files by
+                // then: this reader reads no more.
                 if (!failure) failure = std::make_exception_ptr(io_error("io_uring", -rc, "io_uring_submit_and_wait failed"));
-                drain(in_flight);
+                const unsigned unsent = std::min(io_uring_sq_ready(&ring_), in_flight);
+                drain(in_flight - unsent);
+                failed_ = -rc;
                 break;
             }
             io_uring_cqe* cqe = nullptr;
@@ -346,6 +355,7 @@ private:
     std::unique_ptr<std::byte, free_deleter> bounce_;
     std::size_t bounce_size_ = 0;
     bool registered_ = false;
+    int failed_ = 0;  // the errno of a failed submission: the ring may hold reads never sent (read_run)
     std::vector<std::pair<const file*, file>> direct_files_;
 };
 
