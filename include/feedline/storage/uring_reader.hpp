@@ -338,7 +338,12 @@ private:
     void drain(unsigned in_flight) noexcept {
         while (in_flight > 0) {
             io_uring_cqe* cqe = nullptr;
-            if (io_uring_wait_cqe(&ring_, &cqe) != 0) return;
+            // A signal (a profiler's, a child's exit) ends a wait early: wait again, or a read still in
+            // flight would write into a buffer its caller has freed by then.
+            if (const int rc = io_uring_wait_cqe(&ring_, &cqe); rc == -EINTR || rc == -EAGAIN || rc == -ETIME)
+                continue;
+            else if (rc != 0)
+                return;
             free_slots_.push_back(static_cast<unsigned>(io_uring_cqe_get_data64(cqe)));
             io_uring_cqe_seen(&ring_, cqe);
             --in_flight;
