@@ -18,6 +18,8 @@
 // constructor to the first batch, is reported on its own as first_batch_ms), and each case moves
 // --batches x N batches, so a case lasts about as long at 16 threads as at 1.
 // Then a paced consumer (a synthetic step of 2x one worker's batch time, 1 worker): p50/p99 of next().
+// With --buffers 2,4,8,...: only the prefetching gather on one thread into that many rotating batch
+// buffers (a ring's footprint: past the core's L2, each store first fetches its line).
 // With --peers it runs benchmarks/compare_python.py (PyTorch DataLoader, nanoGPT get_batch, numpy)
 // under /usr/bin/python3 on the same shards and reports feedline's ratio to the best of them. With
 // --text (and --tokenizer): JSONL parsing with and without simdjson, and on-the-fly tokenization.
@@ -123,6 +125,7 @@ double naive_gather(const mapped_shards& m, shape S, unsigned threads, std::uint
 
 bool avoid_trainer_cpu = true;  // --leave-placement-to-kernel turns it off, for A/B runs
 std::size_t prefetch = 0;       // --prefetch: the ring's slots (0: the pipeline's default)
+bool breakdown = false;         // --breakdown: print where each pipeline's batch time went
 
 pipeline_config config(shape S, unsigned workers, std::uint64_t batches) {
     return {.batch_size = S.B,
@@ -152,6 +155,17 @@ double feedline_rate(std::shared_ptr<const token_dataset> data, shape S, unsigne
     }
     double rate = static_cast<double>((batches - 1) * S.B * S.T) / seconds_since(first);
     first_batch_ms.push_back(std::chrono::duration<double, std::milli>(first - t0).count());
+    if (breakdown) {  // where a batch's time went, from the pipeline's own counters (summed over workers)
+        const pipeline_stats st = p.stats();
+        const double per = 1e6 / static_cast<double>(batches), w = workers;
+        const double convert_s = st.read_s + st.assemble_s;  // reading and converting the windows into the slot
+        const double worker_us = st.seconds * per * w, rest = worker_us - (convert_s + st.plan_s + st.slot_wait_s) * per;
+        std::printf(
+            "  %s %uw, per batch of one worker: converting %.1f us, planning %.1f us, waiting for a slot %.1f us, the rest %.1f us, "
+            "in all %.1f us (%.2f us per window converting)\n",
+            S.name().c_str(), workers, convert_s * per, st.plan_s * per, st.slot_wait_s * per, rest, worker_us,
+            convert_s * per / static_cast<double>(S.B));
+    }
     if (sink == 1) std::printf(" ");
     return rate;
 }
@@ -317,6 +331,13 @@ int main(int argc, char** argv) {
     bool kernel_placement = false;
     app.add_option("--prefetch", prefetch, "batches in flight (the ring's slots; default: the pipeline's own)");
     app.add_flag("--leave-placement-to-kernel", kernel_placement, "pipelines with avoid_trainer_cpu = false (A/B of worker placement)");
+    app.add_flag("--breakdown", breakdown, "print, for each pipeline run, where a batch's time went (the pipeline's counters)");
+    std::vector<std::size_t> buffers;
+    app.add_option("--buffers", buffers,
+                   "instead of the cases: the prefetching gather (one thread, the main shape) into this many rotating batch "
+                   "buffers each, e.g. 2,4,8,16,32 (what a ring's footprint costs the copy)")
+        ->delimiter(',')
+        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
     CLI11_PARSE(app, argc, argv);
     avoid_trainer_cpu = !kernel_placement;
     if (!make.empty()) {
@@ -344,6 +365,14 @@ int main(int argc, char** argv) {
                 data->shard_count(), data->total_tokens() / 1e9, data->total_tokens() * 2 / 1e9, main_shape.name().c_str(),
                 small_shape.name().c_str(), static_cast<unsigned long long>(batches), cpus);
 
+    if (!buffers.empty()) {  // the footprint sweep: the same loop, only the number of buffers it rotates through differs
+        interleaved sweep;
+        for (const std::size_t n : buffers)
+            sweep.add("gather_prefetch_1t into " + std::to_string(n) + " buffers " + main_shape.name() + " (tokens/s)",
+                      [&, n] { return naive_gather(m, main_shape, 1, batches, true, n); });
+        sweep.run(rounds, "tokens/s");
+        return 0;
+    }
     // Every shape x worker count: the naive gather, the gather with prefetch and the pipeline, one
     // round of all of them at a time.
     const std::vector<shape> shapes{main_shape, small_shape};

@@ -1,12 +1,14 @@
 // feedline/device/staging_ring.hpp: the slot protocol shared by the host ring and the pinned ring.
 // N slots, allocated once. Batch `seq` always lives in slot seq % N, so the ring doubles as the reorder
 // window: producers fill slots in any order, the consumer takes them in sequence order. A slot's life:
-//   free (for seq) -> filling (a worker writes the batch straight into the slot's host memory)
+//   free (for seq) -> filling (a worker writes the batch straight into the slot's host memory; the host
+//   ring picks that memory when the slot is acquired, device/host_ring.hpp)
 //   -> published (pinned ring: H2D copy queued on the copy stream, event recorded) -> handed to the
 //   consumer as a batch_handle -> released (pinned ring: an event on the consumer's stream, so the next
 //   copy into the device buffer waits for compute on the GPU, not on the host) -> free (for seq + N).
 // Each slot's state is one 64-bit stamp: 2*seq means "free for seq", 2*seq + 1 "holds seq", so a
-// producer or consumer waits for one exact value and no lock is taken. Waiting spins, yields, then
+// producer or consumer waits for one exact value and the protocol takes no lock (the host ring's choice
+// of buffer takes a short one). Waiting spins, yields, then
 // sleeps on a futex (detail::wait_point). Fed by the pipeline's workers; feeds the trainer.
 #pragma once
 
@@ -136,9 +138,11 @@ public:
     virtual std::string description() const = 0;
 
     // Producer: blocks until slot seq % N is free for `seq` (the consumer released seq - N and, for the
-    // pinned ring, its copy out of host memory finished). Returns the slot's host memory (slot_bytes(),
-    // page-aligned), or nullptr once the ring is closed or failed. Thread-safe across distinct seqs;
-    // each seq is acquired by one producer once, and seq must be >= the first sequence.
+    // pinned ring, its copy out of host memory finished). Returns the host memory to write the batch
+    // into (slot_bytes(), page-aligned; the pinned ring: the slot's own; the host ring: a free buffer,
+    // preferably one this thread filled before), or nullptr once the ring is closed or failed.
+    // Thread-safe across distinct seqs; each seq is acquired by one producer once, and seq must be >=
+    // the first sequence.
     std::byte* acquire(std::uint64_t seq) {
         slot& s = slots_[seq % n_];
         auto t0 = std::chrono::steady_clock::now();
