@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -416,6 +417,63 @@ TEST_CASE("Pipeline.Placement.TheWorkerLeavesABusyTrainersCpu") {
     }
     CHECK(ft::busy_trainer_until_kept_off(p, "feedline-w0", process));
     CHECK(p.stats().worker_placement.rfind("off the trainer's CPU", 0) == 0);
+}
+
+TEST_CASE("Pipeline.Placement.TheTrainerStopsSpinningOnlyWhenWorkersTakeEveryCpuOfALargeHost") {
+    // The rule (pipeline/detail/delivery.hpp): spin unless the workers take every CPU and there are
+    // at least defaults::min_cpus_for_sleeping_trainer of them.
+    const unsigned large = defaults::min_cpus_for_sleeping_trainer;
+    CHECK_FALSE(detail::trainer_spins_while_waiting(static_cast<int>(large), large));
+    CHECK_FALSE(detail::trainer_spins_while_waiting(16, 16));
+    CHECK_FALSE(detail::trainer_spins_while_waiting(16, 20));
+    CHECK(detail::trainer_spins_while_waiting(16, 15));
+    CHECK(detail::trainer_spins_while_waiting(static_cast<int>(large) - 1, large - 1));  // a small host keeps spinning
+    CHECK(detail::trainer_spins_while_waiting(2, 2));
+    CHECK(detail::trainer_spins_while_waiting(0, 64));  // affinity unreadable: nothing known against spinning
+
+    // A real pipeline with a worker on every CPU of its affinity (confined to `large` CPUs where the
+    // machine has more): next() sleeps at once, and workers_reason says one fewer worker is usually
+    // faster, only when the host is large enough. Only timing changes: one worker fewer delivers the
+    // same batches.
+    ft::scratch_dir dir;
+    auto data = make_dataset(dir, 2, 400);
+    std::vector<int> cpus = ft::allowed_cpus_of_this_thread();
+    REQUIRE_FALSE(cpus.empty());
+    std::optional<ft::scoped_affinity> confined;
+    if (cpus.size() > large) {
+        cpus.resize(large);
+        confined.emplace(cpus);
+        if (!confined->ok()) {
+            MESSAGE("sched_setaffinity refused: the pipeline half of this test needs it on a machine of more than " << large << " CPUs");
+            return;
+        }
+    }
+    struct run {
+        std::vector<std::int32_t> inputs;
+        std::string placement, reason;
+    };
+    auto take = [&](unsigned workers) {
+        run r;
+        pipeline p(data, base(workers));
+        for (int i = 0; i < 40; ++i) {
+            auto b = p.next();
+            REQUIRE(b);
+            r.inputs.insert(r.inputs.end(), b->host_inputs().begin(), b->host_inputs().end());
+        }
+        r.placement = p.stats().worker_placement;
+        r.reason = p.stats().workers_reason;
+        return r;
+    };
+    const unsigned n = static_cast<unsigned>(cpus.size());
+    const run crowded = take(n);
+    const bool sleeps = crowded.placement.find("next() sleeps at once while it waits") != std::string::npos;
+    CHECK(sleeps == (n >= large));
+    CHECK((crowded.reason.find("as many workers as CPUs (" + std::to_string(n) + ")") != std::string::npos) == (n >= large));
+    if (n < 2) return;
+    const run spare = take(n - 1);
+    CHECK(spare.placement.find("sleeps at once") == std::string::npos);
+    CHECK(spare.reason.find("as many workers as CPUs") == std::string::npos);
+    CHECK(spare.inputs == crowded.inputs);
 }
 
 TEST_CASE("Pipeline.Range.ForLoopEndsAfterMaxSteps") {

@@ -168,6 +168,31 @@ inline std::vector<int> allowed_cpus_of_this_thread() {
     return cpus;
 }
 
+// Confines the calling thread, and the threads it starts meanwhile, to `cpus` until destroyed; then
+// gives the thread back the CPUs it had.
+class scoped_affinity {
+public:
+    explicit scoped_affinity(const std::vector<int>& cpus) {
+        CPU_ZERO(&before_);
+        ok_ = ::sched_getaffinity(0, sizeof before_, &before_) == 0;
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c : cpus)
+            if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+        ok_ = ok_ && ::sched_setaffinity(0, sizeof set, &set) == 0;
+    }
+    ~scoped_affinity() {
+        if (ok_) ::sched_setaffinity(0, sizeof before_, &before_);
+    }
+    scoped_affinity(const scoped_affinity&) = delete;
+    scoped_affinity& operator=(const scoped_affinity&) = delete;
+    bool ok() const noexcept { return ok_; }
+
+private:
+    cpu_set_t before_;
+    bool ok_ = false;
+};
+
 // A trainer's step that keeps its CPU busy (no sleep), as a CPU step or a spinning GPU sync does.
 inline void busy_step(std::chrono::microseconds d = std::chrono::microseconds(200)) {
     const auto until = std::chrono::steady_clock::now() + d;

@@ -344,6 +344,68 @@ TEST_CASE("HostRing.Coalesce.ASleepingConsumerWakesForABurstOfHalfTheDepth") {
     CHECK(ring.stats().consumer_sleeps == 1);  // 1, 2 and 3 were taken without sleeping again
 }
 
+TEST_CASE("HostRing.Coalesce.AConsumerThatDoesNotSpinSleepsAtOnceAndEveryWayOutStillWorks") {
+    // set_consumer_spins(false) (the pipeline's choice when its workers take every CPU): next() skips
+    // the spin, not the checks. A batch already published is taken without sleeping; a missing one
+    // is slept for (a burst of half the depth) and woken by its publish; close() and the wait check
+    // still end the wait.
+    SUBCASE("bursts: one sleep each, batches in order") {
+        host_ring ring({.slots = 8, .slot_bytes = 16, .coalesce_wakeups = std::chrono::hours(1)});  // depth 8: bursts of 4
+        ring.set_consumer_spins(false);
+        std::vector<std::uint64_t> got;
+        std::atomic<int> taken{0};
+        std::thread consumer([&] {
+            for (int i = 0; i < 8; ++i) {
+                auto h = ring.next();
+                if (!h || !holds(h->host(), 16, h->sequence())) return;
+                got.push_back(h->sequence());
+                h.reset();  // released: the next wait holds nothing, so it sleeps for a burst again
+                ++taken;
+            }
+        });
+        for (std::uint64_t burst = 0; burst < 2; ++burst) {
+            until_consumer_sleeps(ring, burst + 1);
+            for (std::uint64_t s = 4 * burst; s < 4 * burst + 4; ++s) {
+                fill(ring.acquire(s), 16, s);
+                ring.publish(s, 16);
+            }
+            REQUIRE(until_taken(ring, taken, static_cast<int>(4 * burst + 4)));
+        }
+        consumer.join();
+        CHECK(got == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+        CHECK(ring.stats().consumer_sleeps == 2);
+    }
+    SUBCASE("close ends the wait") {
+        host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::hours(1)});
+        ring.set_consumer_spins(false);
+        std::atomic<bool> ended{false};
+        std::thread consumer([&] { ended = !ring.next().has_value(); });
+        until_consumer_sleeps(ring, 1);
+        ring.close();
+        consumer.join();
+        CHECK(ended.load());
+    }
+    SUBCASE("the wait check ends the wait") {
+        // The pipeline's 1 ms: the wait for a burst ends at that limit, and the wait check runs after it.
+        host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::milliseconds(1)});
+        ring.set_consumer_spins(false);
+        std::atomic<bool> interrupt{false};
+        ring.set_wait_check([&] { return interrupt.load(); }, std::chrono::milliseconds(1));
+        std::atomic<bool> interrupted{false};
+        std::thread consumer([&] {
+            try {
+                (void)ring.next();
+            } catch (const wait_interrupted&) {
+                interrupted = true;
+            }
+        });
+        until_consumer_sleeps(ring, 1);
+        interrupt = true;
+        consumer.join();
+        CHECK(interrupted.load());
+    }
+}
+
 TEST_CASE("HostRing.Coalesce.CloseAHeldBatchOrTheTimeLimitEndTheWait") {
     SUBCASE("close: the consumer takes what was published, then the end") {
         host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::hours(1)});

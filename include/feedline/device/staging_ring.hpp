@@ -178,7 +178,7 @@ public:
     // optional once the ring is closed and that batch was never published; rethrows a producer's
     // failure (with its type). One consumer thread.
     //
-    // Waiting spins, then sleeps. A sleeping consumer is woken only by the publish of the batch it
+    // Waiting spins, then sleeps (or sleeps at once: set_consumer_spins). A sleeping consumer is woken only by the publish of the batch it
     // sleeps for. With coalesced wake-ups on and no batch held, it sleeps until the batch half the
     // depth ahead is published instead (or the ring closes, or coalesce_wakeups passes), then takes
     // its own: producers that run ahead wake it once per burst, not once per batch. A futex wake-up
@@ -192,7 +192,7 @@ public:
         auto t0 = std::chrono::steady_clock::now();
         auto published = [&](std::uint64_t q) { return slots_[q % n_].stamp.load(std::memory_order_acquire) == 2 * q + 1; };
         auto ready = [&] { return stopped() || published(seq); };
-        if (!ready_.spin(ready)) {
+        if (!(consumer_spins() ? ready_.spin(ready) : ready())) {
             consumer_sleeps_.fetch_add(1, std::memory_order_relaxed);
             const std::size_t burst = coalesce_.count() > 0 && outstanding() == 0 ? depth() / 2 : 1;
             if (burst > 1) {
@@ -224,6 +224,15 @@ public:
         outstanding_.fetch_add(1, std::memory_order_relaxed);
         return h;
     }
+
+    // Whether next() spins (and yields) before it sleeps; on by default. The pipeline turns it off
+    // while its workers take every CPU of a large enough host (pipeline/defaults.hpp): a consumer
+    // spinning on the batch a worker is late with then holds a CPU that worker needs (17 busy threads
+    // on 16 CPUs), and that lateness holds up every batch after its own. A consumer that sleeps at
+    // once is woken by the publish it waits for, once per burst with coalesced wake-ups
+    // (docs/benchmarks.md). Set on the consumer's thread.
+    void set_consumer_spins(bool on) noexcept { consumer_spins_.store(on, std::memory_order_relaxed); }
+    bool consumer_spins() const noexcept { return consumer_spins_.load(std::memory_order_relaxed); }
 
     // While the consumer sleeps in next(), `check` runs every `every`; when it returns true, next()
     // throws wait_interrupted and takes nothing. For a consumer thread that must notice other events
@@ -368,7 +377,8 @@ private:
     std::uint64_t next_;  // consumer thread only
     std::atomic<std::size_t> depth_;
     std::chrono::microseconds coalesce_;
-    std::function<bool()> wait_check_;  // consumer only
+    std::function<bool()> wait_check_;        // consumer only
+    std::atomic<bool> consumer_spins_{true};  // set by the consumer, read by stats() too
     std::chrono::milliseconds wait_check_every_{100};
     std::atomic<std::uint64_t> wake_at_{UINT64_MAX};  // the batch a sleeping consumer waits for (written by it only)
     std::atomic<bool> closed_{false}, failing_{false}, failed_{false};

@@ -44,7 +44,9 @@ public:
     void start(unsigned producers, bool wanted = true, const std::vector<int>& producer_cpus = {}) {
         CPU_ZERO(&allowed_);
         allowed_count_ = 0;
+        process_count_ = 0;
         if (::sched_getaffinity(0, sizeof allowed_, &allowed_) == 0) {
+            process_count_ = CPU_COUNT(&allowed_);
             if (!producer_cpus.empty()) {
                 cpu_set_t within;
                 CPU_ZERO(&within);
@@ -86,6 +88,9 @@ public:
     }
 
     bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
+    // The CPUs the trainer's thread may use, read at start(), the GPU's local ones or not (0: the
+    // affinity mask was unreadable).
+    int cpus() const noexcept { return process_count_; }
     // The trainer's CPU as last noted (-1: not noted, or the placement is off).
     int trainer() const noexcept { return enabled() ? cpu_.load(std::memory_order_relaxed) : -1; }
 
@@ -105,7 +110,8 @@ public:
 
 private:
     cpu_set_t allowed_;
-    int allowed_count_ = 0;
+    int allowed_count_ = 0;  // within producer_cpus
+    int process_count_ = 0;  // the whole affinity mask
     unsigned producers_ = 0;
     bool wanted_ = true;
     std::atomic<bool> enabled_{false};

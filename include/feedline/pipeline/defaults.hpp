@@ -80,6 +80,15 @@ struct defaults {
     // ... and each producer waited for room more than this share.
     static constexpr double park_when_producers_wait = 0.50;
 
+    // --- A trainer waiting in next() (device/staging_ring.hpp: set_consumer_spins) ---
+    // With a worker on every CPU the process may use, a trainer that spins for its batch holds a CPU
+    // the late batch's worker needs, and it stops spinning (sleeps at once) on hosts with at least
+    // this many CPUs. On a 16-CPU H200 host that took 16 workers from a median 0.67 of the naive
+    // gather to 0.78; on the 2-vCPU VM, where each wake-up of a sleeping trainer is a VM exit, two workers
+    // gained nothing (0.86-0.94 against 0.82-1.06), so small machines keep spinning. 4 lies between the
+    // two sizes measured (docs/benchmarks.md).
+    static constexpr unsigned min_cpus_for_sleeping_trainer = 4;
+
     // --- Keeping workers off a busy trainer's CPU (exec/trainer_cpu.hpp) ---
     // The trainer counts as busy when its time outside next() is at least this share of its time
     // inside, averaged over about `placement_average_batches` batches.

@@ -69,7 +69,15 @@ struct worker_choice {
 };
 
 inline worker_choice choose_workers(const pipeline_config& c, const topology& t, const launch_info& env) {
-    if (c.workers) return {c.workers, false, "workers = " + std::to_string(c.workers) + " (fixed)"};
+    if (c.workers) {
+        std::string reason = "workers = " + std::to_string(c.workers) + " (fixed)";
+        // Batches come in step order, so a worker that loses its CPU to the trainer holds up the
+        // batches after its own: on a 16-CPU host 15 workers delivered more than 16 (docs/benchmarks.md).
+        // Not said below defaults::min_cpus_for_sleeping_trainer: on 2 vCPUs 2 workers beat 1.
+        if (const std::size_t cpus = t.allowed_cpus.size(); cpus >= defaults::min_cpus_for_sleeping_trainer && c.workers >= cpus)
+            reason += "; as many workers as CPUs (" + std::to_string(cpus) + ") leave none to the trainer: one fewer is usually faster";
+        return {c.workers, false, reason};
+    }
     const bool shared_cpus = t.allowed_cpus.size() >= t.online_cpus.size();
     const unsigned trainers = shared_cpus ? static_cast<unsigned>(env.local_world_size) : 1u;
     // recommend_workers counts GPUs; 0 stands for one trainer on the CPU (what it then says in its line).

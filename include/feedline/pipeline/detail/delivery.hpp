@@ -25,6 +25,14 @@
 
 namespace feedline::detail {
 
+// Whether a trainer waiting in next() spins before it sleeps (staging_ring::set_consumer_spins), with
+// `producers` threads filling the ring on the `cpus` CPUs the process may use (0: unknown). It stops
+// only when no CPU is left to it and the host is large enough for that to pay
+// (defaults::min_cpus_for_sleeping_trainer).
+inline bool trainer_spins_while_waiting(int cpus, unsigned producers) noexcept {
+    return cpus <= 0 || static_cast<unsigned>(cpus) > producers || static_cast<unsigned>(cpus) < defaults::min_cpus_for_sleeping_trainer;
+}
+
 class delivery {
 public:
     bool started() const noexcept { return ring_ != nullptr; }
@@ -60,6 +68,7 @@ public:
         device_reason_ = std::move(chosen.reason);
         slot_states_.assign(m.slots, sampler_step_delta{});
         ring_->set_depth(m.depth);
+        ring_->set_consumer_spins(trainer_spins_while_waiting(placement_.cpus(), producers));
         if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
         tuner_ = autotuner({.tune_workers = tune_workers,
                             .tune_depth = c.prefetch == 0 && m.depth < m.slots,
@@ -108,6 +117,7 @@ public:
         if (!tuner_.enabled() || delivered_ % autotuner::every != 0) return workers;
         const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = workers, .depth = ring_->depth()}, workers);
         if (k.depth != ring_->depth()) ring_->set_depth(k.depth);
+        if (k.workers != workers) ring_->set_consumer_spins(trainer_spins_while_waiting(placement_.cpus(), k.workers));
         return k.workers;
     }
 
@@ -134,6 +144,8 @@ public:
         s.prefetch_depth = prefetch_depth(m);
         s.device = device_reason_;
         s.worker_placement = started() ? placement_.describe() : "";
+        if (started() && !ring_->consumer_spins())
+            s.worker_placement += "; next() sleeps at once while it waits (no CPU to spare for spinning)";
         s.trainer_cpu = placement_.trainer();
     }
 
