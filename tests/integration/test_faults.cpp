@@ -519,6 +519,7 @@ TEST_CASE("Faults.Resources.AFewShardsRunUnderUlimitN256") {
     }
     ft::write_text(dir / "mix.json", R"({"domains": [{"name": "a", "data": "a"}, {"name": "b", "data": "b"}],
  "stages": [{"at_step": 0, "weights": {"a": 1, "b": 3}}]})");
+    if (!std::filesystem::exists(std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate")) ft::skip("feedline-iterate is not built");
     const std::string iterate = std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate --batches 5 --seq-len 64 --batch-size 4 ";
     for (const std::string& data : {dir / "a", dir / "mix.json"}) {
         const auto r = ft::run("bash -c 'ulimit -n 256 && exec " + iterate + data + "'", dir);
@@ -547,6 +548,7 @@ TEST_CASE("Faults.Resources.AMixtureOfMoreDomainsThanTheDescriptorLimitRunsUnder
         weights += std::string(k ? ", " : "") + "\"" + name + "\": " + std::to_string(1 + k % 7);
     }
     ft::write_text(dir / "mix.json", R"({"domains": [)" + doms + R"(], "stages": [{"at_step": 0, "weights": {)" + weights + "}}]}");
+    if (!std::filesystem::exists(std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate")) ft::skip("feedline-iterate is not built");
     const std::string iterate = std::string(FEEDLINE_BIN_DIR) + "/feedline-iterate --batches 200 --seq-len 16 --batch-size 8 --workers 2 ";
     for (const char* backend : {"mmap", "pread", "io_uring"}) {
         if (std::string(backend) == "io_uring" && io_uring_unavailable_reason()) continue;

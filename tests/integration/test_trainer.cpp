@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include <feedline/device/cuda_runtime.hpp>
 #include <feedline/pipeline/options.hpp>
 
 #include "trainer_fixture.hpp"
@@ -224,6 +225,8 @@ TEST_CASE("feedline-doctor diagnose: on a GPU, a trainer starved by on-the-fly t
     // H100, against ~2 M tokens/s for a worker there). On a CPU it does not (~0.8 M tokens/s for its
     // smallest model on 2 cores, slower than the worker), so the case needs a GPU.
     if (!std::filesystem::exists(std::string(FEEDLINE_BIN_DIR) + "/feedline-doctor")) ft::skip("feedline-doctor was not built");
+    // Asked first, so a machine without a GPU skips at once instead of after a CPU run of the trainer.
+    if (const auto gpu = feedline::gpu_probe(); !gpu) ft::skip(gpu.reason);
     ft::trainer_corpus data;
     const std::string big_steps = "--device auto --batch-size 64 --seq-len 256";
     const auto [text, device] = diagnose_run(data, "text", data.dir / "train.jsonl", big_steps);
