@@ -52,11 +52,11 @@ public:
     }
 
     // The client, made from the environment at first use. Throws config_error (no credentials, a bad
-    // setting).
-    const s3_client& client() {
+    // setting). Shared: objects keep theirs, and a request in flight its own, through a reset().
+    std::shared_ptr<const s3_client> client() {
         std::lock_guard lock(mutex_);
         if (!client_) client_ = std::make_shared<const s3_client>(s3_settings_from_environment());
-        return *client_;
+        return client_;
     }
 
     // The object's size and ETag (from a listing that covers it, else a HEAD, remembered), or nullopt.
@@ -72,7 +72,7 @@ public:
                     return std::nullopt;
                 }
         }
-        auto info = client().head(where);  // no lock held across a request
+        auto info = client()->head(where);  // no lock held across a request
         std::lock_guard lock(mutex_);
         objects_.emplace(where.url(), info);
         return info;
@@ -85,14 +85,15 @@ public:
             for (const auto& l : listings_)
                 if (l.bucket == bucket && l.prefix == prefix && l.one_level == one_level) return l.result;
         }
-        s3_listing result = client().list(bucket, prefix, one_level);
+        s3_listing result = client()->list(bucket, prefix, one_level);
         std::lock_guard lock(mutex_);
         listings_.push_back({bucket, prefix, one_level, result});
         return result;
     }
 
     // Forgets the listings, lookups, client and cache: the next use reads the environment again
-    // (rotated credentials; tests that change it).
+    // (rotated credentials; tests that change it). Objects already open, and reads in flight, keep the
+    // client and cache they hold (shared), so a reset beside a running pipeline frees nothing under it.
     void reset() {
         std::lock_guard lock(mutex_);
         client_.reset();
@@ -114,10 +115,10 @@ public:
     // FEEDLINE_CACHE_DIR=none), its directory unusable (why: cache_state()), or more data opened than
     // it holds. A dataset larger than the cache is read range by range: in a shuffled epoch its blocks
     // would be evicted before they were read again, and fetching whole blocks would multiply the bytes.
-    block_cache* cache_for_reads() {
+    std::shared_ptr<block_cache> cache_for_reads() {
         std::lock_guard lock(mutex_);
         if (!cache_tried_) make_cache();
-        return cache_ && opened_bytes_ <= cache_->budget_bytes() ? cache_.get() : nullptr;
+        return cache_ && opened_bytes_ <= cache_->budget_bytes() ? cache_ : nullptr;
     }
     // One line: where the cache is and its budget, or why there is none.
     std::string cache_state() {
@@ -176,7 +177,7 @@ private:
 
     mutable std::mutex mutex_;
     std::shared_ptr<const s3_client> client_;
-    std::unique_ptr<block_cache> cache_;
+    std::shared_ptr<block_cache> cache_;
     bool cache_tried_ = false;
     std::string cache_state_;
     std::set<std::string> opened_;
@@ -188,15 +189,15 @@ private:
 // One object, as it was when opened: its size and ETag are fixed, and every read asks for that ETag.
 class s3_object final : public byte_source {
 public:
-    s3_object(s3_location where, s3_object_info info, const s3_client& client, s3_catalog& catalog)
+    s3_object(s3_location where, s3_object_info info, std::shared_ptr<const s3_client> client, s3_catalog& catalog)
             : where_(std::move(where)),
               url_(where_.url()),
               info_(std::move(info)),
-              client_(&client),
+              client_(std::move(client)),
               catalog_(&catalog),
               // Its blocks in the cache: named by everything that tells its bytes apart.
-              cache_id_(detail::identity_hash(client.settings().endpoint + "\n" + where_.bucket + "\n" + where_.key + "\n" + info_.etag +
-                                              "\n" + std::to_string(client.settings().cache_block_bytes))) {
+              cache_id_(detail::identity_hash(client_->settings().endpoint + "\n" + where_.bucket + "\n" + where_.key + "\n" + info_.etag +
+                                              "\n" + std::to_string(client_->settings().cache_block_bytes))) {
         catalog.opened(url_, info_.size);
     }
 
@@ -211,14 +212,14 @@ public:
     }
 
     // Objects of one client read a batch together.
-    const void* batch_key() const noexcept override { return client_; }
+    const void* batch_key() const noexcept override { return client_.get(); }
 
     // Every request at once, through the local block cache when the data fits in it (blocks found
     // there are copied from their mappings; the missing ones are fetched whole, kept, and copied
     // from), else straight from the store.
     void read_batch(std::span<const read_request> requests) const override {
         check_ranges(requests);
-        if (block_cache* cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads())
+        if (const auto cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads())
             read_through_cache(*cache, requests);
         else
             fetch(requests);
@@ -226,7 +227,7 @@ public:
 
     // The range's blocks are in the local block cache: the fetch ahead leaves it to the worker.
     bool at_hand(std::uint64_t offset, std::uint64_t length) const override {
-        block_cache* cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads();
+        const auto cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads();
         if (cache == nullptr || length == 0 || offset > size() || length > size() - offset) return false;
         if (thread_blocks().size() > 8192) thread_blocks().clear();  // no pointer into it is held here
         const std::uint64_t block = cache->block_bytes();
@@ -237,7 +238,7 @@ public:
 
     // Ranges that lie within one block of the local cache: views into its mapping (no copy).
     void cached_views(std::span<const read_request> requests, std::span<std::span<const std::byte>> views) const override {
-        block_cache* cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads();
+        const auto cache = detail::remote_cache_bypass ? nullptr : catalog_->cache_for_reads();
         if (thread_blocks().size() > 8192) thread_blocks().clear();  // bounded: the views of earlier calls are not used again
         std::uint64_t hits = 0;
         for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -415,7 +416,7 @@ private:
     s3_location where_;
     std::string url_;
     s3_object_info info_;
-    const s3_client* client_;
+    std::shared_ptr<const s3_client> client_;
     s3_catalog* catalog_;
     std::string cache_id_;
 };
