@@ -58,6 +58,13 @@ public:
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
         reached_.assign(D, none);
+        {  // each heap holds one job per domain at most: reserve that, not a doubling past it
+            std::vector<job> w, r;
+            w.reserve(D);
+            r.reserve(D);
+            waiting_ = decltype(waiting_)(later_release{}, std::move(w));
+            ready_ = decltype(ready_)(later_deadline{}, std::move(r));
+        }
         for (std::uint32_t d = 0; d < D; ++d) {
             if (!within_bound(d))
                 throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " + std::to_string(taken_[d]) +

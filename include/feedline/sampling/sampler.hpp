@@ -123,8 +123,16 @@ struct sampler_dataset {
     std::uint64_t document_length(std::uint64_t i) const { return length(i); }
 };
 
+// dataset_stream::plan_run's scratch: one per planner, not one per stream (a mixture has thousands).
+struct plan_scratch {
+    std::vector<std::uint64_t> shuffled;
+    std::vector<std::uint32_t> pending;
+};
+
 // One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
 // Keeps a reference to the dataset: it must outlive the stream. Not thread-safe (one planner thread).
+// A mixture holds one per domain, so it keeps only what planning reads (about 220 bytes, and the
+// epoch's layout): bench_mixture measures the memory per domain.
 class dataset_stream {
 public:
     template <document_lengths D>
@@ -135,7 +143,9 @@ public:
                                   .block_starts = std::move(block_starts)},
                   config, id) {}
     dataset_stream(sampler_dataset data, const sampler_config& config, std::uint32_t id)
-            : config_(config),
+            : seq_len_(config.seq_len),
+              mode_(config.mode),
+              shuffle_(config.shuffle),
               id_(id),
               seed_(config.seed ^ (std::uint64_t(id) << 48)),
               // shuffle_mode::none reads the samples (windows, rows) in order too, not only the documents.
@@ -156,7 +166,7 @@ public:
     // Samples in `epoch`. GPT windows: the same every epoch. Packed rows: depends on the epoch's
     // document order (padding differs), so this builds that epoch's layout (O(documents)) once.
     std::uint64_t samples_in_epoch(std::uint64_t epoch) {
-        if (config_.mode == sample_mode::windows) return samples_;
+        if (mode_ == sample_mode::windows) return samples_;
         select_epoch(epoch);
         return samples_;
     }
@@ -173,8 +183,8 @@ public:
         out.index = index;
         out.segments.clear();
         std::uint64_t s = shuffle_samples_ ? sample_perm_(index) : index;
-        if (config_.mode == sample_mode::windows)
-            windows_->segments(s, out.segments);
+        if (mode_ == sample_mode::windows)
+            detail::gpt_windows(*layout_, seq_len_).segments(s, out.segments);
         else
             rows_->segments(s, out.segments);
     }
@@ -183,23 +193,25 @@ public:
     // as plan() one at a time would fill them. Their shuffled positions are computed first, all at once
     // (feistel_permutation::map: ~3x the rate), then their segments: a batch of 256 short windows
     // spent a third of a worker's time planning before (bench_end_to_end).
-    void plan_run(std::uint64_t epoch, std::uint64_t first, std::size_t count, sample_plan* out) {
+    void plan_run(std::uint64_t epoch, std::uint64_t first, std::size_t count, sample_plan* out, plan_scratch& scratch) {
         select_epoch(epoch);
-        shuffled_.resize(count);
+        auto& shuffled = scratch.shuffled;
+        shuffled.resize(count);
         if (shuffle_samples_)
-            sample_perm_.map(first, count, shuffled_.data(), pending_);
+            sample_perm_.map(first, count, shuffled.data(), scratch.pending);
         else
-            for (std::size_t i = 0; i < count; ++i) shuffled_[i] = first + i;
+            for (std::size_t i = 0; i < count; ++i) shuffled[i] = first + i;
+        const detail::gpt_windows windows(*layout_, seq_len_);
         for (std::size_t i = 0; i < count; ++i) {
             sample_plan& p = out[i];
             p.dataset = id_;
             p.epoch = epoch;
             p.index = first + i;
             p.segments.clear();
-            if (config_.mode == sample_mode::windows)
-                windows_->segments(shuffled_[i], p.segments);
+            if (mode_ == sample_mode::windows)
+                windows.segments(shuffled[i], p.segments);
             else
-                rows_->segments(shuffled_[i], p.segments);
+                rows_->segments(shuffled[i], p.segments);
         }
     }
 
@@ -217,22 +229,21 @@ private:
         if (layout_ && epoch == epoch_) return;
         epoch_ = epoch;
         rows_.reset();
-        windows_.reset();
         layout_.reset();  // free the old epoch before building the new one: peak stays one layout
-        layout_ =
-            std::make_unique<detail::epoch_layout>(length_source{&lengths_, documents_}, config_.shuffle, seed_, epoch, block_starts_);
-        if (config_.mode == sample_mode::windows) {
-            windows_ = std::make_unique<detail::gpt_windows>(*layout_, config_.seq_len);
-            samples_ = windows_->count();
+        layout_ = std::make_unique<detail::epoch_layout>(length_source{&lengths_, documents_}, shuffle_, seed_, epoch, block_starts_);
+        if (mode_ == sample_mode::windows) {
+            samples_ = detail::gpt_windows(*layout_, seq_len_).count();
         } else {
-            rows_ = std::make_unique<detail::packed_rows>(*layout_, config_.seq_len);
+            rows_ = std::make_unique<detail::packed_rows>(*layout_, seq_len_);
             samples_ = rows_->count();
             padding_ = rows_->padding();
         }
         sample_perm_ = feistel_permutation(samples_, detail::permutation_key(seed_, epoch, 0));
     }
 
-    sampler_config config_;
+    std::uint64_t seq_len_;
+    sample_mode mode_;
+    shuffle_mode shuffle_;
     std::uint32_t id_;
     std::uint64_t seed_;
     bool shuffle_samples_;
@@ -241,11 +252,8 @@ private:
     std::uint64_t documents_ = 0, tokens_ = 0;
     std::uint64_t epoch_ = 0, samples_ = 0, padding_ = 0;
     std::unique_ptr<detail::epoch_layout> layout_;
-    std::unique_ptr<detail::gpt_windows> windows_;
-    std::unique_ptr<detail::packed_rows> rows_;
+    std::unique_ptr<detail::packed_rows> rows_;  // packed mode (windows need only the layout and seq_len)
     feistel_permutation sample_perm_;
-    std::vector<std::uint64_t> shuffled_;  // plan_run's scratch
-    std::vector<std::uint32_t> pending_;
 };
 
 // Weights the trainer set to take effect at a later step (sampler::set_mixture_weights with a step):
@@ -409,6 +417,7 @@ public:
         if (datasets.size() != weights_.size() || datasets.empty())
             throw config_error("weights", "give one weight per dataset (" + std::to_string(datasets.size()) + " datasets, " +
                                               std::to_string(weights_.size()) + " weights)");
+        streams_.reserve(datasets.size());
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(*datasets[i], config_, i);
         finish_setup();
     }
@@ -420,6 +429,7 @@ public:
         if (datasets.size() != weights_.size() || datasets.empty())
             throw config_error("weights", "give one weight per dataset (" + std::to_string(datasets.size()) + " datasets, " +
                                               std::to_string(weights_.size()) + " weights)");
+        streams_.reserve(datasets.size());
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(std::move(datasets[i]), config_, i);
         finish_setup();
     }
@@ -436,6 +446,7 @@ public:
             throw config_error("mixture", "the schedule has " + std::to_string(schedule->domains()) + " domains for " +
                                               std::to_string(datasets.size()) + " datasets");
         mixture_ = std::move(schedule);
+        streams_.reserve(datasets.size());  // exactly: a mixture's 10,000 streams, no doubling
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(std::move(datasets[i]), config_, i);
         finish_setup();
         state_.version = sampler_state::mixture_version;
@@ -961,7 +972,7 @@ private:
             // The samples inside the epoch in one run; those past its end (tail = pad) wrap around.
             const std::uint64_t begin = st.index[0] + first;
             const std::uint64_t whole = begin >= spe ? 0 : std::min(local, spe - begin);
-            s.plan_run(b.epoch, begin, whole, b.samples.data());
+            s.plan_run(b.epoch, begin, whole, b.samples.data(), scratch_);
             for (std::uint64_t i = 0; i < local; ++i) {
                 const bool pad = i >= whole;
                 if (pad) s.plan(b.epoch, (begin + i) % spe, b.samples[i]);
@@ -1048,6 +1059,7 @@ private:
     std::uint64_t mixer_step_ = 0, mixer_check_ = 0;
     int rank_ = 0, world_ = 1;
     std::vector<dataset_stream> streams_;
+    plan_scratch scratch_;
     sampler_state state_;
     // The datasets the last plan_step drew from, in the order first drawn; per dataset, the number of
     // the plan_step (plans_, counted from 1) it was last drawn in (sized on the first blended step).

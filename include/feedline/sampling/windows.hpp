@@ -13,6 +13,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -107,19 +108,21 @@ public:
         if (mode == shuffle_mode::global) {
             perm_ = feistel_permutation(documents_, permutation_key(seed, epoch, 1));
         } else if (mode == shuffle_mode::shard_blocks) {
-            blocks_.assign(block_starts.begin(), block_starts.end());
-            if (blocks_.empty() || blocks_.front() != 0) blocks_.insert(blocks_.begin(), 0);
-            blocks_.push_back(documents_);
-            const std::uint64_t nblocks = blocks_.size() - 1;
-            block_perm_ = feistel_permutation(nblocks, permutation_key(seed, epoch, 2));
+            blocks_ = std::make_unique<block_order>();
+            auto& starts = blocks_->starts;
+            starts.assign(block_starts.begin(), block_starts.end());
+            if (starts.empty() || starts.front() != 0) starts.insert(starts.begin(), 0);
+            starts.push_back(documents_);
+            const std::uint64_t nblocks = starts.size() - 1;
+            blocks_->perm = feistel_permutation(nblocks, permutation_key(seed, epoch, 2));
             // Position of each (shuffled) block's first document in epoch order.
-            block_positions_.resize(nblocks + 1, 0);
+            blocks_->positions.resize(nblocks + 1, 0);
             for (std::uint64_t b = 0; b < nblocks; ++b) {
-                std::uint64_t src = block_perm_(b);
-                block_positions_[b + 1] = block_positions_[b] + (blocks_[src + 1] - blocks_[src]);
+                std::uint64_t src = blocks_->perm(b);
+                blocks_->positions[b + 1] = blocks_->positions[b] + (starts[src + 1] - starts[src]);
             }
-            seed_ = seed;
-            epoch_ = epoch;
+            blocks_->seed = seed;
+            blocks_->epoch = epoch;
         }
         prefix_.resize(documents_ + 1);
         prefix_[0] = 0;
@@ -175,8 +178,8 @@ public:
     }
 
     std::size_t memory_bytes() const noexcept {
-        return prefix_.capacity() * 8 + blocks_.capacity() * 8 + block_positions_.capacity() * 8 + bucket_.capacity() * 4 +
-               order_.capacity() * 4;
+        return prefix_.capacity() * 8 + (blocks_ ? (blocks_->starts.capacity() + blocks_->positions.capacity()) * 8 : 0) +
+               bucket_.capacity() * 4 + order_.capacity() * 4;
     }
 
 private:
@@ -185,22 +188,29 @@ private:
             case shuffle_mode::none: return k;
             case shuffle_mode::global: return perm_(k);
             case shuffle_mode::shard_blocks: {
-                auto b = static_cast<std::uint64_t>(std::upper_bound(block_positions_.begin(), block_positions_.end(), k) -
-                                                    block_positions_.begin() - 1);
-                std::uint64_t src = block_perm_(b);
-                std::uint64_t size = blocks_[src + 1] - blocks_[src];
-                feistel_permutation within(size, permutation_key(seed_, epoch_, 3 + src));
-                return blocks_[src] + within(k - block_positions_[b]);
+                const auto& positions = blocks_->positions;
+                auto b = static_cast<std::uint64_t>(std::upper_bound(positions.begin(), positions.end(), k) - positions.begin() - 1);
+                std::uint64_t src = blocks_->perm(b);
+                std::uint64_t size = blocks_->starts[src + 1] - blocks_->starts[src];
+                feistel_permutation within(size, permutation_key(blocks_->seed, blocks_->epoch, 3 + src));
+                return blocks_->starts[src] + within(k - positions[b]);
             }
         }
         return k;
     }
 
+    // shuffle_mode::shard_blocks: the blocks' order. Kept apart, so the other modes (a mixture's
+    // thousands of domains) do not carry it.
+    struct block_order {
+        feistel_permutation perm;
+        std::vector<std::uint64_t> starts, positions;  // first document of each block: in the dataset, in the epoch
+        std::uint64_t seed = 0, epoch = 0;
+    };
+
     std::uint64_t documents_;
     shuffle_mode mode_;
-    feistel_permutation perm_, block_perm_;
-    std::vector<std::uint64_t> blocks_, block_positions_;
-    std::uint64_t seed_ = 0, epoch_ = 0;
+    feistel_permutation perm_;
+    std::unique_ptr<block_order> blocks_;
     std::vector<std::uint64_t> prefix_;
     std::vector<std::uint32_t> order_;  // document_at's answers (empty when ids do not fit 4 bytes)
     // bucket_[b]: the epoch position holding token b << bucket_shift_ (one past the end: the last
