@@ -10,8 +10,10 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include <feedline/detail/quaternary_heap.hpp>
 #include <feedline/sampling/mixer.hpp>
 #include <feedline/sampling/mixture_schedule.hpp>
 #include <feedline/sampling/sampler.hpp>
@@ -138,6 +140,40 @@ TEST_CASE("Mixture.Scale.TenThousandDomainsStayWithinTheBound") {
     mixer m(s, 1024);
     for (int i = 0; i < 60 * 1024; ++i) m.next();
     for (std::uint32_t d = 0; d < D; ++d) REQUIRE(m.within_bound(d));
+}
+
+// The mixer's heap pops in (key, id) order, as any correct priority queue would: a mixture's stream,
+// and so every saved state, does not depend on which heap the mixer uses.
+TEST_CASE("Mixture.Heap.PopsInKeyThenIdOrderUnderRandomPushesAndPops") {
+    std::mt19937_64 rng(11);
+    for (int round = 0; round < 20; ++round) {
+        detail::quaternary_heap heap;
+        std::set<std::pair<std::uint64_t, std::uint32_t>> reference;
+        std::uint32_t next_id = 0;
+        const std::uint64_t keys = 1 + rng() % 64;  // few keys: many ties broken by id
+        for (int op = 0; op < 5000; ++op) {
+            if (reference.empty() || rng() % 3 != 0) {
+                // ids in a scrambled order, so a tie's lower id is not always the one pushed first
+                const auto id = static_cast<std::uint32_t>(std::uint64_t{next_id++} * 2654435761u % 1000003u);  // unique: a prime modulus
+                const std::uint64_t key = rng() % keys;
+                heap.push({key, id});
+                reference.insert({key, id});
+            } else {
+                REQUIRE(heap.top().key == reference.begin()->first);
+                REQUIRE(heap.top().id == reference.begin()->second);
+                heap.pop();
+                reference.erase(reference.begin());
+            }
+            REQUIRE(heap.size() == reference.size());
+        }
+        while (!reference.empty()) {
+            REQUIRE(heap.top().key == reference.begin()->first);
+            REQUIRE(heap.top().id == reference.begin()->second);
+            heap.pop();
+            reference.erase(reference.begin());
+        }
+        CHECK(heap.empty());
+    }
 }
 
 TEST_CASE("Mixture.Config.BadSchedulesAreRefusedNamingTheField") {

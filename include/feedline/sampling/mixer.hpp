@@ -24,11 +24,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <queue>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <feedline/detail/quaternary_heap.hpp>
 #include <feedline/error.hpp>
 #include <feedline/sampling/mixture_schedule.hpp>
 
@@ -58,13 +58,8 @@ public:
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
         reached_.assign(D, none);
-        {  // each heap holds one job per domain at most: reserve that, not a doubling past it
-            std::vector<job> w, r;
-            w.reserve(D);
-            r.reserve(D);
-            waiting_ = decltype(waiting_)(later_release{}, std::move(w));
-            ready_ = decltype(ready_)(later_deadline{}, std::move(r));
-        }
+        waiting_.reserve(D);  // one job per domain at most in each
+        ready_.reserve(D);
         for (std::uint32_t d = 0; d < D; ++d) {
             if (!within_bound(d))
                 throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " + std::to_string(taken_[d]) +
@@ -76,18 +71,19 @@ public:
 
     // The domain of sample drawn(); advances past it.
     std::uint32_t next() {
-        while (!waiting_.empty() && waiting_.top().release <= drawn_) {
-            ready_.push(waiting_.top());
+        while (!waiting_.empty() && waiting_.top().key <= drawn_) {
+            const std::uint32_t d = waiting_.top().id;
             waiting_.pop();
+            ready_.push({deadline_of(d), d});
         }
         if (ready_.empty())  // impossible while shares sum to 1 (see above); kept as an error, not UB
             throw std::logic_error("mixer: no domain may draw sample " + std::to_string(drawn_));
-        const job j = ready_.top();
+        const std::uint32_t d = ready_.top().id;
         ready_.pop();
-        ++taken_[j.domain];
+        ++taken_[d];
         ++drawn_;
-        schedule_next(j.domain);
-        return j.domain;
+        schedule_next(d);
+        return d;
     }
 
     std::uint64_t drawn() const noexcept { return drawn_; }
@@ -103,18 +99,8 @@ public:
 
 private:
     static constexpr std::uint64_t none = ~std::uint64_t{0};
-    struct job {
-        std::uint64_t release, deadline;  // slots: the first it may take, the last it must take
-        std::uint32_t domain;
-    };
-    struct later_release {
-        bool operator()(const job& a, const job& b) const { return a.release != b.release ? a.release > b.release : a.domain > b.domain; }
-    };
-    struct later_deadline {
-        bool operator()(const job& a, const job& b) const {
-            return a.deadline != b.deadline ? a.deadline > b.deadline : a.domain > b.domain;
-        }
-    };
+    // Domain d's pending sample must be drawn by this slot (none: never must).
+    std::uint64_t deadline_of(std::uint32_t d) const noexcept { return reached_[d] == none ? none : reached_[d] - 1; }
 
     // Domain d's next sample, the (taken + 1)-th: may be drawn at the slot n where the target after
     // n + 1 samples first passes taken; must be by the slot where it first reaches taken + 1 (none: its
@@ -131,18 +117,17 @@ private:
         if (!may) may = targets_.first_reaching(d, taken_[d], true);
         if (!may) return;
         const auto must = targets_.first_reaching(d, taken_[d] + 1, false);
-        reached_[d] = must ? *must : none;
-        job j{std::max(*may, std::uint64_t{1}) - 1, must ? *must - 1 : none, d};
-        j.release = std::max(j.release, drawn_);
-        waiting_.push(j);
+        reached_[d] = must ? *must : none;  // deadline_of(d) follows from it
+        waiting_.push({std::max(std::max(*may, std::uint64_t{1}) - 1, drawn_), d});
     }
 
     mixture_targets targets_;
     std::uint64_t drawn_;
     std::vector<std::uint64_t> taken_;
     std::vector<std::uint64_t> reached_;  // per domain: where its target reached its count (none: not known)
-    std::priority_queue<job, std::vector<job>, later_release> waiting_;
-    std::priority_queue<job, std::vector<job>, later_deadline> ready_;
+    // Each domain's pending sample, in one of them: waiting, keyed by the first slot it may take;
+    // ready (that slot passed), keyed by its deadline (deadline_of). Ties go to the lower domain.
+    detail::quaternary_heap waiting_, ready_;
 };
 
 }  // namespace feedline

@@ -217,6 +217,17 @@ public:
 
     std::size_t memory_bytes() const noexcept { return (layout_ ? layout_->memory_bytes() : 0) + (rows_ ? rows_->memory_bytes() : 0); }
 
+    // Asks for this stream's fields (a mixture plans thousands of cold streams); then, once they are
+    // in, for its layout's (prefetch_layout).
+    void prefetch() const noexcept {
+        __builtin_prefetch(this);
+        __builtin_prefetch(reinterpret_cast<const char*>(this) + 64);
+        __builtin_prefetch(reinterpret_cast<const char*>(this) + 128);
+    }
+    void prefetch_layout() const noexcept {
+        if (layout_) layout_->prefetch();
+    }
+
 private:
     struct length_source {
         const std::function<std::uint64_t(std::uint64_t)>* f;
@@ -985,9 +996,24 @@ private:
             // The rule looks only at the samples drawn, so a run that went on with another global
             // batch draws the same stream.
             const std::uint64_t before = st.drawn_before(st.step);
+            if (touched_step_.size() != streams_.size()) touched_step_.assign(streams_.size(), 0);
+            if (mixture_) {
+                // The step's domains first (the mixer reads only its own counts), then their samples:
+                // with thousands of domains each one's stream and counts are cache misses, and asked for
+                // together here they overlap instead of stalling the planner one after another.
+                step_domains_.resize(g);
+                for (std::uint64_t i = 0; i < g; ++i) {
+                    const std::uint32_t d = step_domains_[i] = mix_next(st, before + i);
+                    streams_[d].prefetch();
+                    __builtin_prefetch(&st.index[d]);
+                    __builtin_prefetch(&st.epoch[d]);
+                    __builtin_prefetch(&st.taken[d]);
+                    __builtin_prefetch(&touched_step_[d]);
+                }
+                for (const std::uint32_t d : step_domains_) streams_[d].prefetch_layout();  // the streams have arrived by now
+            }
             for (std::uint64_t i = 0; i < g; ++i) {
-                std::uint32_t d = mixture_ ? mix_next(st, before + i) : choose_dataset(st.taken, before + i);
-                if (touched_step_.size() != streams_.size()) touched_step_.assign(streams_.size(), 0);
+                std::uint32_t d = mixture_ ? step_domains_[i] : choose_dataset(st.taken, before + i);
                 if (touched_step_[d] != plans_) {  // first drawn from in this step
                     touched_step_[d] = plans_;
                     touched_.push_back(d);
@@ -1060,6 +1086,7 @@ private:
     int rank_ = 0, world_ = 1;
     std::vector<dataset_stream> streams_;
     plan_scratch scratch_;
+    std::vector<std::uint32_t> step_domains_;  // a mixed step's domains, drawn before its samples are planned
     sampler_state state_;
     // The datasets the last plan_step drew from, in the order first drawn; per dataset, the number of
     // the plan_step (plans_, counted from 1) it was last drawn in (sized on the first blended step).
