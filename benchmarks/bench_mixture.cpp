@@ -93,7 +93,14 @@ double plan_ns_per_sample(const pipeline& p, const std::string& spec, std::uint6
         datasets.push_back(s.source->sampling(source_context::of(c)));
         weights.push_back(s.weight);
     }
-    const sampler_config sc{.seq_len = c.seq_len, .global_batch = c.batch_size, .seed = c.seed, .rank = 0, .world_size = 1};
+    const sampler_config sc{.seq_len = c.seq_len,
+                            .global_batch = c.batch_size,
+                            .seed = c.seed,
+                            .mode = c.mode,
+                            .shuffle = c.shuffle,
+                            .tail = c.tail,
+                            .rank = 0,
+                            .world_size = 1};
     const auto mixture = read_mixture_spec(parse_data_spec(spec), c.batch_size * c.seq_len);
     sampler planner = mixture ? sampler(std::move(datasets), mixture->schedule, sc) : sampler(std::move(datasets), weights, sc);
     batch_plan b;

@@ -3,7 +3,7 @@
 // The mixer keeps one job per domain in each of two heaps and pops and pushes once per sample; with
 // 10,000 domains a binary heap's 13 levels of unpredictable comparisons were 11% of the pipeline's CPU
 // time (bench_mixture under perf). Four children halve the levels, and the four are 64 contiguous
-// bytes, so a level costs one cache line. Entries compare by key, then id: with unique ids the pop
+// bytes (one or two cache lines). Entries compare by key, then id: with unique ids the pop
 // order is a total order, the same as any other correct priority queue's.
 #pragma once
 

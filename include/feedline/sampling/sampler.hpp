@@ -220,9 +220,7 @@ public:
     // Asks for this stream's fields (a mixture plans thousands of cold streams); then, once they are
     // in, for its layout's (prefetch_layout).
     void prefetch() const noexcept {
-        __builtin_prefetch(this);
-        __builtin_prefetch(reinterpret_cast<const char*>(this) + 64);
-        __builtin_prefetch(reinterpret_cast<const char*>(this) + 128);
+        for (std::size_t at = 0; at < sizeof *this; at += 64) __builtin_prefetch(reinterpret_cast<const char*>(this) + at);
     }
     void prefetch_layout() const noexcept {
         if (layout_) layout_->prefetch();
