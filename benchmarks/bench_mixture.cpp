@@ -13,7 +13,9 @@
 //   vs_blend2       tokens_per_s against a plain blend of the 2-domain case's two shards (fixed
 //                   weights, Megatron's rule) in the same round: the baseline
 //   plan_ns_per_sample  the same datasets and schedule planned alone on one thread (a sampler of its
-//                   own, --batches steps): the serial part, which the workers wait for behind one lock
+//                   own, --batches steps): drawing each sample's domain and position, and its segments
+//   draw_ns_per_sample  of that, the drawing alone (sampler::next_drawn): the serial part, which the
+//                   workers wait for behind one lock (they plan the segments beside each other)
 // and, once per D, whether it runs under `ulimit -n 256` (RLIMIT_NOFILE 256 in the child).
 // Last line: one JSON object with every D's medians.
 //
@@ -82,10 +84,14 @@ std::uint64_t open_descriptors_now() {
     return n;
 }
 
-// Planning alone, on one thread, step after step, as the pipeline's shared planner does it: the part of
-// a blend's or mixture's run that does not spread over the workers. ns per sample, over the same
-// datasets and schedule as the pipeline `p` (its sources, the mixture file `spec` names).
-double plan_ns_per_sample(const pipeline& p, const std::string& spec, std::uint64_t steps) {
+// Planning alone, on one thread, step after step, as the pipeline's shared planner does it: ns per
+// sample, over the same datasets and schedule as the pipeline `p` (its sources, the mixture file `spec`
+// names). `plan`: whole steps (next); `draw`: their sequential half alone (next_drawn), the part of a
+// blend's or mixture's run that does not spread over the workers.
+struct planning_ns {
+    double plan = 0, draw = 0;
+};
+planning_ns planning_ns_per_sample(const pipeline& p, const std::string& spec, std::uint64_t steps) {
     const pipeline_config& c = p.config();
     std::vector<sampler_dataset> datasets;
     std::vector<double> weights;
@@ -104,10 +110,16 @@ double plan_ns_per_sample(const pipeline& p, const std::string& spec, std::uint6
     const auto mixture = read_mixture_spec(parse_data_spec(spec), c.batch_size * c.seq_len);
     sampler planner = mixture ? sampler(std::move(datasets), mixture->schedule, sc) : sampler(std::move(datasets), weights, sc);
     batch_plan b;
+    sampler_step_delta delta;
     for (std::uint64_t k = 0; k < steps / 10; ++k) planner.next(b);  // warm: every domain's first epoch laid out
-    const auto t0 = clock_type::now();
+    const double samples = static_cast<double>(steps * c.batch_size);
+    auto t0 = clock_type::now();
     for (std::uint64_t k = 0; k < steps; ++k) planner.next(b);
-    return seconds_since(t0) * 1e9 / static_cast<double>(steps * c.batch_size);
+    planning_ns r{.plan = seconds_since(t0) * 1e9 / samples};
+    t0 = clock_type::now();
+    for (std::uint64_t k = 0; k < steps; ++k) planner.next_drawn(b, delta);
+    r.draw = seconds_since(t0) * 1e9 / samples;
+    return r;
 }
 
 // One measurement in this process: prints one JSON line.
@@ -132,12 +144,12 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
     const double first_s = std::chrono::duration<double>(first - t1).count();
     const double rate = static_cast<double>((n - 1) * batch * seq_len) / seconds_since(first);
     const auto domains = p.sources().size();
-    const double plan_ns = plan_ns_per_sample(p, mix, batches);
+    const planning_ns planning = planning_ns_per_sample(p, mix, batches);
     std::printf(
         "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"descriptors\": %llu, \"tokens_per_s\": %.0f, "
-        "\"plan_ns_per_sample\": %.1f, \"domains\": %zu, \"sink\": %llu}\n",
+        "\"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": %.1f, \"domains\": %zu, \"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
-        static_cast<unsigned long long>(fds), rate, plan_ns, domains, static_cast<unsigned long long>(sink));
+        static_cast<unsigned long long>(fds), rate, planning.plan, planning.draw, domains, static_cast<unsigned long long>(sink));
     return 0;
 }
 
@@ -227,15 +239,16 @@ int main(int argc, char** argv) {
                             j["error"].get<std::string>().c_str());
                 continue;
             }
-            for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "descriptors", "tokens_per_s", "plan_ns_per_sample"})
+            for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "descriptors", "tokens_per_s", "plan_ns_per_sample",
+                                  "draw_ns_per_sample"})
                 samples[d][k].push_back(j[k].get<double>());
             if (d == 0) base = j["tokens_per_s"].get<double>();
             if (base > 0) samples[d]["vs_blend2"].push_back(j["tokens_per_s"].get<double>() / base);
         }
     }
     nlohmann::json out = nlohmann::json::object();
-    std::printf("%8s %10s %14s %16s %12s %14s %10s %14s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain", "descriptors",
-                "tokens/s", "vs blend2", "plan ns/sample", "ulimit -n 256");
+    std::printf("%8s %10s %14s %16s %12s %14s %10s %14s %14s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain", "descriptors",
+                "tokens/s", "vs blend2", "plan ns/sample", "draw ns/sample", "ulimit -n 256");
     for (std::uint64_t d : domains) {
         const nlohmann::json limited = child(self, args(d), 256);
         const bool ok = !limited.contains("error");
@@ -243,10 +256,10 @@ int main(int argc, char** argv) {
         if (!ok) row["ulimit_256_error"] = limited["error"];
         for (auto& [k, v] : samples[d]) row[k] = summarise(v).median;
         auto get = [&](const char* k) { return row.contains(k) ? row[k].get<double>() : 0.0; };
-        std::printf("%8s %10.3f %14.4f %16.0f %12.0f %14.4g %10.3f %14.0f  %s\n",
+        std::printf("%8s %10.3f %14.4f %16.0f %12.0f %14.4g %10.3f %14.0f %14.0f  %s\n",
                     (d == 0 ? std::string("blend2") : std::to_string(d)).c_str(), get("open_s"), get("first_batch_s"),
                     get("anon_bytes_per_domain"), get("descriptors"), get("tokens_per_s"), get("vs_blend2"), get("plan_ns_per_sample"),
-                    ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
+                    get("draw_ns_per_sample"), ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
         out[d == 0 ? std::string("blend2") : std::to_string(d)] = row;
     }
     std::printf("%s\n", out.dump().c_str());

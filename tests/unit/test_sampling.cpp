@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
@@ -946,4 +947,115 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
         }
     }
 #endif
+}
+
+// What the pipeline's workers do with one shared sampler: draw each step under a lock (next_drawn),
+// then plan its samples' segments outside it (plan_drawn), four threads at once, each reusing its
+// plan's storage. Every step must equal what next() gives, sample by sample and segment by segment:
+// blends, mixtures and one dataset (tail = pad), GPT windows and packed rows, over datasets small
+// enough that their epochs end (and their layouts are rebuilt) while other threads plan from them.
+// And next() itself, now the two halves in a row, must give what it gave before they were split: a
+// hash of 400 sequential steps per case, recorded by the same code compiled against the sampler before
+// the split. Run under ThreadSanitizer too (the streams' own locks).
+TEST_CASE("Sampler.Threads.StepsDrawnUnderALockAndPlannedOnFourThreadsEqualNext") {
+    const std::vector<ft::synthetic_lengths> sets{ft::hashed_lengths(30, 50, 11), ft::hashed_lengths(9, 40, 12),
+                                                  ft::hashed_lengths(60, 30, 13), ft::hashed_lengths(5, 70, 14)};
+    const auto datasets = [&] {
+        std::vector<sampler_dataset> r;
+        for (const auto& s : sets) r.push_back({s.document_count(), [&s](std::uint64_t i) { return s.document_length(i); }, {}, false});
+        return r;
+    };
+    const auto schedule = std::make_shared<const mixture_schedule>(
+        std::vector<std::string>{"a", "b", "c", "d"},
+        std::vector<mixture_stage>{{0, {5, 1, 3, 1}, 0, ""}, {20, {1, 4, 0, 2}, 10, ""}, {60, {2, 2, 2, 1}, 0, ""}});
+    enum kind { blend, mixture, single };
+    // FNV-1a over each step's number and each sample's dataset, epoch, index, padding and segments.
+    const std::map<std::pair<sample_mode, kind>, std::uint64_t> recorded{
+        {{sample_mode::windows, blend}, 952119434903224392ull},    {{sample_mode::windows, mixture}, 17532962155198875468ull},
+        {{sample_mode::windows, single}, 2750517582527357504ull},  {{sample_mode::packed, blend}, 17592688258219979607ull},
+        {{sample_mode::packed, mixture}, 11374655210000739745ull}, {{sample_mode::packed, single}, 12416114317664612004ull}};
+    for (const sample_mode mode : {sample_mode::windows, sample_mode::packed}) {
+        for (const kind k : {blend, mixture, single}) {
+            CAPTURE(static_cast<int>(mode));
+            CAPTURE(static_cast<int>(k));
+            sampler_config config{.seq_len = 8, .global_batch = 16, .seed = 21, .mode = mode, .rank = 1, .world_size = 2};
+            if (k == single) config.tail = tail_policy::pad;
+            auto make = [&] {
+                return k == blend ? std::make_unique<sampler>(datasets(), std::vector<double>{4, 1, 2, 1}, config)
+                       : k == mixture
+                           ? std::make_unique<sampler>(datasets(), schedule, config)
+                           : std::make_unique<sampler>(std::vector<sampler_dataset>{datasets()[1]}, std::vector<double>{1.0}, config);
+            };
+            constexpr int steps = 400;
+            std::vector<batch_plan> expected(steps);
+            auto one = make();
+            std::uint64_t hash = 14695981039346656037ull;
+            auto mix = [&](std::uint64_t v) {
+                for (int i = 0; i < 8; ++i) {
+                    hash ^= (v >> (8 * i)) & 0xff;
+                    hash *= 1099511628211ull;
+                }
+            };
+            for (int step = 0; step < steps; ++step) {
+                one->next(expected[step]);
+                mix(expected[step].step);
+                for (const auto& p : expected[step].samples) {
+                    for (std::uint64_t v : {std::uint64_t(p.dataset), p.epoch, p.index, std::uint64_t(p.padding)}) mix(v);
+                    for (const auto& g : p.segments)
+                        for (std::uint64_t v : {g.document, g.offset, g.length}) mix(v);
+                }
+            }
+            CHECK(hash == recorded.at({mode, k}));
+
+            auto shared = make();
+            std::mutex lock;
+            std::vector<batch_plan> got(steps);
+            std::vector<sampler_step_delta> got_delta(steps);
+            std::vector<std::thread> threads;
+            for (int t = 0; t < 4; ++t)
+                threads.emplace_back([&] {
+                    batch_plan b;  // reused, as a pipeline worker's is
+                    sampler_step_delta delta;
+                    for (;;) {
+                        {
+                            const std::lock_guard hold(lock);
+                            if (shared->state().step >= steps) return;
+                            shared->next_drawn(b, delta);
+                        }
+                        shared->plan_drawn(b);
+                        got[b.step] = b;
+                        got_delta[b.step] = delta;
+                    }
+                });
+            for (auto& t : threads) t.join();
+            std::set<std::uint32_t> drawn;
+            bool padded = false;
+            for (int step = 0; step < steps; ++step) {
+                REQUIRE(got[step].step == expected[step].step);
+                REQUIRE(got[step].samples.size() == expected[step].samples.size());
+                for (std::size_t i = 0; i < got[step].samples.size(); ++i) {
+                    const sample_plan &x = got[step].samples[i], &y = expected[step].samples[i];
+                    CAPTURE(step);
+                    CAPTURE(i);
+                    REQUIRE(x.dataset == y.dataset);
+                    REQUIRE(x.epoch == y.epoch);
+                    REQUIRE(x.index == y.index);
+                    REQUIRE(x.padding == y.padding);
+                    REQUIRE(x.segments == y.segments);
+                    REQUIRE(!x.segments.empty());
+                    drawn.insert(x.dataset);
+                    padded = padded || x.padding;
+                }
+            }
+            // The deltas, applied in step order, give the state the sequential sampler ended with.
+            sampler_state applied = make()->state();
+            for (int step = 0; step < steps; ++step) got_delta[step].apply_to(applied);
+            CHECK(applied == one->state());
+            CHECK(shared->state() == one->state());
+            // Every dataset went through several epochs, so layouts were rebuilt while others planned.
+            CHECK(drawn.size() == (k == single ? 1u : 4u));
+            for (std::uint64_t e : shared->state().epoch) CHECK(e >= 2);
+            if (k == single) CHECK(padded);  // tail = pad completed an epoch's last batch
+        }
+    }
 }

@@ -176,7 +176,8 @@ private:
         // Windows of one small dataset: every worker plans with a sampler of its own (plan_at), so
         // planning runs in parallel instead of behind planner_ (with 2 workers, waiting for the lock
         // cost each worker as much as planning itself). Packed mode plans sequentially (plan_at would
-        // lay out every epoch before the step's), and so do blends (one walk decides every dataset).
+        // lay out every epoch before the step's), and blends draw sequentially (one walk decides every
+        // dataset), then plan their samples' segments beside each other (plan_next).
         const std::uint64_t sampler_bytes = sampler_->stream(0).memory_bytes();
         own_planners_ = sources_.size() == 1 && config_.mode == sample_mode::windows && sampler_bytes <= defaults::own_planner_max_bytes;
 
@@ -577,13 +578,15 @@ private:
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
-        start_state_ = sampler_->state();
+        // Where the workers start, for the fetch-ahead's own sampler (they advance sampler_ at once). Not
+        // kept: a mixture's state holds seven numbers per domain.
+        const sampler_state start = sampler_->state();
         if (memory_.fetch_ahead_bytes)
             fetch_ahead_ =
                 std::make_unique<fetch_ahead>(memory_.fetch_ahead_bytes, [this] { return next_step_.load(std::memory_order_relaxed); });
         try {
             for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
-            start_fetch_ahead();
+            start_fetch_ahead(start);
         } catch (const std::system_error& e) {  // no thread for a worker (a pids limit): the ring is failed, so next() reports it
             const auto failure = std::make_exception_ptr(resource_error(
                 "worker thread " + std::to_string(threads_.size() + 1) + " of " + std::to_string(memory_.workers) +
@@ -676,17 +679,22 @@ private:
             planners_[index]->plan_at(step, plan, scratch, after);
             return true;
         }
-        detail::spin_then_lock(planner_, defaults::planner_spin);  // held for microseconds: spin before sleeping
-        const std::lock_guard lock(planner_, std::adopt_lock);
-        if (ring.closed()) return false;
-        if (end_step_ && sampler_->state().step >= end_step_) return planned_all();
-        sampler_->next(plan, after);
-        next_step_.store(after.step, std::memory_order_relaxed);  // for the fetch ahead (own planners count it themselves)
+        {
+            detail::spin_then_lock(planner_, defaults::planner_spin);  // held for microseconds: spin before sleeping
+            const std::lock_guard lock(planner_, std::adopt_lock);
+            if (ring.closed()) return false;
+            if (end_step_ && sampler_->state().step >= end_step_) return planned_all();
+            sampler_->next_drawn(plan, after);                        // the sequential part: each sample's dataset and position
+            next_step_.store(after.step, std::memory_order_relaxed);  // for the fetch ahead (own planners count it themselves)
+        }
+        // The samples' segments outside the lock, beside the other workers (each stream has its own
+        // lock): a mixture of 10,000 domains spent half its planning there, every worker waiting.
+        sampler_->plan_drawn(plan);
         return true;
     }
 
     // Remote data: the fetch-ahead store (created here, before the workers read through it) and thread.
-    void start_fetch_ahead() {
+    void start_fetch_ahead(const sampler_state& start) {
         if (memory_.fetch_ahead_bytes == 0) return;
         detail::fetch_ahead_thread::options o{.context = source_context::of(config_),
                                               .fixed_steps = config_.shards.fetch_ahead > 0 ? std::uint64_t(config_.shards.fetch_ahead) : 0,
@@ -695,7 +703,7 @@ private:
                                               .stopped = [this] { return delivery_.ring().closed() || planned_all_.load(); }};
         for (const auto& s : sources_) o.sources.push_back(s.source.get());
         auto planner = make_sampler(sampler_->config());
-        planner->restore(start_state_);
+        planner->restore(start);
         try {
             fetcher_ = std::make_unique<detail::fetch_ahead_thread>(std::move(planner), std::move(o), *fetch_ahead_);
         } catch (const std::system_error&) {
@@ -799,7 +807,6 @@ private:
     bool own_planners_ = false;
     std::vector<std::unique_ptr<sampler>> planners_;  // own_planners_: worker i's sampler
     std::atomic<std::uint64_t> next_step_{0};         // the next step a worker takes
-    sampler_state start_state_;                       // where the workers started
     std::unique_ptr<fetch_ahead> fetch_ahead_;        // remote data: ranges fetched ahead (memory_.fetch_ahead_bytes)
     std::mutex planner_;                              // guards sampler_ once workers run
     batch_layout layout_;

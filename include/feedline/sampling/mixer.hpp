@@ -41,15 +41,15 @@ public:
     // outside the bound (not a state this schedule and batch produce).
     mixer(std::shared_ptr<const mixture_schedule> schedule, std::uint64_t global_batch, std::uint64_t drawn = 0,
           std::vector<std::uint64_t> taken = {})
-            : targets_(std::move(schedule), global_batch), drawn_(drawn), taken_(std::move(taken)) {
+            : targets_(std::move(schedule), global_batch), drawn_(drawn) {
         const std::size_t D = targets_.schedule().domains();
-        if (taken_.empty() && drawn_ == 0) taken_.assign(D, 0);
+        if (taken.empty() && drawn_ == 0) taken.assign(D, 0);
         if (drawn_ >= mixture_schedule::max_samples)
             throw config_error("mixture.drawn", std::to_string(drawn_) + " samples: past what a schedule's targets hold (2^48)");
-        if (taken_.size() != D)
-            throw config_error("mixture.taken", std::to_string(taken_.size()) + " counts for " + std::to_string(D) + " domains");
+        if (taken.size() != D)
+            throw config_error("mixture.taken", std::to_string(taken.size()) + " counts for " + std::to_string(D) + " domains");
         std::uint64_t sum = 0;
-        for (std::uint64_t t : taken_) {
+        for (std::uint64_t t : taken) {
             if (t > drawn_) throw config_error("mixture.taken", "a domain's count is more than the samples drawn");
             sum += t;  // each at most drawn (< 2^48 for targets to be asked): no wrap before the check below
             if (sum > drawn_) break;
@@ -57,13 +57,14 @@ public:
         if (sum != drawn_)
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
-        reached_.assign(D, none);
+        domains_.resize(D);
+        for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none};
         waiting_.reserve(D);  // one job per domain at most in each
         ready_.reserve(D);
         for (std::uint32_t d = 0; d < D; ++d) {
             if (!within_bound(d))
-                throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " + std::to_string(taken_[d]) +
-                                                        " samples after " + std::to_string(drawn_) +
+                throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " +
+                                                        std::to_string(domains_[d].taken) + " samples after " + std::to_string(drawn_) +
                                                         ", more than one from its target: not a state of this schedule");
             schedule_next(d);
         }
@@ -80,27 +81,35 @@ public:
             throw std::logic_error("mixer: no domain may draw sample " + std::to_string(drawn_));
         const std::uint32_t d = ready_.top().id;
         ready_.pop();
-        ++taken_[d];
+        ++domains_[d].taken;
         ++drawn_;
         schedule_next(d);
         return d;
     }
 
     std::uint64_t drawn() const noexcept { return drawn_; }
-    const std::vector<std::uint64_t>& taken() const noexcept { return taken_; }
+    std::uint64_t taken(std::uint32_t d) const noexcept { return domains_[d].taken; }
+    std::vector<std::uint64_t> taken() const {
+        std::vector<std::uint64_t> r(domains_.size());
+        for (std::size_t d = 0; d < r.size(); ++d) r[d] = domains_[d].taken;
+        return r;
+    }
     const mixture_targets& targets() const noexcept { return targets_; }
 
     // Whether domain d's count is within one sample of its target now: |taken - target| < 1.
     bool within_bound(std::uint32_t d) const {
         const auto f = targets_.target(d, drawn_);
-        const mixture_uint128 c = mixture_uint128{taken_[d]} * f.den;
+        const mixture_uint128 c = mixture_uint128{domains_[d].taken} * f.den;
         return c < f.num + f.den && f.num < c + f.den;
     }
 
 private:
     static constexpr std::uint64_t none = ~std::uint64_t{0};
     // Domain d's pending sample must be drawn by this slot (none: never must).
-    std::uint64_t deadline_of(std::uint32_t d) const noexcept { return reached_[d] == none ? none : reached_[d] - 1; }
+    std::uint64_t deadline_of(std::uint32_t d) const noexcept {
+        const std::uint64_t reached = domains_[d].reached;
+        return reached == none ? none : reached - 1;
+    }
 
     // Domain d's next sample, the (taken + 1)-th: may be drawn at the slot n where the target after
     // n + 1 samples first passes taken; must be by the slot where it first reaches taken + 1 (none: its
@@ -109,22 +118,27 @@ private:
     void schedule_next(std::uint32_t d) {
         // Where the target passes the count is usually where it reached it (the previous sample's
         // deadline, kept): one target instead of a search, unless it landed exactly on the count.
+        domain& m = domains_[d];
         std::optional<std::uint64_t> may;
-        if (const std::uint64_t reached = reached_[d]; reached != none) {
+        if (const std::uint64_t reached = m.reached; reached != none) {
             const auto f = targets_.target(d, reached);
-            if (f.num > mixture_uint128{taken_[d]} * f.den) may = reached;
+            if (f.num > mixture_uint128{m.taken} * f.den) may = reached;
         }
-        if (!may) may = targets_.first_reaching(d, taken_[d], true);
+        if (!may) may = targets_.first_reaching(d, m.taken, true);
         if (!may) return;
-        const auto must = targets_.first_reaching(d, taken_[d] + 1, false);
-        reached_[d] = must ? *must : none;  // deadline_of(d) follows from it
+        const auto must = targets_.first_reaching(d, m.taken + 1, false);
+        m.reached = must ? *must : none;  // deadline_of(d) follows from it
         waiting_.push({std::max(std::max(*may, std::uint64_t{1}) - 1, drawn_), d});
     }
 
     mixture_targets targets_;
     std::uint64_t drawn_;
-    std::vector<std::uint64_t> taken_;
-    std::vector<std::uint64_t> reached_;  // per domain: where its target reached its count (none: not known)
+    // Per domain, together (one cache miss, not two, when a sample of one of 10,000 domains is drawn):
+    // its count, and where its target reached that count (none: not known).
+    struct domain {
+        std::uint64_t taken, reached;
+    };
+    std::vector<domain> domains_;
     // Each domain's pending sample, in one of them: waiting, keyed by the first slot it may take;
     // ready (that slot passed), keyed by its deadline (deadline_of). Ties go to the lower domain.
     detail::quaternary_heap waiting_, ready_;

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <feedline/detail/spin_lock.hpp>
 #include <feedline/error.hpp>
 #include <feedline/sampling/mixer.hpp>
 #include <feedline/sampling/mixture_schedule.hpp>
@@ -106,7 +107,8 @@ struct batch_plan {
     std::uint64_t step = 0;   // global step number
     std::uint64_t epoch = 0;  // for one dataset: its epoch; blended: the first dataset's
     std::uint64_t first_global_sample = 0;
-    std::vector<sample_plan> samples;  // this rank's slice, in order
+    std::vector<sample_plan> samples;       // this rank's slice, in order
+    std::vector<std::uint32_t> by_dataset;  // sampler::plan_drawn's scratch: the samples in dataset order
 };
 
 // One dataset as the sampler sees it, whatever its kind (token shards, a text corpus): its documents'
@@ -130,7 +132,9 @@ struct plan_scratch {
 };
 
 // One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
-// Keeps a reference to the dataset: it must outlive the stream. Not thread-safe (one planner thread).
+// Keeps a reference to the dataset: it must outlive the stream. Not thread-safe, except plan() under
+// planning_lock() and samples_in_epoch: those may run on several threads at once (a blend's workers
+// plan their steps' samples outside the shared planner's lock: sampler::plan_drawn).
 // A mixture holds one per domain, so it keeps only what planning reads (about 220 bytes, and the
 // epoch's layout): bench_mixture measures the memory per domain.
 class dataset_stream {
@@ -165,10 +169,21 @@ public:
     std::uint64_t tokens() const noexcept { return tokens_; }
     // Samples in `epoch`. GPT windows: the same every epoch. Packed rows: depends on the epoch's
     // document order (padding differs), so this builds that epoch's layout (O(documents)) once.
+    // Thread-safe beside plan() under planning_lock() (GPT windows read a constant; packed rows lay
+    // out under the lock).
     std::uint64_t samples_in_epoch(std::uint64_t epoch) {
         if (mode_ == sample_mode::windows) return samples_;
+        const std::lock_guard hold(lock_);
         select_epoch(epoch);
         return samples_;
+    }
+    // At most samples_in_epoch(e) for every epoch e, without a layout or the lock: GPT windows, the
+    // count itself; packed rows, the rows the tokens would fill with no padding. A blend asks for an
+    // epoch's exact count only past it, near the epoch's end: asking at its start would lay out the
+    // new epoch while other threads still plan the old one's last samples, and they would lay the old
+    // one out again.
+    std::uint64_t samples_at_least() const noexcept {
+        return mode_ == sample_mode::windows ? samples_ : tokens_ / seq_len_ + (tokens_ % seq_len_ != 0 ? 1 : 0);
     }
     // Of the epoch last laid out.
     std::uint64_t samples_per_epoch() const noexcept { return samples_; }
@@ -188,6 +203,10 @@ public:
         else
             rows_->segments(s, out.segments);
     }
+
+    // Held around plan() by threads that plan samples of one stream at once (sampler::plan_drawn):
+    // each sample's segments depend only on its epoch and index, so their order does not matter.
+    detail::spin_lock& planning_lock() noexcept { return lock_; }
 
     // Samples first, first + 1, ..., first + count - 1 (before shuffling) of `epoch` into out[0, count),
     // as plan() one at a time would fill them. Their shuffled positions are computed first, all at once
@@ -217,13 +236,18 @@ public:
 
     std::size_t memory_bytes() const noexcept { return (layout_ ? layout_->memory_bytes() : 0) + (rows_ ? rows_->memory_bytes() : 0); }
 
-    // Asks for this stream's fields (a mixture plans thousands of cold streams); then, once they are
-    // in, for its layout's (prefetch_layout).
+    // Asks for this stream's fields (a mixture plans thousands of cold streams): only their addresses
+    // are used, so it needs no lock.
     void prefetch() const noexcept {
         for (std::size_t at = 0; at < sizeof *this; at += 64) __builtin_prefetch(reinterpret_cast<const char*>(this) + at);
     }
-    void prefetch_layout() const noexcept {
-        if (layout_) layout_->prefetch();
+    // Only what drawing a step reads (samples_at_least; GPT windows' samples_in_epoch): asking for
+    // every line of 32 streams at once fills the core's miss buffers, and the draw then waits on its
+    // own prefetches (perf).
+    void prefetch_counts() const noexcept {
+        __builtin_prefetch(&mode_);
+        __builtin_prefetch(&tokens_);
+        __builtin_prefetch(&samples_);
     }
 
 private:
@@ -241,7 +265,9 @@ private:
         layout_.reset();  // free the old epoch before building the new one: peak stays one layout
         layout_ = std::make_unique<detail::epoch_layout>(length_source{&lengths_, documents_}, shuffle_, seed_, epoch, block_starts_);
         if (mode_ == sample_mode::windows) {
-            samples_ = detail::gpt_windows(*layout_, seq_len_).count();
+            // The same every epoch: set once (the constructor's layout), so samples_in_epoch reads it
+            // without the lock. A dataset without one sample never gets past the constructor.
+            if (samples_ == 0) samples_ = detail::gpt_windows(*layout_, seq_len_).count();
         } else {
             rows_ = std::make_unique<detail::packed_rows>(*layout_, seq_len_);
             samples_ = rows_->count();
@@ -256,6 +282,7 @@ private:
     std::uint32_t id_;
     std::uint64_t seed_;
     bool shuffle_samples_;
+    detail::spin_lock lock_;  // planning_lock(); one byte, in what was padding
     std::vector<std::uint64_t> block_starts_;
     std::function<std::uint64_t(std::uint64_t)> lengths_;
     std::uint64_t documents_ = 0, tokens_ = 0;
@@ -560,6 +587,43 @@ public:
     void next(batch_plan& b, sampler_step_delta& delta) {
         plan_step(state_, b);
         delta_of_step(state_, delta);
+    }
+
+    // next(b, delta) in two halves, for threads that share one sampler under a lock (the pipeline's
+    // workers): next_drawn, under the lock, advances the state and says which dataset, epoch and index
+    // each sample of the step takes (the sequential part: the blend's rule or the mixer); plan_drawn,
+    // outside it, fills their segments. plan_drawn calls may run at once on several threads, and beside
+    // next_drawn: each stream plans under its own lock, and a sample's segments depend only on its
+    // dataset, epoch and index. Together they give what next(b, delta) gives. A single dataset plans
+    // whole in next_drawn: its step is a few runs of one stream (and pipelines give each worker a
+    // sampler of its own for the windows of one small dataset).
+    void next_drawn(batch_plan& b, sampler_step_delta& delta) {
+        draw_step(state_, b);
+        delta_of_step(state_, delta);
+    }
+    void plan_drawn(batch_plan& b) {
+        if (streams_.size() == 1) return;
+        // Dataset by dataset: one lock per run of a stream's samples, and two threads planning a blend
+        // of a few datasets do not pass each stream's lock back and forth sample by sample.
+        auto& order = b.by_dataset;
+        order.resize(b.samples.size());
+        for (std::uint32_t i = 0; i < order.size(); ++i) {
+            order[i] = i;
+            streams_[b.samples[i].dataset].prefetch();
+        }
+        std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+            const auto dx = b.samples[x].dataset, dy = b.samples[y].dataset;
+            return dx != dy ? dx < dy : x < y;
+        });
+        for (std::size_t at = 0; at < order.size();) {
+            const std::uint32_t d = b.samples[order[at]].dataset;
+            dataset_stream& s = streams_[d];
+            const std::lock_guard hold(s.planning_lock());
+            for (; at < order.size() && b.samples[order[at]].dataset == d; ++at) {
+                sample_plan& p = b.samples[order[at]];
+                s.plan(p.epoch, p.index, p);
+            }
+        }
     }
 
     // The plan for any step of a single-dataset sampler, without changing the state. GPT windows:
@@ -954,6 +1018,13 @@ private:
     // Fills this rank's slice of the step `st` points at and advances `st` past it. Every rank walks
     // the same global batch, so every rank ends with the same state.
     void plan_step(sampler_state& st, batch_plan& b) {
+        draw_step(st, b);
+        plan_drawn(b);
+    }
+
+    // plan_step's sequential half: advances `st` past its step and sets each sample of this rank's
+    // slice to its dataset, epoch and index; plan_drawn plans their segments (a single dataset: here).
+    void draw_step(sampler_state& st, batch_plan& b) {
         const std::uint64_t g = config_.global_batch, local = local_batch();
         const std::uint64_t first = static_cast<std::uint64_t>(rank_) * local;
         b.step = st.step;
@@ -1002,13 +1073,12 @@ private:
                 step_domains_.resize(g);
                 for (std::uint64_t i = 0; i < g; ++i) {
                     const std::uint32_t d = step_domains_[i] = mix_next(st, before + i);
-                    streams_[d].prefetch();
+                    streams_[d].prefetch_counts();
                     __builtin_prefetch(&st.index[d]);
                     __builtin_prefetch(&st.epoch[d]);
                     __builtin_prefetch(&st.taken[d]);
                     __builtin_prefetch(&touched_step_[d]);
                 }
-                for (const std::uint32_t d : step_domains_) streams_[d].prefetch_layout();  // the streams have arrived by now
             }
             for (std::uint64_t i = 0; i < g; ++i) {
                 std::uint32_t d = mixture_ ? step_domains_[i] : choose_dataset(st.taken, before + i);
@@ -1017,13 +1087,16 @@ private:
                     touched_.push_back(d);
                 }
                 auto& s = streams_[d];
-                if (st.index[d] >= s.samples_in_epoch(st.epoch[d])) {
+                if (st.index[d] >= s.samples_at_least() && st.index[d] >= s.samples_in_epoch(st.epoch[d])) {
                     ++st.epoch[d];
                     st.index[d] = 0;
                 }
-                if (i >= first && i < first + local) {
-                    s.plan(st.epoch[d], st.index[d], b.samples[i - first]);
-                    b.samples[i - first].padding = false;
+                if (i >= first && i < first + local) {  // planned by plan_drawn
+                    sample_plan& p = b.samples[i - first];
+                    p.dataset = d;
+                    p.epoch = st.epoch[d];
+                    p.index = st.index[d];
+                    p.padding = false;
                 }
                 ++st.index[d];
                 ++st.taken[d];
@@ -1033,7 +1106,7 @@ private:
         ++st.step;
     }
 
-    // What the last plan_step changed in `st` (the state it left).
+    // What the last plan_step (or draw_step) changed in `st` (the state it left).
     void delta_of_step(const sampler_state& st, sampler_step_delta& delta) const {
         delta.step = st.step;
         delta.datasets.clear();

@@ -177,11 +177,6 @@ public:
         }
     }
 
-    // Asks for this object's fields (a mixture plans thousands of cold layouts).
-    void prefetch() const noexcept {
-        for (std::size_t at = 0; at < sizeof *this; at += 64) __builtin_prefetch(reinterpret_cast<const char*>(this) + at);
-    }
-
     std::size_t memory_bytes() const noexcept {
         return prefix_.capacity() * 8 + (blocks_ ? (blocks_->starts.capacity() + blocks_->positions.capacity()) * 8 : 0) +
                bucket_.capacity() * 4 + order_.capacity() * 4;
