@@ -60,7 +60,7 @@ struct mapped_shards {
         for (std::size_t i = 0; i < d.shard_count(); ++i) {
             const auto& s = d.shard(i);
             void* p = ::mmap(nullptr, s.bin->size(), PROT_READ, MAP_SHARED, s.bin->local_file()->use().fd(), 0);
-            if (p == MAP_FAILED) throw io_error(s.path, errno, "mmap");
+            if (p == MAP_FAILED) throw io_error(s.bin->name(), errno, "mmap");
             shards.emplace_back(reinterpret_cast<const std::uint16_t*>(static_cast<const std::byte*>(p) + 1024), s.tokens);
         }
     }
@@ -173,7 +173,7 @@ double feedline_rate(std::shared_ptr<const token_dataset> data, shape S, unsigne
 void warm(const token_dataset& d) {
     std::vector<char> buf(1 << 20);
     for (std::size_t i = 0; i < d.shard_count(); ++i) {
-        std::ifstream in(d.shard(i).path, std::ios::binary);
+        std::ifstream in(d.shard_path(i), std::ios::binary);
         while (in.read(buf.data(), static_cast<std::streamsize>(buf.size()))) {
         }
     }

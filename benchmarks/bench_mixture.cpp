@@ -8,6 +8,8 @@
 //   first_batch_s   from there to the first batch
 //   anon_bytes_per_domain  anonymous memory after the first batch, beyond the process before it opened
 //                   anything, per domain (mapped file pages are the page cache's, not counted)
+//   anon_end_bytes_per_domain  the same after the last batch: what the run grew as it met the
+//                   domains (each worker's writers, the descriptor pool's list)
 //   descriptors     file descriptors open after the first batch
 //   tokens_per_s    steady state, from the first batch to the last of --batches
 //   vs_blend2       tokens_per_s against a plain blend of the 2-domain case's two shards (fixed
@@ -141,15 +143,18 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
         }
         sink += static_cast<std::uint64_t>(b.host_inputs()[0]);
     }
+    const auto anon_end = read_process_memory().rss_anon.value_or(0);
     const double first_s = std::chrono::duration<double>(first - t1).count();
     const double rate = static_cast<double>((n - 1) * batch * seq_len) / seconds_since(first);
     const auto domains = p.sources().size();
     const planning_ns planning = planning_ns_per_sample(p, mix, batches);
     std::printf(
-        "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"descriptors\": %llu, \"tokens_per_s\": %.0f, "
-        "\"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": %.1f, \"domains\": %zu, \"sink\": %llu}\n",
+        "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"anon_end_bytes_per_domain\": %.1f, "
+        "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": %.1f, \"domains\": %zu, "
+        "\"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
-        static_cast<unsigned long long>(fds), rate, planning.plan, planning.draw, domains, static_cast<unsigned long long>(sink));
+        (static_cast<double>(anon_end) - static_cast<double>(before)) / static_cast<double>(domains), static_cast<unsigned long long>(fds),
+        rate, planning.plan, planning.draw, domains, static_cast<unsigned long long>(sink));
     return 0;
 }
 
@@ -239,16 +244,16 @@ int main(int argc, char** argv) {
                             j["error"].get<std::string>().c_str());
                 continue;
             }
-            for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "descriptors", "tokens_per_s", "plan_ns_per_sample",
-                                  "draw_ns_per_sample"})
+            for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "anon_end_bytes_per_domain", "descriptors",
+                                  "tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample"})
                 samples[d][k].push_back(j[k].get<double>());
             if (d == 0) base = j["tokens_per_s"].get<double>();
             if (base > 0) samples[d]["vs_blend2"].push_back(j["tokens_per_s"].get<double>() / base);
         }
     }
     nlohmann::json out = nlohmann::json::object();
-    std::printf("%8s %10s %14s %16s %12s %14s %10s %14s %14s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain", "descriptors",
-                "tokens/s", "vs blend2", "plan ns/sample", "draw ns/sample", "ulimit -n 256");
+    std::printf("%8s %10s %14s %16s %14s %12s %14s %10s %14s %14s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain", "at end",
+                "descriptors", "tokens/s", "vs blend2", "plan ns/sample", "draw ns/sample", "ulimit -n 256");
     for (std::uint64_t d : domains) {
         const nlohmann::json limited = child(self, args(d), 256);
         const bool ok = !limited.contains("error");
@@ -256,10 +261,11 @@ int main(int argc, char** argv) {
         if (!ok) row["ulimit_256_error"] = limited["error"];
         for (auto& [k, v] : samples[d]) row[k] = summarise(v).median;
         auto get = [&](const char* k) { return row.contains(k) ? row[k].get<double>() : 0.0; };
-        std::printf("%8s %10.3f %14.4f %16.0f %12.0f %14.4g %10.3f %14.0f %14.0f  %s\n",
+        std::printf("%8s %10.3f %14.4f %16.0f %14.0f %12.0f %14.4g %10.3f %14.0f %14.0f  %s\n",
                     (d == 0 ? std::string("blend2") : std::to_string(d)).c_str(), get("open_s"), get("first_batch_s"),
-                    get("anon_bytes_per_domain"), get("descriptors"), get("tokens_per_s"), get("vs_blend2"), get("plan_ns_per_sample"),
-                    get("draw_ns_per_sample"), ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
+                    get("anon_bytes_per_domain"), get("anon_end_bytes_per_domain"), get("descriptors"), get("tokens_per_s"),
+                    get("vs_blend2"), get("plan_ns_per_sample"), get("draw_ns_per_sample"),
+                    ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
         out[d == 0 ? std::string("blend2") : std::to_string(d)] = row;
     }
     std::printf("%s\n", out.dump().c_str());

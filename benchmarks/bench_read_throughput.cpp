@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     auto spec = make_shards(a);
     feedline::token_dataset ds(spec);
     std::vector<std::string> paths;
-    for (std::size_t s = 0; s < ds.shard_count(); ++s) paths.push_back(ds.shard(s).path);
+    for (std::size_t s = 0; s < ds.shard_count(); ++s) paths.push_back(ds.shard_path(s));
     const std::uint64_t total_bytes = ds.total_tokens() * 2;
     std::printf("data: %zu llm.c shards, %.2f GiB, windows of %llu tokens, batches of %llu windows\n", ds.shard_count(),
                 static_cast<double>(total_bytes) / (1ull << 30), static_cast<unsigned long long>(window_tokens),

@@ -59,7 +59,7 @@ nlohmann::json inspect_shards(const std::vector<std::string>& paths, const inspe
     }
     nlohmann::json shards = nlohmann::json::array();
     for (std::size_t s = 0; s < ds.shard_count(); ++s)
-        shards.push_back({{"path", ds.shard(s).path}, {"tokens", ds.shard(s).tokens}, {"documents", ds.shard(s).documents}});
+        shards.push_back({{"path", ds.shard_path(s)}, {"tokens", ds.shard(s).tokens}, {"documents", ds.shard(s).documents}});
     nlohmann::json summary = {
         {"format", std::string(feedline::to_string(ds.format()))},
         {"dtype", std::string(feedline::to_string(ds.dtype()))},

@@ -173,6 +173,37 @@ TEST_CASE("Windows.Layout.PositionOfTokenAgreesWithABinarySearchForSkewedLengths
         }
 }
 
+// Tables of up to one document sit in the layout itself (a mixture's thousands of one-shard domains in
+// windows mode then cost no block of their own); larger ones in blocks of their own. Both answer alike.
+TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
+    const std::vector<ft::synthetic_lengths> cases{{{}}, {{0}}, {{7}}, {{5000}}, {{3, 4}}, {{0, 9, 2}}, {{6, 0, 1, 8}}};
+    for (const auto& data : cases)
+        for (auto mode : {shuffle_mode::none, shuffle_mode::global, shuffle_mode::shard_blocks}) {
+            const std::uint64_t n = data.lengths.size();
+            if (n == 0 && mode == shuffle_mode::shard_blocks) continue;  // a block needs a document
+            CAPTURE(n);
+            CAPTURE(static_cast<int>(mode));
+            detail::epoch_layout layout(data, mode, 3, 2, std::vector<std::uint64_t>{0});
+            REQUIRE(layout.documents() == n);
+            CHECK(layout.tokens() == std::accumulate(data.lengths.begin(), data.lengths.end(), std::uint64_t{0}));
+            std::vector<std::uint64_t> order;
+            for (std::uint64_t k = 0; k < n; ++k) order.push_back(layout.document_at(k));
+            std::sort(order.begin(), order.end());
+            for (std::uint64_t k = 0; k < n; ++k) CHECK(order[k] == k);
+            // Every token's document, against the brute stream.
+            const auto stream = brute_stream(layout, data);
+            REQUIRE(stream.size() == layout.tokens());
+            for (std::uint64_t p = 0; p < layout.tokens(); ++p) {
+                std::vector<segment> segs;
+                layout.segments(p, 1, segs);
+                REQUIRE(segs.size() == 1);
+                CHECK(std::make_pair(segs[0].document, segs[0].offset) == stream[p]);
+            }
+            if (n <= 1 && mode != shuffle_mode::shard_blocks) CHECK(layout.memory_bytes() == sizeof(detail::epoch_layout));
+            if (n >= 2) CHECK(layout.memory_bytes() > sizeof(detail::epoch_layout));
+        }
+}
+
 TEST_CASE("Windows.Gpt.EveryTokenIsATargetOncePerEpoch") {
     auto data = ft::hashed_lengths(300, 40);
     data.lengths[5] = 0;

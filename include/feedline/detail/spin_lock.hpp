@@ -1,8 +1,11 @@
 // feedline/detail/spin_lock.hpp: a one-byte lock for objects there are thousands of, rarely wanted by
 // two threads at once and mostly held for well under a microsecond: a mixture's per-domain sample
 // streams, which pipeline workers plan outside the shared planner's lock (sampler::plan_drawn; a
-// stream also lays out a new epoch under it, O(documents), once per epoch). A std::mutex is 40 bytes,
-// and 10,000 of them would be a fifth of the memory a domain may cost.
+// stream also lays out a new epoch under it, O(documents), once per epoch), each domain's files
+// (storage/file.hpp: a lease, or a descriptor opened again) and its dataset's document index
+// (format/dataset.hpp: built once, O(tokens)). A std::mutex is 40 bytes, and 10,000 of them would be
+// a fifth of the memory a domain may cost. Waiting out a long hold costs a sleeping thread, not a
+// spinning core (below).
 #pragma once
 
 #include <atomic>

@@ -14,10 +14,12 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <feedline/detail/descriptor_limit.hpp>
 #include <feedline/detail/paths.hpp>
+#include <feedline/detail/spin_lock.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/format/llmc.hpp>
 #include <feedline/format/megatron.hpp>
@@ -161,11 +163,14 @@ inline resolved_spec resolve_dataset_spec(const std::vector<std::string>& specs)
 // construction (llm.c's document index is built once, on first use, under a lock).
 class token_dataset {
 public:
+    // A shard's path is its data file's name (shard_path): a mixture holds a dataset per domain, and a
+    // second copy of every path cost ~80 bytes a domain.
     struct shard_info {
-        std::string path;  // Megatron prefix or llm.c file
         const byte_source* bin = nullptr;
         std::uint64_t tokens = 0;
         std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
+        // What holds it open. Here rather than in a vector per format: one allocation a shard fewer.
+        std::variant<std::unique_ptr<megatron_shard>, llmc_shard, std::unique_ptr<raw_token_file>> opened;
     };
 
     // Opens and validates every shard (headers and, for Megatron, the .idx arrays; never the tokens),
@@ -182,23 +187,24 @@ public:
         detail::raise_descriptor_limit(spec.shards.size());
         // llm.c headers are read together (remote shards: one round trip, not one per shard).
         std::vector<llmc_shard> opened = format_ == dataset_format::llmc ? llmc_shard::open_all(spec.shards) : std::vector<llmc_shard>{};
+        shards_.reserve(spec.shards.size());
         for (const auto& s : spec.shards) {
             shard_info info;
-            info.path = s;
             if (format_ == dataset_format::megatron) {
-                auto& m = *megatron_.emplace_back(std::make_unique<megatron_shard>(s));
+                auto& m = *info.opened.emplace<0>(std::make_unique<megatron_shard>(s));
                 info.bin = &m.bin();
                 info.tokens = m.index().total_tokens();
                 info.documents = m.index().sequence_count();
                 check_dtype(m.dtype(), s);
             } else if (format_ == dataset_format::llmc) {
-                auto& l = *llmc_.emplace_back(std::make_unique<llmc_shard>(std::move(opened[llmc_.size()])));
+                // Its byte source is on the heap (llmc_shard::bin), so `bin` survives the moves.
+                auto& l = info.opened.emplace<1>(std::move(opened[shards_.size()]));
                 info.bin = &l.bin();
                 info.tokens = l.tokens();
                 check_dtype(l.header().dtype, s);
-                if (llmc_.size() == 1) delimiter_ = l.header().delimiter;
+                if (shards_.empty()) delimiter_ = l.header().delimiter;
             } else {
-                auto& r = *raw_.emplace_back(std::make_unique<raw_token_file>(s, spec.raw_dtype));
+                auto& r = *info.opened.emplace<2>(std::make_unique<raw_token_file>(s, spec.raw_dtype));
                 info.bin = &r.bin();
                 info.tokens = r.tokens();
                 check_dtype(r.dtype(), s);
@@ -220,6 +226,11 @@ public:
     token_dtype dtype() const noexcept { return dtype_; }
     std::size_t shard_count() const noexcept { return shards_.size(); }
     const shard_info& shard(std::size_t i) const { return shards_.at(i); }
+    // Shard i's Megatron prefix or llm.c (raw) file, as given.
+    std::string shard_path(std::size_t i) const {
+        const std::string& bin = shards_.at(i).bin->name();
+        return format_ == dataset_format::megatron ? detail::strip_suffix(bin, ".bin") : bin;
+    }
     std::uint64_t total_tokens() const noexcept { return total_tokens_; }
     // Whether every shard is a local file (readers' zero-copy paths map them).
     bool all_local() const noexcept {
@@ -283,7 +294,7 @@ public:
             throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(document_starts_.back()));
         auto it = std::upper_bound(document_starts_.begin(), document_starts_.end(), d);
         auto shard = static_cast<std::uint32_t>(it - document_starts_.begin() - 1);
-        const auto& idx = megatron_[shard]->index();
+        const auto& idx = std::get<0>(shards_[shard].opened)->index();
         std::uint64_t local = d - document_starts_[shard];
         return {shard, idx.pointer(local) / dtype_size(dtype_), idx.length(local)};
     }
@@ -389,13 +400,12 @@ private:
     std::uint32_t delimiter_ = llmc_layout::gpt2_eot;
     std::uint64_t total_tokens_ = 0;
     mutable std::vector<shard_info> shards_;
-    std::vector<std::unique_ptr<megatron_shard>> megatron_;
-    std::vector<std::unique_ptr<llmc_shard>> llmc_;
-    std::vector<std::unique_ptr<raw_token_file>> raw_;
     std::uint64_t data_offset_ = 0;                 // bytes before token 0 in every shard file (llm.c's header)
     std::vector<std::uint64_t> document_starts_;    // Megatron: first global document of each shard
     std::vector<std::uint64_t> shard_first_token_;  // llm.c: each shard's token 0 in the concatenated stream, then the total
-    mutable std::mutex index_mutex_;
+    // Held while llm.c's index is built (once, O(tokens)) or the delimiter set. One byte, not a
+    // std::mutex's 40: a mixture holds a dataset per domain (detail/spin_lock.hpp).
+    mutable detail::spin_lock index_mutex_;
     mutable std::atomic<bool> llmc_indexed_{false};
     mutable std::vector<std::uint64_t> llmc_starts_;  // llm.c: where each document starts in the concatenated stream
 };

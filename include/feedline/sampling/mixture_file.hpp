@@ -205,6 +205,9 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
     mixture_file out;
     std::vector<std::string> names;
     std::unordered_map<std::string, std::size_t> index;
+    names.reserve(domains->size());  // exactly: the schedule keeps them (10,000 domains, no doubling)
+    out.data.reserve(domains->size());
+    out.declared_at.reserve(domains->size());
     for (std::size_t d = 0; d < domains->size(); ++d) {
         const auto& e = (*domains)[d];
         const std::string at = "/domains/" + std::to_string(d), field = "domains[" + std::to_string(d) + "]";

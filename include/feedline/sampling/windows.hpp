@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>  // std::launder
 #include <span>
 #include <vector>
 
@@ -106,7 +107,7 @@ public:
                  std::span<const std::uint64_t> block_starts = {})
             : documents_(data.document_count()), mode_(mode) {
         if (mode == shuffle_mode::global) {
-            perm_ = feistel_permutation(documents_, permutation_key(seed, epoch, 1));
+            perm_ = std::make_unique<feistel_permutation>(documents_, permutation_key(seed, epoch, 1));
         } else if (mode == shuffle_mode::shard_blocks) {
             blocks_ = std::make_unique<block_order>();
             auto& starts = blocks_->starts;
@@ -124,28 +125,34 @@ public:
             blocks_->seed = seed;
             blocks_->epoch = epoch;
         }
-        prefix_.resize(documents_ + 1);
-        prefix_[0] = 0;
         // The epoch order is kept as a table (4 bytes per document, as long as ids fit), so a window's
         // document costs a load instead of a permutation's ~25 mixing rounds: with 100,000 documents
         // and 256 x 128 windows, planning took ~290 ns per window before, ~165 with the table.
-        if (mode_ != shuffle_mode::none && documents_ <= order_table_max) order_.resize(documents_);
+        const bool ordered = mode_ != shuffle_mode::none && documents_ <= order_table_max;
+        std::byte* table = storage((documents_ + 1) * sizeof(std::uint64_t) + (ordered ? documents_ * sizeof(std::uint32_t) : 0), 0);
+        prefix_ = std::launder(reinterpret_cast<std::uint64_t*>(table));
+        if (ordered) order_ = std::launder(reinterpret_cast<std::uint32_t*>(table + (documents_ + 1) * sizeof(std::uint64_t)));
+        prefix_[0] = 0;
         for (std::uint64_t k = 0; k < documents_; ++k) {
             const std::uint64_t d = permuted_document(k);
-            if (!order_.empty()) order_[k] = static_cast<std::uint32_t>(d);
+            if (order_ != nullptr) order_[k] = static_cast<std::uint32_t>(d);
             prefix_[k + 1] = prefix_[k] + data.document_length(d);
         }
+        if (order_ != nullptr) perm_.reset();  // the table answers from here on
         build_buckets();
     }
+    // Its tables point into small_ when they fit there.
+    epoch_layout(const epoch_layout&) = delete;
+    epoch_layout& operator=(const epoch_layout&) = delete;
 
     // Up to this many documents, their epoch order is a table of 4-byte ids.
     static constexpr std::uint64_t order_table_max = 0xFFFFFFFFull;
 
     std::uint64_t documents() const noexcept { return documents_; }
-    std::uint64_t tokens() const noexcept { return prefix_.back(); }
+    std::uint64_t tokens() const noexcept { return prefix_[documents_]; }
 
     // The dataset document at epoch position k. O(1) (O(log shards) in shard_blocks mode).
-    std::uint64_t document_at(std::uint64_t k) const noexcept { return order_.empty() ? permuted_document(k) : order_[k]; }
+    std::uint64_t document_at(std::uint64_t k) const noexcept { return order_ == nullptr ? permuted_document(k) : order_[k]; }
     std::uint64_t length_at(std::uint64_t k) const noexcept { return prefix_[k + 1] - prefix_[k]; }
     std::uint64_t first_token_at(std::uint64_t k) const noexcept { return prefix_[k]; }
 
@@ -155,12 +162,11 @@ public:
     // found by a binary search among those alone. Random windows over many documents cost one or two
     // cache misses here, where a binary search over all the prefix sums cost ~6 dependent ones.
     std::uint64_t position_of_token(std::uint64_t p) const noexcept {
-        if (bucket_.empty()) return static_cast<std::uint64_t>(std::upper_bound(prefix_.begin(), prefix_.end(), p) - prefix_.begin()) - 1;
+        if (bucket_ == nullptr) return static_cast<std::uint64_t>(std::upper_bound(prefix_, prefix_ + documents_ + 1, p) - prefix_) - 1;
         const std::uint64_t b = p >> bucket_shift_;
         const std::uint64_t first = bucket_[b], last = bucket_[b + 1];  // p's document lies in [first, last]
         if (first == last || prefix_[first + 1] > p) return first;
-        return static_cast<std::uint64_t>(std::upper_bound(prefix_.begin() + first + 1, prefix_.begin() + last + 1, p) - prefix_.begin()) -
-               1;
+        return static_cast<std::uint64_t>(std::upper_bound(prefix_ + first + 1, prefix_ + last + 1, p) - prefix_) - 1;
     }
 
     // Appends the segments covering stream tokens [begin, begin + count). O(log documents + segments).
@@ -178,15 +184,15 @@ public:
     }
 
     std::size_t memory_bytes() const noexcept {
-        return prefix_.capacity() * 8 + (blocks_ ? (blocks_->starts.capacity() + blocks_->positions.capacity()) * 8 : 0) +
-               bucket_.capacity() * 4 + order_.capacity() * 4;
+        return sizeof *this + heap_bytes_ + (perm_ ? sizeof *perm_ : 0) +
+               (blocks_ ? sizeof *blocks_ + (blocks_->starts.capacity() + blocks_->positions.capacity()) * 8 : 0);
     }
 
 private:
     std::uint64_t permuted_document(std::uint64_t k) const noexcept {
         switch (mode_) {
             case shuffle_mode::none: return k;
-            case shuffle_mode::global: return perm_(k);
+            case shuffle_mode::global: return (*perm_)(k);
             case shuffle_mode::shard_blocks: {
                 const auto& positions = blocks_->positions;
                 auto b = static_cast<std::uint64_t>(std::upper_bound(positions.begin(), positions.end(), k) - positions.begin() - 1);
@@ -209,24 +215,47 @@ private:
 
     std::uint64_t documents_;
     shuffle_mode mode_;
-    feistel_permutation perm_;
-    std::unique_ptr<block_order> blocks_;
-    std::vector<std::uint64_t> prefix_;
-    std::vector<std::uint32_t> order_;  // document_at's answers (empty when ids do not fit 4 bytes)
-    // bucket_[b]: the epoch position holding token b << bucket_shift_ (one past the end: the last
-    // position), so bucket b's tokens lie in positions [bucket_[b], bucket_[b + 1]]. Empty when
-    // positions do not fit 4 bytes (a plain binary search then).
-    std::vector<std::uint32_t> bucket_;
     unsigned bucket_shift_ = 0;
+    // Global shuffle: the documents' order, kept only while building order_, or when ids do not fit it
+    // (72 bytes a layout otherwise: a mixture has thousands).
+    std::unique_ptr<feistel_permutation> perm_;
+    std::unique_ptr<block_order> blocks_;
+    // The tables below live in small_ when they fit (a one-document epoch: a mixture's one-shard domains
+    // in windows mode, thousands of them, then cost no allocation), else in heap_ and bucket_heap_.
+    std::uint64_t* prefix_ = nullptr;  // documents_ + 1 prefix sums of the lengths in epoch order
+    std::uint32_t* order_ = nullptr;   // document_at's answers (null when ids do not fit 4 bytes, or unshuffled)
+    // bucket_[b]: the epoch position holding token b << bucket_shift_ (one past the end: the last
+    // position), so bucket b's tokens lie in positions [bucket_[b], bucket_[b + 1]]. Null when
+    // positions do not fit 4 bytes (a plain binary search then).
+    std::uint32_t* bucket_ = nullptr;
+    std::unique_ptr<std::byte[]> heap_, bucket_heap_;
+    std::size_t heap_bytes_ = 0, small_used_ = 0;
+    alignas(std::uint64_t) std::byte small_[32];
+
+    // `bytes` for a table, 8-aligned: the rest of small_ when they fit, else a block of their own
+    // (`which`: 0 the prefix sums and order, 1 the buckets). Trivial types in a byte array: C++20
+    // creates them implicitly.
+    std::byte* storage(std::size_t bytes, int which) {
+        bytes = (bytes + 7) & ~std::size_t{7};
+        if (bytes <= sizeof small_ - small_used_) {
+            std::byte* at = small_ + small_used_;
+            small_used_ += bytes;
+            return at;
+        }
+        auto& block = which == 0 ? heap_ : bucket_heap_;
+        block = std::make_unique_for_overwrite<std::byte[]>(bytes);
+        heap_bytes_ += bytes;
+        return block.get();
+    }
 
     // Buckets of a power-of-two number of tokens at least the mean document length: at most one per
     // document (plus one), 4 bytes each. One merge-like pass.
     void build_buckets() {
         if (documents_ > order_table_max) return;
-        const std::uint64_t tokens = prefix_.back(), mean = documents_ ? std::max<std::uint64_t>(1, tokens / documents_) : 1;
+        const std::uint64_t tokens = prefix_[documents_], mean = documents_ ? std::max<std::uint64_t>(1, tokens / documents_) : 1;
         bucket_shift_ = static_cast<unsigned>(std::bit_width(mean - 1));
         const std::uint64_t buckets = tokens ? ((tokens - 1) >> bucket_shift_) + 1 : 0;
-        bucket_.resize(buckets + 1);
+        bucket_ = std::launder(reinterpret_cast<std::uint32_t*>(storage((buckets + 1) * sizeof(std::uint32_t), 1)));
         std::uint64_t k = 0;
         for (std::uint64_t b = 0; b < buckets; ++b) {
             const std::uint64_t t = b << bucket_shift_;

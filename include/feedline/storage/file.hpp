@@ -189,7 +189,7 @@ private:
     // The descriptor and what the pool knows of it, with the shared mapping (a separate lock: mapping
     // takes a lease).
     struct shared_state : detail::pooled_descriptor {
-        std::mutex mapping_mutex;
+        detail::spin_lock mapping_mutex;  // held while the mapping is made (one mmap)
         std::shared_ptr<const file_mapping> mapping;
     };
 
