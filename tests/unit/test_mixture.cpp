@@ -198,6 +198,55 @@ TEST_CASE("Mixture.Stream.TheDomainsDrawnAreThoseOfEarlierVersions") {
     CHECK(hash == 17984278612134940215ull);
 }
 
+// The mixer files waiting samples on a wheel of slots and in a heap for those further off; its choices
+// must be the rule's, computed here directly: each slot, among the domains whose next sample may be
+// drawn (target after the slot passes their count), the earliest deadline (the slot where the target
+// reaches count + 1), ties to the lower domain. Shares from 1,000 down to 0.001 put some domains' next
+// samples within the wheel and others far past it, in stages and a ramp; a mixer rebuilt from the
+// counts mid-run files its domains from that slot on.
+TEST_CASE("Mixture.Stream.TheWheelAndTheFarHeapDrawWhatTheRuleSays") {
+    const std::size_t D = 24;
+    const double values[] = {1000, 7, 1, 0.1, 0.01, 0.001, 0};
+    std::mt19937_64 rng(11);
+    mixture_stage a{0, {}, 0, ""}, b{200, {}, 150, ""}, c{700, {}, 0, ""};
+    for (std::size_t d = 0; d < D; ++d) {
+        a.weights.push_back(values[d % 6]);
+        b.weights.push_back(values[rng() % 7]);
+        c.weights.push_back(values[rng() % 7]);
+    }
+    b.weights[1] = c.weights[2] = 1;
+    const auto schedule = std::make_shared<const mixture_schedule>(names(D), std::vector<mixture_stage>{a, b, c});
+    const std::uint64_t batch = 8;
+    const mixture_targets targets(schedule, batch);
+    std::vector<std::uint64_t> taken(D, 0);
+    auto rule = [&](std::uint64_t slot) {
+        std::uint32_t best = 0;
+        std::uint64_t best_deadline = 0;
+        bool any = false;
+        for (std::uint32_t d = 0; d < D; ++d) {
+            const auto f = targets.target(d, slot + 1);
+            if (!(f.num > mixture_uint128{taken[d]} * f.den)) continue;  // may not draw yet
+            const auto must = targets.first_reaching(d, taken[d] + 1, false);
+            const std::uint64_t deadline = must ? *must - 1 : ~std::uint64_t{0};
+            if (!any || deadline < best_deadline) best = d, best_deadline = deadline, any = true;
+        }
+        REQUIRE(any);
+        return best;
+    };
+    auto m = std::make_unique<mixer>(schedule, batch);
+    for (std::uint64_t slot = 0; slot < 12000; ++slot) {
+        if (slot == 5003) m = std::make_unique<mixer>(schedule, batch, slot, taken);
+        const std::uint32_t d = m->next(), want = rule(slot);
+        REQUIRE(d == want);
+        ++taken[d];
+    }
+    // Shares under 1/64 (the wheel's slots for 24 domains) drew too: their samples waited in the far heap.
+    std::size_t far = 0;
+    for (std::uint32_t d = 0; d < D; ++d)
+        if (taken[d] > 0 && taken[d] < 12000 / 64) ++far;
+    CHECK(far >= 4);
+}
+
 TEST_CASE("Mixture.Config.BadSchedulesAreRefusedNamingTheField") {
     auto refused = [](std::vector<std::string> n, std::vector<mixture_stage> st, const std::string& field, const std::string& words) {
         try {

@@ -145,6 +145,7 @@ inline std::optional<mixture_spec> read_mixture_spec(const std::vector<weighted_
     if (!text) return std::nullopt;
     mixture_file f = parse_mixture(*text, blend[0].spec, tokens_per_step);
     mixture_spec m{f.schedule, {}, blend[0].spec};
+    m.domains.reserve(f.data.size());
     for (std::size_t d = 0; d < f.data.size(); ++d) {
         if (f.data[d].size() != 1)
             throw config_error("domains[" + std::to_string(d) + "].data", f.declared_at[d] + ": domain '" + f.schedule->names()[d] +

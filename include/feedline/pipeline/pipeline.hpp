@@ -113,6 +113,20 @@ inline std::vector<weighted_source> open_sources(const std::vector<weighted_spec
     return out;
 }
 
+// A mixture's domains, each spec's text freed once its domain is open: the next domains' objects reuse
+// that memory instead of being laid out around 10,000 paths that are all freed after the last one
+// opens (at 10,000 domains, one 64-byte hole per domain in the allocator's arena for the whole run).
+inline std::vector<weighted_source> open_domains(std::vector<weighted_spec> domains, const pipeline_config& config) {
+    std::vector<weighted_source> out;
+    out.reserve(domains.size());
+    for (std::size_t i = 0; i < domains.size(); ++i) {
+        check_weight(domains[i].weight, i + 1);
+        out.push_back({domains[i].weight, open_source(domains[i].spec, config)});
+        std::string().swap(domains[i].spec);
+    }
+    return out;
+}
+
 }  // namespace detail
 
 class pipeline {
@@ -758,7 +772,8 @@ private:
             : pipeline(start, (check_shape(config, blend.size()), read_mixture_spec(blend, tokens_per_step(config))), blend, config) {}
     pipeline(const remote_reads& start, std::optional<mixture_spec> mixture, const std::vector<weighted_spec>& blend,
              const pipeline_config& config)
-            : sources_(detail::open_sources(mixture ? mixture->domains : blend, config)), config_(config) {
+            : sources_(mixture ? detail::open_domains(std::move(mixture->domains), config) : detail::open_sources(blend, config)),
+              config_(config) {
         if (mixture) {
             mixture_ = mixture->schedule;
             mixture_path_ = mixture->path;

@@ -17,15 +17,24 @@
 // nothing else, so a mixer rebuilt from them goes on with the same stream (resume), and the stream
 // does not depend on ranks (elastic). O(domains) memory and O(log domains) heap work per sample, plus
 // the windows' search (closed form in a constant stage, a binary search in a ramp).
+//
+// The waiting jobs sit on a timing wheel: one list per slot for the next slots (about two per domain),
+// and a heap only for those further off. A job waits for a slot near the current one (a domain's next
+// sample is about 1 / share slots away), so at 10,000 domains each sample costs a list push and a
+// list walk instead of a heap's pop and push over cold levels. Which jobs are released at a slot does
+// not depend on the order they were filed in, and the ready heap orders them by (deadline, domain),
+// so the stream is the same as with a heap for both.
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <feedline/detail/quaternary_heap.hpp>
@@ -58,9 +67,11 @@ public:
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
         domains_.resize(D);
-        for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none};
-        waiting_.reserve(D);  // one job per domain at most in each
-        ready_.reserve(D);
+        for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none, no_domain};
+        // A wheel of at least two slots per domain: equal shares wait D slots, and the few jobs further
+        // off go to the heap (it grows only as far as they need).
+        wheel_.assign(std::clamp<std::size_t>(std::bit_ceil(2 * D), 64, max_wheel_slots), no_domain);
+        ready_.reserve(D);  // one job per domain at most
         for (std::uint32_t d = 0; d < D; ++d) {
             if (!within_bound(d))
                 throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " +
@@ -72,9 +83,14 @@ public:
 
     // The domain of sample drawn(); advances past it.
     std::uint32_t next() {
-        while (!waiting_.empty() && waiting_.top().key <= drawn_) {
-            const std::uint32_t d = waiting_.top().id;
-            waiting_.pop();
+        // This slot's list (every job on it waits for this slot: one filed for slot k + wheel size
+        // went on the list only after slot k's walk), then the far jobs now due.
+        std::uint32_t& head = wheel_[drawn_ & (wheel_.size() - 1)];
+        for (std::uint32_t d = std::exchange(head, no_domain); d != no_domain; d = domains_[d].next_waiting)
+            ready_.push({deadline_of(d), d});
+        while (!far_.empty() && far_.top().key <= drawn_) {
+            const std::uint32_t d = far_.top().id;
+            far_.pop();
             ready_.push({deadline_of(d), d});
         }
         if (ready_.empty())  // impossible while shares sum to 1 (see above); kept as an error, not UB
@@ -128,20 +144,34 @@ private:
         if (!may) return;
         const auto must = targets_.first_reaching(d, m.taken + 1, false);
         m.reached = must ? *must : none;  // deadline_of(d) follows from it
-        waiting_.push({std::max(std::max(*may, std::uint64_t{1}) - 1, drawn_), d});
+        const std::uint64_t slot = std::max(std::max(*may, std::uint64_t{1}) - 1, drawn_);
+        if (slot - drawn_ < wheel_.size()) {
+            std::uint32_t& head = wheel_[slot & (wheel_.size() - 1)];
+            m.next_waiting = head;
+            head = d;
+        } else {
+            far_.push({slot, d});
+        }
     }
+
+    static constexpr std::uint32_t no_domain = ~std::uint32_t{0};
+    static constexpr std::size_t max_wheel_slots = std::size_t{1} << 17;  // 512 KiB of list heads at most
 
     mixture_targets targets_;
     std::uint64_t drawn_;
     // Per domain, together (one cache miss, not two, when a sample of one of 10,000 domains is drawn):
-    // its count, and where its target reached that count (none: not known).
+    // its count, where its target reached that count (none: not known), and the next domain on its
+    // wheel slot's list while its pending sample waits there.
     struct domain {
         std::uint64_t taken, reached;
+        std::uint32_t next_waiting;
     };
     std::vector<domain> domains_;
-    // Each domain's pending sample, in one of them: waiting, keyed by the first slot it may take;
-    // ready (that slot passed), keyed by its deadline (deadline_of). Ties go to the lower domain.
-    detail::quaternary_heap waiting_, ready_;
+    // Each domain's pending sample is in one place. Waiting, by the first slot it may take: on the
+    // wheel (a list per slot, modulo its size, for slots less than a wheel ahead) or in far_. Ready
+    // (that slot passed), keyed by its deadline (deadline_of); ties go to the lower domain.
+    std::vector<std::uint32_t> wheel_;
+    detail::quaternary_heap far_, ready_;
 };
 
 }  // namespace feedline
