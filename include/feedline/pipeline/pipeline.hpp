@@ -592,15 +592,17 @@ private:
         active_.store(memory_.workers);
         target_workers_.store(memory_.workers);
         next_step_.store(sampler_->state().step);
-        // Where the workers start, for the fetch-ahead's own sampler (they advance sampler_ at once). Not
-        // kept: a mixture's state holds seven numbers per domain.
-        const sampler_state start = sampler_->state();
+        // Where the workers start, for the fetch-ahead's own sampler (they advance sampler_ at once). Only
+        // copied for it, and not kept: a mixture's state holds seven numbers per domain, and a copy made
+        // and freed here stays in the allocator's memory for the whole run.
+        std::optional<sampler_state> start;
+        if (memory_.fetch_ahead_bytes) start = sampler_->state();
         if (memory_.fetch_ahead_bytes)
             fetch_ahead_ =
                 std::make_unique<fetch_ahead>(memory_.fetch_ahead_bytes, [this] { return next_step_.load(std::memory_order_relaxed); });
         try {
             for (unsigned w = 0; w < memory_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
-            start_fetch_ahead(start);
+            if (start) start_fetch_ahead(*start);
         } catch (const std::system_error& e) {  // no thread for a worker (a pids limit): the ring is failed, so next() reports it
             const auto failure = std::make_exception_ptr(resource_error(
                 "worker thread " + std::to_string(threads_.size() + 1) + " of " + std::to_string(memory_.workers) +

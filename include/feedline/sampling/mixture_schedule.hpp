@@ -255,7 +255,8 @@ public:
         const std::size_t D = S_->domains(), K = S_->segments_.size();
         // Domain d's target at the start of segment k, in 1 / (2 quantum): a constant segment of L
         // steps adds 2 B L a; a ramp adds B (a (L + 1) + b (L - 1)) (the sum of its steps' shares).
-        prefix_.assign(K * D, 0);
+        // The first segment's are all 0 and not kept (prefix()): a one-stage mixture keeps none.
+        prefix_.assign((K - 1) * D, 0);
         const mixture_uint128 B = B_;
         for (std::size_t j = 1; j < K; ++j) {
             const auto& s = S_->segments_[j - 1];
@@ -263,7 +264,7 @@ public:
             for (std::size_t x = 0; x < D; ++x) {
                 const mixture_uint128 a = S_->quotas_[s.from][x], b = S_->quotas_[s.to][x];
                 const mixture_uint128 add = s.from == s.to ? 2 * B * L * a : B * (a * (L + 1) + b * (L - 1));
-                prefix_[j * D + x] = prefix_[(j - 1) * D + x] + add;
+                prefix_[(j - 1) * D + x] = (j > 1 ? prefix_[(j - 2) * D + x] : 0) + add;
             }
         }
     }
@@ -351,7 +352,7 @@ private:
         return step * B_;
     }
 
-    mixture_uint128 prefix(std::size_t d, std::size_t k) const { return prefix_[k * S_->domains() + d]; }
+    mixture_uint128 prefix(std::size_t d, std::size_t k) const { return k == 0 ? 0 : prefix_[(k - 1) * S_->domains() + d]; }
 
     std::shared_ptr<const mixture_schedule> S_;
     std::uint64_t B_;

@@ -150,11 +150,12 @@ public:
             : seq_len_(config.seq_len),
               mode_(config.mode),
               shuffle_(config.shuffle),
-              id_(id),
-              seed_(config.seed ^ (std::uint64_t(id) << 48)),
               // shuffle_mode::none reads the samples (windows, rows) in order too, not only the documents.
               shuffle_samples_(config.shuffle_samples && config.shuffle != shuffle_mode::none && !data.in_stream_order),
-              block_starts_(std::move(data.block_starts)),
+              id_(id),
+              seed_(config.seed ^ (std::uint64_t(id) << 48)),
+              block_starts_(data.block_starts.empty() ? nullptr
+                                                      : std::make_unique<const std::vector<std::uint64_t>>(std::move(data.block_starts))),
               lengths_(std::move(data.length)),
               documents_(data.documents) {
         select_epoch(0);
@@ -187,7 +188,7 @@ public:
     }
     // Of the epoch last laid out.
     std::uint64_t samples_per_epoch() const noexcept { return samples_; }
-    std::uint64_t padding_tokens_per_epoch() const noexcept { return padding_; }
+    std::uint64_t padding_tokens_per_epoch() const noexcept { return rows_ ? rows_->padding() : 0; }
 
     // Sample `index` (before shuffling) of `epoch`: fills plan.segments. Rebuilds the layout when the
     // epoch changes (O(documents)); otherwise O(log documents).
@@ -197,7 +198,7 @@ public:
         out.epoch = epoch;
         out.index = index;
         out.segments.clear();
-        std::uint64_t s = shuffle_samples_ ? sample_perm_(index) : index;
+        std::uint64_t s = shuffle_samples_ ? sample_permutation()(index) : index;
         if (mode_ == sample_mode::windows)
             detail::gpt_windows(*layout_, seq_len_).segments(s, out.segments);
         else
@@ -217,7 +218,7 @@ public:
         auto& shuffled = scratch.shuffled;
         shuffled.resize(count);
         if (shuffle_samples_)
-            sample_perm_.map(first, count, shuffled.data(), scratch.pending);
+            sample_permutation().map(first, count, shuffled.data(), scratch.pending);
         else
             for (std::size_t i = 0; i < count; ++i) shuffled[i] = first + i;
         const detail::gpt_windows windows(*layout_, seq_len_);
@@ -251,6 +252,8 @@ public:
     }
 
 private:
+    feistel_permutation sample_permutation() const { return {samples_, sample_key_}; }
+
     struct length_source {
         const std::function<std::uint64_t(std::uint64_t)>* f;
         std::uint64_t n;
@@ -263,7 +266,9 @@ private:
         epoch_ = epoch;
         rows_.reset();
         layout_.reset();  // free the old epoch before building the new one: peak stays one layout
-        layout_ = std::make_unique<detail::epoch_layout>(length_source{&lengths_, documents_}, shuffle_, seed_, epoch, block_starts_);
+        layout_ = std::make_unique<detail::epoch_layout>(
+            length_source{&lengths_, documents_}, shuffle_, seed_, epoch,
+            block_starts_ ? std::span<const std::uint64_t>(*block_starts_) : std::span<const std::uint64_t>{});
         if (mode_ == sample_mode::windows) {
             // The same every epoch: set once (the constructor's layout), so samples_in_epoch reads it
             // without the lock. A dataset without one sample never gets past the constructor.
@@ -271,25 +276,27 @@ private:
         } else {
             rows_ = std::make_unique<detail::packed_rows>(*layout_, seq_len_);
             samples_ = rows_->count();
-            padding_ = rows_->padding();
         }
-        sample_perm_ = feistel_permutation(samples_, detail::permutation_key(seed_, epoch, 0));
+        sample_key_ = detail::permutation_key(seed_, epoch, 0);
     }
 
     std::uint64_t seq_len_;
     sample_mode mode_;
     shuffle_mode shuffle_;
-    std::uint32_t id_;
-    std::uint64_t seed_;
     bool shuffle_samples_;
     detail::spin_lock lock_;  // planning_lock(); one byte, in what was padding
-    std::vector<std::uint64_t> block_starts_;
+    std::uint32_t id_;
+    std::uint64_t seed_;
+    std::unique_ptr<const std::vector<std::uint64_t>> block_starts_;  // shard blocks' first documents; null: none
     std::function<std::uint64_t(std::uint64_t)> lengths_;
     std::uint64_t documents_ = 0, tokens_ = 0;
-    std::uint64_t epoch_ = 0, samples_ = 0, padding_ = 0;
+    std::uint64_t epoch_ = 0, samples_ = 0;
     std::unique_ptr<detail::epoch_layout> layout_;
     std::unique_ptr<detail::packed_rows> rows_;  // packed mode (windows need only the layout and seq_len)
-    feistel_permutation sample_perm_;
+    // The epoch's sample order is feistel_permutation(samples_, sample_key_), made where it is used
+    // (six mixes, a few ns) instead of kept: its round keys are 64 of a stream's bytes, and a mixture
+    // keeps a stream per domain.
+    std::uint64_t sample_key_ = 0;
 };
 
 // Weights the trainer set to take effect at a later step (sampler::set_mixture_weights with a step):
