@@ -21,6 +21,10 @@ public:
     };
 
     void reserve(std::size_t n) { v_.reserve(n); }
+    // Room for one more push, so that the push cannot throw (grown by doubling).
+    void make_room_for_one() {
+        if (v_.size() == v_.capacity()) v_.reserve(v_.capacity() < 8 ? 16 : 2 * v_.capacity());
+    }
     bool empty() const noexcept { return v_.empty(); }
     std::size_t size() const noexcept { return v_.size(); }
     const entry& top() const noexcept { return v_.front(); }  // the least; not on an empty heap

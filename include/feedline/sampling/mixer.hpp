@@ -83,6 +83,7 @@ public:
 
     // The domain of sample drawn(); advances past it.
     std::uint32_t next() {
+        far_.make_room_for_one();  // the only allocation a draw may need, before anything changes
         // This slot's list (every job on it waits for this slot: one filed for slot k + wheel size
         // went on the list only after slot k's walk), then the far jobs now due.
         std::uint32_t& head = wheel_[drawn_ & (wheel_.size() - 1)];

@@ -245,7 +245,7 @@ private:
 };
 
 // A schedule's exact targets for one global batch (samples per step). Holds each domain's target at
-// each segment's start: segments x domains x 16 bytes, built once.
+// each segment's start after the first: (segments - 1) x domains x 16 bytes, built once.
 class mixture_targets {
 public:
     static constexpr std::uint64_t quantum = mixture_schedule::quantum, max_samples = mixture_schedule::max_samples;
