@@ -311,6 +311,31 @@ TEST_CASE("Faults.Running.AShardOrIndexTruncatedUnderARunningPipelineIsAFormatEr
     }
 }
 
+// A blend's workers gather the windows of every source in a batch and convert them in one pass at the
+// batch's end, whichever source's writer finishes it: the error still names the file that was cut.
+TEST_CASE("Faults.Running.AShardTruncatedUnderABlendIsAFormatErrorNamingThatShard") {
+    for (const io_backend backend : usable_backends()) {
+        CAPTURE(to_string(backend));
+        ft::scratch_dir dir;
+        const std::string a = write_big_shard(dir / "a", 0), b = write_big_shard(dir / "b", 3), c = write_big_shard(dir / "c", 5);
+        auto cfg = with_backend(backend);
+        cfg.batch_size = 16;  // rows of all three in most batches
+        pipeline p("0.2 " + a + " 0.5 " + b + " 0.3 " + c, cfg);
+        for (int i = 0; i < 3; ++i) REQUIRE(p.next());
+        REQUIRE(::truncate((b + ".bin").c_str(), 4096) == 0);
+        std::uint64_t batches = 0;
+        try {
+            while (p.next() && ++batches < 200000) {
+            }
+            FAIL("no error after " << batches << " batches from a truncated shard in a blend");
+        } catch (const format_error& e) {
+            CHECK(e.file() == b + ".bin");
+            CHECK(e.offset() + 2 * (cfg.seq_len + 1) > 4096);  // a window's start: it may begin just before the cut
+        }
+        CHECK_THROWS_AS(p.next(), format_error);
+    }
+}
+
 TEST_CASE("Faults.Running.AShardReplacedByRenameKeepsServingTheFilesItOpened") {
     for (const io_backend backend : usable_backends()) {
         CAPTURE(to_string(backend));

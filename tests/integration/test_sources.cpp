@@ -578,6 +578,84 @@ TEST_CASE("Blend.Proportions.EveryPrefixWithinOneSampleOfItsWeight") {
     }
 }
 
+// A worker gathers the windows of every source in a batch and converts them in one pass at its end:
+// each window must still be read in its own file's dtype, whichever source's writer does the pass.
+TEST_CASE("Blend.Dtypes.ABatchOfUint16Int32AndLlmcWindowsReadsEachInItsOwnDtypeOnEveryBackend") {
+    ft::scratch_dir dir;
+    {
+        megatron_writer small(dir / "small", token_dtype::uint16);  // tokens 1..30,000
+        megatron_writer wide(dir / "wide", token_dtype::int32);     // tokens 100,000..199,999: no uint16 holds them
+        for (std::uint32_t d = 0; d < 300; ++d) {
+            std::vector<std::uint32_t> a(40 + d % 23), b(30 + d % 17);
+            for (std::uint32_t i = 0; i < a.size(); ++i) a[i] = (d * 131 + i) % 30000 + 1;
+            for (std::uint32_t i = 0; i < b.size(); ++i) b[i] = 100000 + (d * 977 + i) % 100000;
+            small.add_document(a);
+            wide.add_document(b);
+        }
+        small.finish();
+        wide.finish();
+        llmc_writer lc(dir / "lc", token_dtype::uint16, 0, 4000);  // delimiter 0, tokens 40,000..49,999
+        for (std::uint32_t d = 0; d < 300; ++d) {
+            std::vector<std::uint32_t> t(35 + d % 19);
+            for (std::uint32_t i = 0; i < t.size(); ++i) t[i] = 40000 + (d * 37 + i) % 10000;
+            lc.add_document(std::span<const std::uint32_t>(t));
+        }
+        lc.finish();
+    }
+    const std::string spec = "0.3 " + (dir / "small") + " 0.4 " + (dir / "wide") + " 0.3 " + (dir / "lc_*.bin");
+    const auto in_range = [](std::int32_t dataset, std::int32_t t) {
+        switch (dataset) {
+            case 0: return t >= 1 && t <= 30000;
+            case 1: return t >= 100000 && t < 200000;
+            case 2: return t == 0 || (t >= 40000 && t < 50000);
+            default: return false;
+        }
+    };
+    std::vector<io_backend> backends{io_backend::pread, io_backend::mmap};
+    if (!io_uring_unavailable_reason()) backends.push_back(io_backend::io_uring);
+    std::vector<std::vector<std::int32_t>> first;  // pread's batches: inputs, then targets, then datasets
+    for (const io_backend backend : backends) {
+        CAPTURE(to_string(backend));
+        const pipeline_config c{.batch_size = 16,
+                                .seq_len = 32,
+                                .workers = 2,
+                                .memory_budget = 64 << 20,
+                                .device = device_kind::cpu,
+                                .rank = 0,
+                                .world_size = 1,
+                                .max_steps = 60,
+                                .shards = {.backend = backend}};
+        pipeline p(spec, c);
+        std::vector<std::vector<std::int32_t>> got;
+        std::uint64_t mixed = 0;  // batches holding rows of all three
+        for (std::optional<batch> b; (b = p.next());) {
+            const auto in = b->host_inputs(), tg = b->host_targets(), ds = b->host_datasets();
+            bool seen[3] = {false, false, false};
+            for (std::size_t r = 0; r < ds.size(); ++r) {
+                REQUIRE((ds[r] >= 0 && ds[r] < 3));
+                seen[ds[r]] = true;
+                for (std::size_t i = 0; i < 32; ++i) {
+                    CAPTURE(r);
+                    CAPTURE(i);
+                    REQUIRE(in_range(ds[r], in[r * 32 + i]));
+                    REQUIRE(in_range(ds[r], tg[r * 32 + i]));
+                    if (i + 1 < 32) REQUIRE(tg[r * 32 + i] == in[r * 32 + i + 1]);  // one window, shifted by one
+                }
+            }
+            mixed += seen[0] && seen[1] && seen[2];
+            got.emplace_back(in.begin(), in.end());
+            got.emplace_back(tg.begin(), tg.end());
+            got.emplace_back(ds.begin(), ds.end());
+        }
+        CHECK(got.size() == 3 * 60);
+        CHECK(mixed > 30);
+        if (first.empty())
+            first = got;
+        else
+            CHECK(got == first);  // pread reads each source into its own buffer: the reference
+    }
+}
+
 TEST_CASE("Blend.Resume.MidBlendEqualsTheUninterruptedRun") {
     corpus_fixture f;
     auto c = f.config(source_kind::text, 2, 100);

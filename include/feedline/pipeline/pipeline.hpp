@@ -103,26 +103,17 @@ inline std::shared_ptr<batch_source> open_source(const std::string& spec, const 
 
 namespace detail {
 
-inline std::vector<weighted_source> open_sources(const std::vector<weighted_spec>& blend, const pipeline_config& config) {
+// Opens a blend's or a mixture's sources, freeing each spec's text once its source is open: the next
+// sources' objects reuse that memory instead of being laid out around 10,000 paths that are all freed
+// after the last one opens (at 10,000 domains, one 64-byte hole per domain in the allocator's arena for
+// the whole run). Takes the specs by value for that; a caller that keeps its own passes a copy.
+inline std::vector<weighted_source> open_sources(std::vector<weighted_spec> specs, const pipeline_config& config) {
     std::vector<weighted_source> out;
-    out.reserve(blend.size());
-    for (std::size_t i = 0; i < blend.size(); ++i) {
-        check_weight(blend[i].weight, i + 1);
-        out.push_back({blend[i].weight, open_source(blend[i].spec, config)});
-    }
-    return out;
-}
-
-// A mixture's domains, each spec's text freed once its domain is open: the next domains' objects reuse
-// that memory instead of being laid out around 10,000 paths that are all freed after the last one
-// opens (at 10,000 domains, one 64-byte hole per domain in the allocator's arena for the whole run).
-inline std::vector<weighted_source> open_domains(std::vector<weighted_spec> domains, const pipeline_config& config) {
-    std::vector<weighted_source> out;
-    out.reserve(domains.size());
-    for (std::size_t i = 0; i < domains.size(); ++i) {
-        check_weight(domains[i].weight, i + 1);
-        out.push_back({domains[i].weight, open_source(domains[i].spec, config)});
-        std::string().swap(domains[i].spec);
+    out.reserve(specs.size());
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+        check_weight(specs[i].weight, i + 1);
+        out.push_back({specs[i].weight, open_source(specs[i].spec, config)});
+        std::string().swap(specs[i].spec);
     }
     return out;
 }
@@ -636,7 +627,13 @@ private:
             };
             if (sources_.size() == 1) (void)writer(0);
             std::vector<std::uint32_t> by_dataset;  // the batch's rows ordered by dataset: one run per writer
-            batch_plan plan;                        // reused: no allocation per batch once warm
+            struct row_run {
+                std::uint32_t dataset, first, rows;  // by_dataset[first, first + rows) are the dataset's
+            };
+            std::vector<row_run> runs;
+            runs.reserve(all_rows_.size());
+            constexpr std::size_t writer_lookahead = 4;
+            batch_plan plan;  // reused: no allocation per batch once warm
             sampler_step_delta after;
             sampler_state own_after;  // own planners: the state after the step (one dataset: small)
             detail::row_boundaries bounds;
@@ -657,17 +654,29 @@ private:
                     view.datasets[r] = static_cast<std::int32_t>(plan.samples[r].dataset);
                 if (writers.size() == 1) {
                     writers[0]->write(plan, all_rows_, view);
+                    writers[0]->finish(view);
                 } else {  // O(batch), whatever the number of sources
                     by_dataset.assign(all_rows_.begin(), all_rows_.end());
                     std::sort(by_dataset.begin(), by_dataset.end(), [&](std::uint32_t a, std::uint32_t b) {  // no allocation
                         const auto da = plan.samples[a].dataset, db = plan.samples[b].dataset;
                         return da != db ? da < db : a < b;
                     });
+                    runs.clear();
                     for (std::size_t first = 0, last = 0; first < by_dataset.size(); first = last) {
                         const std::uint32_t d = plan.samples[by_dataset[first]].dataset;
                         while (last < by_dataset.size() && plan.samples[by_dataset[last]].dataset == d) ++last;
-                        writer(d).write(plan, std::span<const std::uint32_t>(by_dataset).subspan(first, last - first), view);
+                        runs.push_back({d, static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last - first)});
                     }
+                    // With thousands of sources each run's writer is a cache miss behind a miss (its
+                    // pointer, then the object): both are requested a few runs ahead.
+                    for (std::size_t j = 0; j < runs.size(); ++j) {
+                        if (j + 2 * writer_lookahead < runs.size()) __builtin_prefetch(&writers[runs[j + 2 * writer_lookahead].dataset]);
+                        if (j + writer_lookahead < runs.size())
+                            if (const source_worker* w = writers[runs[j + writer_lookahead].dataset].get()) __builtin_prefetch(w);
+                        writer(runs[j].dataset)
+                            .write(plan, std::span<const std::uint32_t>(by_dataset).subspan(runs[j].first, runs[j].rows), view);
+                    }
+                    for (const row_run& run : runs) writers[run.dataset]->finish(view);
                 }
                 if (layout_.packed) {
                     const auto t1 = std::chrono::steady_clock::now();
@@ -774,7 +783,7 @@ private:
             : pipeline(start, (check_shape(config, blend.size()), read_mixture_spec(blend, tokens_per_step(config))), blend, config) {}
     pipeline(const remote_reads& start, std::optional<mixture_spec> mixture, const std::vector<weighted_spec>& blend,
              const pipeline_config& config)
-            : sources_(mixture ? detail::open_domains(std::move(mixture->domains), config) : detail::open_sources(blend, config)),
+            : sources_(mixture ? detail::open_sources(std::move(mixture->domains), config) : detail::open_sources(blend, config)),
               config_(config) {
         if (mixture) {
             mixture_ = mixture->schedule;

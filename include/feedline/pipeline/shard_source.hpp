@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <feedline/format/dataset.hpp>
@@ -114,6 +115,7 @@ private:
         const byte_source* source = nullptr;  // its file and offset, for the error if the file shrinks
         std::uint64_t offset = 0;
         std::uint32_t row = 0;
+        token_dtype dtype = token_dtype::uint16;  // its file's (a mixture's sources may differ)
         std::uint64_t first = 0;
     };
 
@@ -127,6 +129,11 @@ private:
         std::vector<std::byte> raw;
         std::vector<read_request> requests;
         std::vector<mapped_piece> pieces;
+        // write_mapped: the batch's windows gathered across every shard source of this thread, converted
+        // by the first finish(), with the step they are for and their bytes.
+        std::vector<mapped_piece> deferred;
+        std::uint64_t deferred_step = ~std::uint64_t{0};
+        std::uint64_t deferred_bytes = 0;
         std::vector<std::size_t> row_first;             // write_viewed: each row's first request
         std::vector<std::span<const std::byte>> views;  // write_viewed: each request's bytes in the cache
         std::vector<std::uint8_t> read_row;             // write_viewed: 1 = read into raw, 2 = to read
@@ -162,12 +169,11 @@ private:
                   mapped_(s.data_->all_local() ? io_->mapped : nullptr) {}
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
-            const auto t0 = std::chrono::steady_clock::now();
-            if (mapped_ != nullptr && windows_) {
+            if (mapped_ != nullptr && windows_) {  // timed and counted by finish(), once per batch
                 write_mapped(plan, rows, slot);
-                counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
                 return;
             }
+            const auto t0 = std::chrono::steady_clock::now();
             if (!data_.all_local() && windows_) {
                 write_viewed(plan, rows, slot);
                 counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
@@ -178,6 +184,26 @@ private:
             counters_.read_ns.fetch_add(detail::elapsed_ns(t0, t1), std::memory_order_relaxed);
             convert_rows(plan, rows, slot);
             counters_.assemble_ns.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
+        }
+
+        // The windows write_mapped() gathered this batch, for this source and any other of this thread
+        // (the first finish() converts them all; the others find none left). Their bytes and the time
+        // of the conversion go to this source's counters (stats() sums them over sources): one clock
+        // and one shared counter per batch instead of per source written. The views' look-up before it
+        // is not timed (a table look-up per window).
+        void finish(const slot_view& slot) override {
+            if (io_->deferred.empty()) return;
+            const auto t0 = std::chrono::steady_clock::now();
+            std::size_t at = 0;
+            const bool whole = convert_pieces(io_->deferred, slot, at);
+            const mapped_piece failed = io_->deferred[whole ? 0 : at];
+            io_->deferred.clear();
+            io_->deferred_step = ~std::uint64_t{0};
+            const std::uint64_t bytes = std::exchange(io_->deferred_bytes, 0);
+            // A shard truncated under the job is a format_error, not a SIGBUS.
+            if (!whole) throw detail::file_shrank_error(failed.source->name(), failed.offset);
+            counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+            counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
     private:
@@ -191,11 +217,18 @@ private:
         // front, which a gather loop does not use: the views of all windows are resolved first, and
         // while one window is converted the cache lines of the next ones are requested, so the DRAM
         // (and page-walk) latency of a random window overlaps the conversion instead of stalling it
-        // (bench_end_to_end: one worker went from 0.7x to ~1.0x of the gather loop).
+        // (bench_end_to_end: one worker went from 0.7x to ~1.0x of the gather loop). The views are
+        // only gathered here, into this thread's list, and converted by finish(): a mixture's batch
+        // holds a window or two of each of dozens of sources, whose misses overlap only in one pass.
+        // (A mapping stays while the reader lives, so a view gathered here is still good then.)
         void write_mapped(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
             const std::size_t item = dtype_size(data_.dtype());
             std::uint64_t bytes = 0;
-            io_->pieces.clear();
+            if (io_->deferred_step != plan.step) {  // left by a batch that failed before its finish()
+                io_->deferred.clear();
+                io_->deferred_bytes = 0;
+                io_->deferred_step = plan.step;
+            }
             if (streams_are_shards_) {
                 bytes = stream_pieces(plan, rows);
             } else {
@@ -207,41 +240,39 @@ private:
                     std::uint64_t k = 0;  // the piece's first token within window r
                     for (std::size_t i = first; i < io_->requests.size(); ++i) {
                         const read_request& q = io_->requests[i];
-                        io_->pieces.push_back({mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, k});
+                        io_->deferred.push_back(
+                            {mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, data_.dtype(), k});
                         k += q.length / item;
                     }
                 }
             }
-            // A shard truncated under the job is a format_error, not a SIGBUS.
-            std::size_t at = 0;
-            if (!convert_pieces(slot, at)) throw detail::file_shrank_error(io_->pieces[at].source->name(), io_->pieces[at].offset);
-            counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+            io_->deferred_bytes += bytes;
         }
 
-        // Converts io_->pieces straight out of their mappings into the slot, guarded (one recovery point for
+        // Converts `pieces` straight out of their mappings into the slot, guarded (one recovery point for
         // the batch; storage/guarded_copy.hpp). False when a mapping's file turned out shorter (SIGBUS),
         // with `at` the piece. Requested ahead: the lines of the piece being converted (one burst of
         // misses instead of one at a time) and of the pieces after it, up to prefetch_bytes of pieces
-        // ahead, each piece's first prefetch_bytes at most.
-        bool convert_pieces(const slot_view& slot, std::size_t& failed_at) {
-            const std::size_t item = dtype_size(data_.dtype());
+        // ahead, each piece's first prefetch_bytes at most. Pieces may be other sources'.
+        bool convert_pieces(const std::vector<mapped_piece>& pieces, const slot_view& slot, std::size_t& failed_at) {
             volatile std::size_t at = 0;  // the piece being read (kept in memory across the jump)
             const bool whole = detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept {
                 std::size_t next = 0;     // the first piece not requested yet
                 std::uint64_t ahead = 0;  // bytes requested in pieces after the one being converted
-                for (std::size_t p = 0; p < io_->pieces.size(); ++p) {
+                for (std::size_t p = 0; p < pieces.size(); ++p) {
                     if (next == p)
-                        prefetch_lines(io_->pieces[next++].bytes);
+                        prefetch_lines(pieces[next++].bytes);
                     else
-                        ahead -= io_->pieces[p].bytes.size();
-                    while (next < io_->pieces.size() && ahead < defaults::prefetch_bytes) {
-                        prefetch_lines(io_->pieces[next].bytes);
-                        ahead += io_->pieces[next++].bytes.size();
+                        ahead -= pieces[p].bytes.size();
+                    while (next < pieces.size() && ahead < defaults::prefetch_bytes) {
+                        prefetch_lines(pieces[next].bytes);
+                        ahead += pieces[next++].bytes.size();
                     }
-                    const mapped_piece& piece = io_->pieces[p];
+                    const mapped_piece& piece = pieces[p];
                     at = p;
                     guard.covering(piece.bytes.data(), piece.bytes.size());
-                    slot.put_window_tokens(piece.row, piece.first, piece.bytes.data(), data_.dtype(), piece.bytes.size() / item);
+                    slot.put_window_tokens(piece.row, piece.first, piece.bytes.data(), piece.dtype,
+                                           piece.bytes.size() / dtype_size(piece.dtype));
                 }
             });
             failed_at = at;
@@ -292,12 +323,12 @@ private:
                 if (io_->read_row[i] == 1) continue;
                 std::uint64_t k = 0;  // the piece's first token within the window
                 for (std::size_t j = io_->row_first[i]; j < io_->row_first[i + 1]; ++j) {
-                    io_->pieces.push_back({io_->views[j], io_->requests[j].source, io_->requests[j].offset, rows[i], k});
+                    io_->pieces.push_back({io_->views[j], io_->requests[j].source, io_->requests[j].offset, rows[i], data_.dtype(), k});
                     k += io_->requests[j].length / item;
                 }
             }
             std::size_t at = 0;
-            if (!convert_pieces(slot, at)) {  // a cached block's file was cut short: read every row instead
+            if (!convert_pieces(io_->pieces, slot, at)) {  // a cached block's file was cut short: read every row instead
                 io_->reader.read(io_->requests);
                 std::fill(io_->read_row.begin(), io_->read_row.end(), 1);
             }
@@ -332,7 +363,7 @@ private:
                         const std::uint64_t n = std::min(count, sh.tokens - first), offset = data_.token_byte_offset(first);
                         const std::byte*& base = shard_bytes_[shard];  // the view checks all its tokens are in the file
                         if (base == nullptr) base = mapped_->view(*sh.bin->local_file(), 0, data_.token_byte_offset(sh.tokens)).data();
-                        io_->pieces.push_back({{base + offset, n * item}, sh.bin, offset, r, k});
+                        io_->deferred.push_back({{base + offset, n * item}, sh.bin, offset, r, data_.dtype(), k});
                         k += n;
                         count -= n;
                         first += n;

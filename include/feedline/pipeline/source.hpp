@@ -76,6 +76,12 @@ public:
     // packed mode, its segments' tokens in order from column 0 of inputs row r (the pipeline adds
     // targets, positions and cu_seqlens). Throws format_error / io_error naming file and offset.
     virtual void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) = 0;
+    // Completes what write() left to the batch's end: called, before the slot is published, on every
+    // writer that wrote in the batch, after its last write. Workers of one thread that share their
+    // scratch may gather the whole batch's rows there and convert them in one pass, so that the cache
+    // misses of one domain's rows overlap another's (a mixture's batch holds a row or two of each of
+    // dozens of domains). Throws as write() does. Default: nothing was left.
+    virtual void finish(const slot_view& slot) { (void)slot; }
 };
 
 class batch_source {
