@@ -307,3 +307,135 @@ TEST_CASE("Extensions.ByteSource.TextFromAnotherSchemeGivesTheSameBatchesAndName
         CHECK(e.offset() == 17u);
     }
 }
+
+namespace {
+
+// A kind of source as a user would write one: source `id`'s every token is id + 1 (4 documents of 500
+// tokens). Its writer leaves its rows to finish() (as token shards do: a batch converted in one pass),
+// and with `shares` it accepts every source of its kind, so the pipeline binds one writer per thread to
+// each source before that source's rows. Counts what the pipeline asked of it.
+struct constant_counts {
+    std::atomic<int> made{0}, binds{0}, finishes{0}, finished_rows{0};
+};
+
+class constant_source final : public batch_source {
+public:
+    constant_source(std::int32_t id, bool shares, constant_counts& counts) : id_(id), shares_(shares), counts_(counts) {}
+    source_kind kind() const noexcept override { return kind_; }
+    std::string describe() const override { return "tokens " + std::to_string(id_ + 1); }
+    sampler_dataset sampling(const source_context&) const override {
+        return {.documents = 4, .length = [](std::uint64_t) -> std::uint64_t { return 500; }, .block_starts = {}};
+    }
+    std::uint64_t index_bytes(const source_context&) const override { return 0; }
+    std::uint64_t worker_bytes(const source_context&) const override { return 1024; }
+    std::string prepare(const source_context&) override { return "constant"; }
+    std::unique_ptr<source_worker> make_worker(const source_context&, source_counters& counters) override {
+        counts_.made.fetch_add(1);
+        return std::make_unique<writer>(*this, counters);
+    }
+
+private:
+    class writer final : public source_worker {
+    public:
+        writer(const constant_source& s, source_counters& counters) : shares_(s.shares_), counts_(s.counts_) { set(s, counters); }
+        bool accepts(const batch_source& other) const override {
+            return shares_ && dynamic_cast<const constant_source*>(&other) != nullptr;
+        }
+        void bind(const batch_source& other, source_counters& counters) override {
+            CHECK(accepts(other));
+            counts_.binds.fetch_add(1);
+            set(static_cast<const constant_source&>(other), counters);
+        }
+        void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view&) override {
+            for (const std::uint32_t r : rows) {
+                CHECK(plan.samples[r].dataset == static_cast<std::uint32_t>(id_));  // bound to this source's rows
+                pending_.emplace_back(r, id_ + 1);
+            }
+        }
+        void finish(const slot_view& slot) override {
+            counts_.finishes.fetch_add(1);
+            counters_->bytes_read.fetch_add(pending_.size() * (slot.seq_len + 1) * sizeof(std::int32_t), std::memory_order_relaxed);
+            counts_.finished_rows.fetch_add(static_cast<int>(pending_.size()));
+            for (const auto& [row, token] : pending_) {
+                const std::vector<std::int32_t> tokens(slot.seq_len + 1, token);
+                slot.put_window_tokens(row, 0, tokens.data(), tokens.size());
+            }
+            pending_.clear();
+        }
+
+    private:
+        void set(const constant_source& s, source_counters& counters) {
+            id_ = s.id_;
+            counters_ = &counters;
+        }
+        bool shares_;
+        constant_counts& counts_;
+        std::int32_t id_ = -1;
+        source_counters* counters_ = nullptr;  // the bound source's: finish() counts into them
+        std::vector<std::pair<std::uint32_t, std::int32_t>> pending_;
+    };
+
+    static constexpr source_kind kind_{"constant tokens"};
+    std::int32_t id_;
+    bool shares_;
+    constant_counts& counts_;
+};
+
+}  // namespace
+
+TEST_CASE("Extensions.Source.AWriterThatAcceptsOtherSourcesIsBoundToEachBeforeItsRowsAndFinishedOncePerBatch") {
+    constexpr int sources = 60, steps = 40;
+    constexpr unsigned workers = 2;
+    constexpr std::uint64_t batch = 16;
+    for (const bool shares : {true, false}) {
+        CAPTURE(shares);
+        constant_counts counts;
+        std::vector<weighted_source> blend;
+        for (int i = 0; i < sources; ++i) blend.push_back({1.0, std::make_shared<constant_source>(i, shares, counts)});
+        pipeline p(std::move(blend), {.batch_size = batch,
+                                      .seq_len = 32,
+                                      .seed = 5,
+                                      .workers = workers,
+                                      .memory_budget = 64 << 20,
+                                      .device = device_kind::cpu,
+                                      .rank = 0,
+                                      .world_size = 1,
+                                      .max_steps = steps});
+        std::uint64_t batches = 0;
+        std::vector<bool> met(sources);
+        int sources_per_batch = 0;  // summed over batches
+        for (auto& b : p) {
+            const auto inputs = b.host_inputs();
+            const auto datasets = b.host_datasets();
+            std::vector<bool> in_batch(sources);
+            for (std::uint64_t r = 0; r < batch; ++r) {
+                const std::int32_t d = datasets[r];
+                REQUIRE(d >= 0);
+                REQUIRE(d < sources);
+                in_batch[static_cast<std::size_t>(d)] = true;
+                met[static_cast<std::size_t>(d)] = true;
+                for (std::uint64_t t = 0; t < 32; ++t) REQUIRE(inputs[r * 32 + t] == d + 1);  // the row is its own source's
+            }
+            sources_per_batch += static_cast<int>(std::count(in_batch.begin(), in_batch.end(), true));
+            ++batches;
+        }
+        REQUIRE(batches == steps);
+        CHECK(p.stats().bytes_read == steps * batch * 33 * sizeof(std::int32_t));  // counted into the bound sources'
+        const int sources_met = static_cast<int>(std::count(met.begin(), met.end(), true));
+        CHECK(sources_met > 40);  // 640 rows drawn over 60 equal shares
+        CHECK(counts.finished_rows.load() == static_cast<int>(steps * batch));
+        if (shares) {
+            // One writer per worker thread for all 60 sources, finished once per batch.
+            CHECK(counts.made.load() >= 1);
+            CHECK(counts.made.load() <= static_cast<int>(workers));
+            CHECK(counts.finishes.load() == steps);
+            CHECK(counts.binds.load() >= sources_met - counts.made.load());
+        } else {
+            // A writer per source a worker met, each finished in every batch it wrote.
+            CHECK(counts.made.load() >= sources_met);
+            CHECK(counts.made.load() <= static_cast<int>(workers) * sources_met);
+            CHECK(counts.binds.load() == 0);
+            CHECK(counts.finishes.load() == sources_per_batch);
+        }
+    }
+}

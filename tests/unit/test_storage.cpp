@@ -16,6 +16,9 @@
 #include <condition_variable>
 #include <csetjmp>
 #include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -356,6 +359,59 @@ TEST_CASE("Storage.Mmap.PrefetchAndViewSeeTheSameBytes") {
     auto v = r.view(f, 100, 5000);
     CHECK(std::equal(v.begin(), v.end(), fx.contents.back().begin() + 100));
     CHECK_THROWS_AS(r.view(f, f.size() - 1, 2), format_error);
+}
+
+namespace {
+// The VmFlags line of /proc/self/smaps for the mapping that holds `p` ("rd mr mw me rr ..."): the
+// kernel's own record of the last madvise readahead hint (rr random, sr sequential).
+std::string vm_flags_at(const void* p) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    bool inside = false;
+    for (std::string line; std::getline(smaps, line);) {
+        std::uintptr_t from = 0, to = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &from, &to) == 2 && line.find('-') < line.find(' ')) inside = from <= at && at < to;
+        if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+    }
+    return {};
+}
+bool has_flag(const std::string& flags, const std::string& flag) { return (flags + " ").find(" " + flag + " ") != std::string::npos; }
+}  // namespace
+
+// Every mmap reader uses the file's one mapping, found without a table of its own (a mixture's
+// thousands of files cost a worker's reader nothing per file): two readers see the same bytes at the
+// same address, a view stays good after its reader is gone while the file lives, and the readahead
+// hint is the latest reader's pattern, as the kernel records it.
+TEST_CASE("Storage.Mmap.ReadersShareTheFilesOneMappingAndTheLatestPatternSteersReadahead") {
+    fixture fx;
+    const file& f = fx.files.back();
+    std::span<const std::byte> kept;
+    {
+        mmap_reader random(access_pattern::random), again(access_pattern::random);
+        kept = random.view(f, 10, 1000);
+        CHECK(again.view(f, 10, 1000).data() == kept.data());
+        const std::string flags = vm_flags_at(kept.data());
+        if (flags.empty()) {
+            std::ifstream smaps("/proc/self/smaps");
+            const std::string all((std::istreambuf_iterator<char>(smaps)), std::istreambuf_iterator<char>());
+            if (all.find("VmFlags:") == std::string::npos) ft::skip("this kernel's /proc/self/smaps has no VmFlags");
+        }
+        REQUIRE_MESSAGE(!flags.empty(), "no mapping in /proc/self/smaps holds the view");
+        CHECK(has_flag(flags, "rr"));
+        CHECK_FALSE(has_flag(flags, "sr"));
+        mmap_reader sequential(access_pattern::sequential);
+        std::vector<std::byte> out(100);
+        sequential.read(std::vector<read_request>{{&f, 50, 100, out.data()}});
+        CHECK(std::equal(out.begin(), out.end(), fx.contents.back().begin() + 50));
+        CHECK(has_flag(vm_flags_at(kept.data()), "sr"));
+        CHECK_FALSE(has_flag(vm_flags_at(kept.data()), "rr"));
+        mmap_reader random_again(access_pattern::random);
+        (void)random_again.view(f, 0, 1);
+        CHECK(has_flag(vm_flags_at(kept.data()), "rr"));
+    }
+    CHECK(std::equal(kept.begin(), kept.end(), fx.contents.back().begin() + 10));  // the readers are gone, the file is not
+    CHECK(f.mapping_if_made() != nullptr);
+    CHECK(f.mapping_if_made()->bytes().data() + 10 == kept.data());
 }
 
 TEST_CASE("Storage.Mmap.AFileTruncatedWhileMappedIsAFormatErrorNotASigbus") {

@@ -19,6 +19,7 @@
 
 #include <feedline/detail/descriptor_limit.hpp>
 #include <feedline/detail/paths.hpp>
+#include <feedline/detail/published.hpp>
 #include <feedline/detail/spin_lock.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/format/llmc.hpp>
@@ -171,6 +172,10 @@ public:
         std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
         // What holds it open. Here rather than in a vector per format: one allocation a shard fewer.
         std::variant<std::unique_ptr<megatron_shard>, llmc_shard, std::unique_ptr<raw_token_file>> opened;
+        // The data file's bytes in its one mapping (storage/file.hpp), once a reader of the whole shard as
+        // a token stream has mapped and range-checked it; null before. Next to `tokens`, so a mixture's
+        // workers find a window's bytes with no look-up of their own per shard and thread.
+        detail::published<const std::byte*> mapped_bytes;
     };
 
     // Opens and validates every shard (headers and, for Megatron, the .idx arrays; never the tokens),
@@ -213,6 +218,7 @@ public:
             total_tokens_ += info.tokens;
             shards_.push_back(std::move(info));
         }
+        all_local_ = std::all_of(shards_.begin(), shards_.end(), [](const shard_info& s) { return s.bin->local_file() != nullptr; });
         shard_first_token_.push_back(0);
         for (auto& s : shards_) shard_first_token_.push_back(shard_first_token_.back() + s.tokens);
         if (format_ == dataset_format::megatron) {
@@ -232,10 +238,9 @@ public:
         return format_ == dataset_format::megatron ? detail::strip_suffix(bin, ".bin") : bin;
     }
     std::uint64_t total_tokens() const noexcept { return total_tokens_; }
-    // Whether every shard is a local file (readers' zero-copy paths map them).
-    bool all_local() const noexcept {
-        return std::all_of(shards_.begin(), shards_.end(), [](const shard_info& s) { return s.bin->local_file() != nullptr; });
-    }
+    // Whether every shard is a local file (readers' zero-copy paths map them). Kept from the open: a
+    // mixture's shard writer asks once per domain in each batch.
+    bool all_local() const noexcept { return all_local_; }
     // The llm.c document delimiter (from the first shard's header, or llm.c's default for its magic);
     // for raw files the token that ends a document (raw_layout::default_delimiter unless set).
     std::uint32_t delimiter() const noexcept { return delimiter_; }
@@ -398,6 +403,7 @@ private:
     dataset_format format_;
     token_dtype dtype_ = token_dtype::uint16;
     std::uint32_t delimiter_ = llmc_layout::gpt2_eot;
+    bool all_local_ = true;
     std::uint64_t total_tokens_ = 0;
     mutable std::vector<shard_info> shards_;
     std::uint64_t data_offset_ = 0;                 // bytes before token 0 in every shard file (llm.c's header)

@@ -618,14 +618,58 @@ private:
         const detail::scoped_fetch_ahead ahead(fetch_ahead_.get());  // remote ranges fetched for this worker's steps
         try {
             if (!worker_cpus_.empty()) pin_to(worker_cpus_);
-            // Each source's writer, made when a batch first holds its samples: a mixture of thousands
-            // of domains costs a worker nothing for the domains it has not met.
-            std::vector<std::unique_ptr<source_worker>> writers(sources_.size());
-            const auto writer = [&](std::size_t i) -> source_worker& {
-                if (!writers[i]) writers[i] = sources_[i].source->make_worker(source_context::of(config_), counters_[i]);
-                return *writers[i];
+            // Each source's writer, found when a batch first holds its samples: a writer this thread
+            // made that accepts the source too (source_worker::bind: one for all of a mixture's token
+            // shard domains), else a new one. A source costs a worker 4 bytes (its writer's index), and
+            // nothing before the worker meets it.
+            struct made_writer {
+                std::unique_ptr<source_worker> writer;
+                std::uint32_t bound;  // the source it writes for now
+                bool wrote;           // in this batch: finish() is due
             };
-            if (sources_.size() == 1) (void)writer(0);
+            std::vector<made_writer> made;
+            std::vector<std::uint32_t> sharing;  // made writers that may take other sources (few: one per kind)
+            constexpr std::uint32_t no_writer = ~std::uint32_t{0};
+            std::vector<std::uint32_t> writer_of(sources_.size(), no_writer);  // index into `made`
+            std::vector<std::uint32_t> wrote;                                  // this batch's writers, for finish()
+            // Source d's writer, bound to d and listed for this batch's finish().
+            const auto writer = [&](std::uint32_t d) -> source_worker& {
+                std::uint32_t k = writer_of[d];
+                const batch_source& source = *sources_[d].source;
+                if (k == no_writer) {
+                    const auto taker =
+                        std::find_if(sharing.begin(), sharing.end(), [&](std::uint32_t m) { return made[m].writer->accepts(source); });
+                    if (taker != sharing.end()) {
+                        k = *taker;
+                    } else {
+                        k = static_cast<std::uint32_t>(made.size());
+                        made.push_back({sources_[d].source->make_worker(source_context::of(config_), counters_[d]), d, false});
+                        if (made.back().writer->accepts(source)) sharing.push_back(k);
+                    }
+                    writer_of[d] = k;
+                }
+                made_writer& m = made[k];
+                if (m.bound != d) {
+                    m.writer->bind(source, counters_[d]);
+                    m.bound = d;
+                }
+                if (!m.wrote) {
+                    m.wrote = true;
+                    wrote.push_back(k);
+                }
+                return *m.writer;
+            };
+            const auto finish_writers = [&](const slot_view& view) {
+                for (const std::uint32_t k : wrote) {
+                    made[k].wrote = false;
+                    made[k].writer->finish(view);
+                }
+                wrote.clear();
+            };
+            if (sources_.size() == 1) {  // one writer, made before the first batch
+                made.push_back({sources_[0].source->make_worker(source_context::of(config_), counters_[0]), 0, false});
+                writer_of[0] = 0;
+            }
             std::vector<std::uint32_t> by_dataset;  // the batch's rows ordered by dataset: one run per writer
             struct row_run {
                 std::uint32_t dataset, first, rows;  // by_dataset[first, first + rows) are the dataset's
@@ -652,9 +696,9 @@ private:
                 const slot_view view(slot, layout_);
                 for (std::uint32_t r = 0; r < plan.samples.size(); ++r)
                     view.datasets[r] = static_cast<std::int32_t>(plan.samples[r].dataset);
-                if (writers.size() == 1) {
-                    writers[0]->write(plan, all_rows_, view);
-                    writers[0]->finish(view);
+                if (sources_.size() == 1) {  // made before the loop
+                    made[0].writer->write(plan, all_rows_, view);
+                    made[0].writer->finish(view);
                 } else {  // O(batch), whatever the number of sources
                     by_dataset.assign(all_rows_.begin(), all_rows_.end());
                     std::sort(by_dataset.begin(), by_dataset.end(), [&](std::uint32_t a, std::uint32_t b) {  // no allocation
@@ -667,16 +711,16 @@ private:
                         while (last < by_dataset.size() && plan.samples[by_dataset[last]].dataset == d) ++last;
                         runs.push_back({d, static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last - first)});
                     }
-                    // With thousands of sources each run's writer is a cache miss behind a miss (its
-                    // pointer, then the object): both are requested a few runs ahead.
+                    // With thousands of sources each run's source is a cache miss behind a miss (its
+                    // entry, then the object that bind() reads): both are requested a few runs ahead.
                     for (std::size_t j = 0; j < runs.size(); ++j) {
-                        if (j + 2 * writer_lookahead < runs.size()) __builtin_prefetch(&writers[runs[j + 2 * writer_lookahead].dataset]);
+                        if (j + 2 * writer_lookahead < runs.size()) __builtin_prefetch(&sources_[runs[j + 2 * writer_lookahead].dataset]);
                         if (j + writer_lookahead < runs.size())
-                            if (const source_worker* w = writers[runs[j + writer_lookahead].dataset].get()) __builtin_prefetch(w);
+                            __builtin_prefetch(sources_[runs[j + writer_lookahead].dataset].source.get());
                         writer(runs[j].dataset)
                             .write(plan, std::span<const std::uint32_t>(by_dataset).subspan(runs[j].first, runs[j].rows), view);
                     }
-                    for (const row_run& run : runs) writers[run.dataset]->finish(view);
+                    finish_writers(view);
                 }
                 if (layout_.packed) {
                     const auto t1 = std::chrono::steady_clock::now();

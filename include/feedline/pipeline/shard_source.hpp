@@ -52,10 +52,7 @@ public:
         return is_token_stream(data_->format()) && !streams_are_shards(c) ? data_->document_count() * sizeof(std::uint64_t) : 0;
     }
     // Every shard source's workers on a thread share that thread's reader and buffers (thread_io).
-    const void* worker_scratch_group() const noexcept override {
-        static const char group = 0;
-        return &group;
-    }
+    const void* worker_scratch_group() const noexcept override { return scratch_group(); }
     std::uint64_t worker_bytes(const source_context& c) const override {
         return c.batch_size * (c.seq_len + 1) * dtype_size(data_->dtype()) + defaults::shard_scratch_extra_bytes;
     }
@@ -85,6 +82,11 @@ public:
     }
 
 private:
+    static const void* scratch_group() noexcept {
+        static const char group = 0;
+        return &group;
+    }
+
     // The read requests of one sample's tokens, into `dest` on (the file's dtype), appended to `out`:
     // what a worker reads, and what the pipeline fetches ahead for it. Returns the bytes.
     static std::uint64_t append_sample_requests(const token_dataset& data, bool streams_are_shards, const sample_plan& sp, std::byte* dest,
@@ -121,7 +123,8 @@ private:
 
     // A worker thread's reader and scratch buffers, shared by every shard source the thread writes
     // for (it writes for one at a time): a mixture of 10,000 domains has one reader per worker, not
-    // 10,000 (each an io_uring ring and its descriptor, or an mmap table), and one set of buffers.
+    // 10,000 (each an io_uring ring and its descriptor), and one set of buffers. (A thread has one
+    // writer per backend for all shard sources, but a pipeline's worker may outlive another's.)
     struct thread_io {
         explicit thread_io(io_backend backend) : reader(make_reader({.backend = backend})), mapped(reader.get_if<mmap_reader>()) {}
         any_reader reader;
@@ -158,15 +161,27 @@ private:
         return io;
     }
 
+    // Writes for any shard source that reads with the same backend: it keeps nothing of a source's
+    // own (each shard's mapping is found in the dataset's shard table), so a worker thread has one
+    // writer for a mixture's thousands of domains, bound to each before its rows (source_worker::bind).
     class worker final : public source_worker {
     public:
         worker(const shard_source& s, const source_context& c, source_counters& counters)
-                : data_(*s.data_),
-                  counters_(counters),
-                  streams_are_shards_(s.streams_are_shards(c)),
-                  windows_(c.mode == sample_mode::windows),
-                  io_(io_of_this_thread(s.backend_for(c))),
-                  mapped_(s.data_->all_local() ? io_->mapped : nullptr) {}
+                : run_(c), windows_(c.mode == sample_mode::windows), backend_(s.backend_for(c)), io_(io_of_this_thread(backend_)) {
+            bind(s, counters);
+        }
+
+        bool accepts(const batch_source& other) const override {
+            const auto* s = dynamic_cast<const shard_source*>(&other);  // once per source and thread
+            return s != nullptr && s->backend_for(run_) == backend_;
+        }
+        void bind(const batch_source& other, source_counters& counters) override {
+            const auto& s = static_cast<const shard_source&>(other);
+            data_ = s.data_.get();
+            counters_ = &counters;
+            streams_are_shards_ = s.streams_are_shards(run_);
+            mapped_ = data_->all_local() ? io_->mapped : nullptr;
+        }
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
             if (mapped_ != nullptr && windows_) {  // timed and counted by finish(), once per batch
@@ -174,23 +189,23 @@ private:
                 return;
             }
             const auto t0 = std::chrono::steady_clock::now();
-            if (!data_.all_local() && windows_) {
+            if (!data_->all_local() && windows_) {
                 write_viewed(plan, rows, slot);
-                counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+                counters_->read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
                 return;
             }
             read_rows(plan, rows, slot.seq_len);
             const auto t1 = std::chrono::steady_clock::now();
-            counters_.read_ns.fetch_add(detail::elapsed_ns(t0, t1), std::memory_order_relaxed);
+            counters_->read_ns.fetch_add(detail::elapsed_ns(t0, t1), std::memory_order_relaxed);
             convert_rows(plan, rows, slot);
-            counters_.assemble_ns.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
+            counters_->assemble_ns.fetch_add(detail::elapsed_ns(t1), std::memory_order_relaxed);
         }
 
-        // The windows write_mapped() gathered this batch, for this source and any other of this thread
-        // (the first finish() converts them all; the others find none left). Their bytes and the time
-        // of the conversion go to this source's counters (stats() sums them over sources): one clock
-        // and one shared counter per batch instead of per source written. The views' look-up before it
-        // is not timed (a table look-up per window).
+        // The windows write_mapped() gathered this batch, for every shard source this thread wrote for
+        // (one writer per thread and backend, bound to each in turn; a finish() that finds none left
+        // returns). Their bytes and the time of the conversion go to the counters of the source bound
+        // last (stats() sums them over sources): one clock and one shared counter per batch instead of
+        // per source written. The views' look-up before it is not timed (a few loads per window).
         void finish(const slot_view& slot) override {
             if (io_->deferred.empty()) return;
             const auto t0 = std::chrono::steady_clock::now();
@@ -202,14 +217,14 @@ private:
             const std::uint64_t bytes = std::exchange(io_->deferred_bytes, 0);
             // A shard truncated under the job is a format_error, not a SIGBUS.
             if (!whole) throw detail::file_shrank_error(failed.source->name(), failed.offset);
-            counters_.read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
-            counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+            counters_->read_ns.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+            counters_->bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
     private:
         // Appends the read requests of one sample's segments (dest: consecutive from `dest`).
         std::uint64_t sample_requests(const sample_plan& sp, std::byte* dest) {
-            return append_sample_requests(data_, streams_are_shards_, sp, dest, io_->requests);
+            return append_sample_requests(*data_, streams_are_shards_, sp, dest, io_->requests);
         }
 
         // Windows through an mmap reader: tokens go from the page cache straight into the slot (one
@@ -220,9 +235,10 @@ private:
         // (bench_end_to_end: one worker went from 0.7x to ~1.0x of the gather loop). The views are
         // only gathered here, into this thread's list, and converted by finish(): a mixture's batch
         // holds a window or two of each of dozens of sources, whose misses overlap only in one pass.
-        // (A mapping stays while the reader lives, so a view gathered here is still good then.)
+        // (A mapping is its file's one mapping and lives as long as the file: a view gathered here is
+        // still good then.)
         void write_mapped(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
-            const std::size_t item = dtype_size(data_.dtype());
+            const std::size_t item = dtype_size(data_->dtype());
             std::uint64_t bytes = 0;
             if (io_->deferred_step != plan.step) {  // left by a batch that failed before its finish()
                 io_->deferred.clear();
@@ -241,7 +257,7 @@ private:
                     for (std::size_t i = first; i < io_->requests.size(); ++i) {
                         const read_request& q = io_->requests[i];
                         io_->deferred.push_back(
-                            {mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, data_.dtype(), k});
+                            {mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, data_->dtype(), k});
                         k += q.length / item;
                     }
                 }
@@ -284,7 +300,7 @@ private:
         // rows are read (from the fetch ahead, the cache or the store) into io_->raw and converted from
         // there. A cache block cut short under the job (by hand) has its rows read again.
         void write_viewed(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
-            const std::size_t item = dtype_size(data_.dtype());
+            const std::size_t item = dtype_size(data_->dtype());
             const std::uint64_t row_bytes = (slot.seq_len + 1) * item;
             io_->raw.resize(rows.size() * row_bytes);
             io_->requests.clear();
@@ -323,7 +339,7 @@ private:
                 if (io_->read_row[i] == 1) continue;
                 std::uint64_t k = 0;  // the piece's first token within the window
                 for (std::size_t j = io_->row_first[i]; j < io_->row_first[i + 1]; ++j) {
-                    io_->pieces.push_back({io_->views[j], io_->requests[j].source, io_->requests[j].offset, rows[i], data_.dtype(), k});
+                    io_->pieces.push_back({io_->views[j], io_->requests[j].source, io_->requests[j].offset, rows[i], data_->dtype(), k});
                     k += io_->requests[j].length / item;
                 }
             }
@@ -334,8 +350,8 @@ private:
             }
             for (std::size_t i = 0; i < rows.size(); ++i)
                 if (io_->read_row[i] == 1)
-                    slot.put_window_tokens(rows[i], 0, io_->raw.data() + i * row_bytes, data_.dtype(), slot.seq_len + 1);
-            counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+                    slot.put_window_tokens(rows[i], 0, io_->raw.data() + i * row_bytes, data_->dtype(), slot.seq_len + 1);
+            counters_->bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
         // Windows over shards read as one stream: a segment is (shard, first token, count), so its
@@ -344,8 +360,7 @@ private:
         // with 256 x 128 windows before). A shard's token range is checked against its file once, when
         // first mapped; a file that shrinks since is caught by the guard. Returns the bytes.
         std::uint64_t stream_pieces(const batch_plan& plan, std::span<const std::uint32_t> rows) {
-            const std::size_t item = dtype_size(data_.dtype());
-            if (shard_bytes_.size() != data_.shard_count()) shard_bytes_.assign(data_.shard_count(), nullptr);
+            const std::size_t item = dtype_size(data_->dtype());
             std::uint64_t bytes = 0;
             for (const std::uint32_t r : rows) {
                 std::uint64_t k = 0;  // the piece's first token within window r
@@ -353,17 +368,20 @@ private:
                     auto shard = static_cast<std::uint32_t>(s.document);
                     std::uint64_t first = s.offset, count = s.length;
                     while (count > 0) {  // as append_stream_requests: a run past a shard's end goes on in the next
-                        if (shard >= data_.shard_count()) throw std::out_of_range("token range runs past the last shard");
-                        const auto& sh = data_.shard(shard);
+                        if (shard >= data_->shard_count()) throw std::out_of_range("token range runs past the last shard");
+                        const auto& sh = data_->shard(shard);
                         if (first >= sh.tokens) {
                             first -= sh.tokens;
                             ++shard;
                             continue;
                         }
-                        const std::uint64_t n = std::min(count, sh.tokens - first), offset = data_.token_byte_offset(first);
-                        const std::byte*& base = shard_bytes_[shard];  // the view checks all its tokens are in the file
-                        if (base == nullptr) base = mapped_->view(*sh.bin->local_file(), 0, data_.token_byte_offset(sh.tokens)).data();
-                        io_->deferred.push_back({{base + offset, n * item}, sh.bin, offset, r, data_.dtype(), k});
+                        const std::uint64_t n = std::min(count, sh.tokens - first), offset = data_->token_byte_offset(first);
+                        const std::byte* base = sh.mapped_bytes.get();
+                        if (base == nullptr) {  // the view checks all its tokens are in the file
+                            base = mapped_->view(*sh.bin->local_file(), 0, data_->token_byte_offset(sh.tokens)).data();
+                            sh.mapped_bytes.set(base);
+                        }
+                        io_->deferred.push_back({{base + offset, n * item}, sh.bin, offset, r, data_->dtype(), k});
                         k += n;
                         count -= n;
                         first += n;
@@ -388,37 +406,40 @@ private:
         // Every segment of the rows' samples into io_->raw (the file's dtype), with one batched read: row
         // i of `rows` at i x (T + 1) tokens (windows) or i x T (packed).
         void read_rows(const batch_plan& plan, std::span<const std::uint32_t> rows, std::uint64_t T) {
-            const std::size_t item = dtype_size(data_.dtype());
+            const std::size_t item = dtype_size(data_->dtype());
             const std::uint64_t row = windows_ ? T + 1 : T;
             io_->raw.resize(rows.size() * row * item);
             io_->requests.clear();
             std::uint64_t bytes = 0;
             for (std::size_t i = 0; i < rows.size(); ++i) bytes += sample_requests(plan.samples[rows[i]], io_->raw.data() + i * row * item);
             io_->reader.read(io_->requests);
-            counters_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+            counters_->bytes_read.fetch_add(bytes, std::memory_order_relaxed);
         }
 
         void convert_rows(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) {
-            const std::size_t item = dtype_size(data_.dtype());
+            const std::size_t item = dtype_size(data_->dtype());
             const std::uint64_t T = slot.seq_len;
             for (std::size_t i = 0; i < rows.size(); ++i) {
                 const std::uint32_t r = rows[i];
                 if (windows_) {
-                    slot.put_window_tokens(r, 0, io_->raw.data() + i * (T + 1) * item, data_.dtype(), T + 1);
+                    slot.put_window_tokens(r, 0, io_->raw.data() + i * (T + 1) * item, data_->dtype(), T + 1);
                 } else {
                     std::uint64_t used = 0;
                     for (const segment& s : plan.samples[r].segments) used += s.length;
-                    detail::convert_tokens(io_->raw.data() + i * T * item, data_.dtype(), used, slot.input_row(r));
+                    detail::convert_tokens(io_->raw.data() + i * T * item, data_->dtype(), used, slot.input_row(r));
                 }
             }
         }
 
-        const token_dataset& data_;
-        source_counters& counters_;
-        bool streams_are_shards_, windows_;
-        std::shared_ptr<thread_io> io_;              // this thread's reader and buffers
-        mmap_reader* mapped_;                        // zero-copy: convert straight from the mapping (local shards)
-        std::vector<const std::byte*> shard_bytes_;  // stream_pieces: each shard's mapping, once mapped
+        const source_context run_;
+        const bool windows_;
+        const io_backend backend_;
+        std::shared_ptr<thread_io> io_;  // this thread's reader and buffers
+        // The source bound last (bind()):
+        const token_dataset* data_ = nullptr;
+        source_counters* counters_ = nullptr;
+        bool streams_are_shards_ = false;
+        mmap_reader* mapped_ = nullptr;  // zero-copy: convert straight from the mapping (local shards)
     };
 
     std::shared_ptr<const token_dataset> data_;

@@ -66,6 +66,8 @@ struct source_counters {
     std::atomic<std::uint64_t> bytes_read{0}, read_ns{0}, tokenize_ns{0}, assemble_ns{0};
 };
 
+class batch_source;
+
 // One worker's view of a source: its reader or tokenizer and scratch buffers, made on the worker's
 // thread (first touch puts them on its NUMA node), used by that thread only.
 class source_worker {
@@ -76,12 +78,31 @@ public:
     // packed mode, its segments' tokens in order from column 0 of inputs row r (the pipeline adds
     // targets, positions and cu_seqlens). Throws format_error / io_error naming file and offset.
     virtual void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) = 0;
-    // Completes what write() left to the batch's end: called, before the slot is published, on every
-    // writer that wrote in the batch, after its last write. Workers of one thread that share their
+    // Completes what write() left to the batch's end: called, before the slot is published, once on
+    // every writer that wrote in the batch (however many sources it was bound to), after its last write. Workers of one thread that share their
     // scratch may gather the whole batch's rows there and convert them in one pass, so that the cache
     // misses of one domain's rows overlap another's (a mixture's batch holds a row or two of each of
     // dozens of domains). Throws as write() does. Default: nothing was left.
     virtual void finish(const slot_view& slot) { (void)slot; }
+
+    // One writer for many sources. A writer that keeps nothing of a source's own between batches may
+    // write for other sources as well: accepts(s) says whether it can write for `s` (on its thread, in
+    // this run). The pipeline then binds it to each such source before that source's rows instead of
+    // making a writer per source: a mixture of 10,000 domains costs a worker a few bytes per domain,
+    // not a writer per domain (which, times 16 workers, was more than the domain's own state).
+    // The pipeline asks once per source and thread and keeps the answer for the run, so it must not
+    // depend on the source bound now. Default: a writer per source.
+    virtual bool accepts(const batch_source& source) const {
+        (void)source;
+        return false;
+    }
+    // Writes for `source` (one accepts() took) from the next write() on, counting into `counters`.
+    // finish() then counts into the counters bound last. If it throws, the run ends (the writer is
+    // not used again).
+    virtual void bind(const batch_source& source, source_counters& counters) {
+        (void)source;
+        (void)counters;
+    }
 };
 
 class batch_source {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -181,9 +182,16 @@ public:
     std::shared_ptr<const file_mapping> shared_mapping(Make&& make) const {
         if (!state_) throw io_error(path_.empty() ? "(no file)" : path_, EBADF, "not open (moved from)");
         std::lock_guard lock(state_->mapping_mutex);
-        if (!state_->mapping) state_->mapping = make();
+        if (!state_->mapping) {
+            state_->mapping = make();
+            state_->mapped.store(state_->mapping.get(), std::memory_order_release);
+        }
         return state_->mapping;
     }
+    // That mapping if it was made, without a lock or a reference count: it lives as long as this file
+    // (it is never replaced), so readers that look it up once per window (a mixture's thousands of
+    // files) keep no table of their own. Null before the first shared_mapping().
+    const file_mapping* mapping_if_made() const noexcept { return state_ ? state_->mapped.load(std::memory_order_acquire) : nullptr; }
 
 private:
     // The descriptor and what the pool knows of it, with the shared mapping (a separate lock: mapping
@@ -191,6 +199,7 @@ private:
     struct shared_state : detail::pooled_descriptor {
         detail::spin_lock mapping_mutex;  // held while the mapping is made (one mmap)
         std::shared_ptr<const file_mapping> mapping;
+        std::atomic<const file_mapping*> mapped{nullptr};  // mapping.get(), once made: read without the lock
     };
 
     // Records `fd` as state_'s open descriptor (state_->mutex held) and lists it with the pool; closes

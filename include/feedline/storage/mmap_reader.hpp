@@ -6,12 +6,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -34,12 +34,16 @@ public:
         data_ = static_cast<const std::byte*>(p);
         advise(pattern);
     }
-    file_mapping(file_mapping&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    file_mapping(file_mapping&& o) noexcept
+            : data_(std::exchange(o.data_, nullptr)),
+              size_(std::exchange(o.size_, 0)),
+              advised_(o.advised_.load(std::memory_order_relaxed)) {}
     file_mapping& operator=(file_mapping&& o) noexcept {
         if (this != &o) {
             unmap();
             data_ = std::exchange(o.data_, nullptr);
             size_ = std::exchange(o.size_, 0);
+            advised_.store(o.advised_.load(std::memory_order_relaxed), std::memory_order_relaxed);
         }
         return *this;
     }
@@ -52,6 +56,7 @@ public:
     // Hints the kernel's readahead: sequential scans read ahead aggressively, random sampling turns
     // readahead off so each fault reads only what is used. Never fails (hints are advisory).
     void advise(access_pattern pattern) const noexcept {
+        advised_.store(pattern, std::memory_order_relaxed);
         if (data_ != nullptr)
             ::madvise(const_cast<std::byte*>(data_), size_, pattern == access_pattern::sequential ? MADV_SEQUENTIAL : MADV_RANDOM);
     }
@@ -65,6 +70,9 @@ public:
         ::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_WILLNEED);
     }
 
+    // The pattern of the last advise() (readers with another pattern advise again).
+    access_pattern advised() const noexcept { return advised_.load(std::memory_order_relaxed); }
+
 private:
     void unmap() noexcept {
         if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
@@ -73,6 +81,7 @@ private:
     }
     const std::byte* data_ = nullptr;
     std::uint64_t size_ = 0;
+    mutable std::atomic<access_pattern> advised_{access_pattern::random};
 };
 
 class mmap_reader {
@@ -80,7 +89,7 @@ public:
     explicit mmap_reader(access_pattern pattern = access_pattern::random) : pattern_(pattern) {}
 
     // Copies every request out of the mapping of its file (mapped on first use). Not thread-safe.
-    // Allocates only when it meets a file for the first time. A file truncated by another process
+    // Allocates only when a file is first mapped (by any reader), or for more remote requests than before. A file truncated by another process
     // after mapping would raise SIGBUS in a plain memcpy; the copy is guarded (storage/guarded_copy.hpp)
     // and throws format_error naming the file and offset instead.
     // Sources that are not local files are read through them, all at once (read_remote: a fetch-ahead's first).
@@ -110,7 +119,8 @@ public:
         if (!whole) throw detail::file_shrank_error(requests[at].source->name(), requests[at].offset);
     }
 
-    // Zero-copy access to [offset, offset + length) of `f`, valid while this reader lives. Unlike
+    // Zero-copy access to [offset, offset + length) of `f`, valid while `f` (or the file it is moved
+    // into) lives; assigning another file over it ends it. Unlike
     // read(), touching the view of a file truncated under it raises SIGBUS: for tools on files at rest.
     std::span<const std::byte> view(const file& f, std::uint64_t offset, std::uint64_t length) {
         detail::check_in_file(read_request{&f, offset, length, nullptr});
@@ -130,34 +140,22 @@ public:
     std::string_view name() const noexcept { return "mmap"; }
 
 private:
+    // The file's one mapping (storage/file.hpp), which lives as long as the file: the reader keeps no
+    // table of its own, so a mixture of 10,000 files costs each worker's reader nothing per file (a
+    // table per reader cost ~80 B a file per worker). A reader that comes to a file last advised with
+    // another pattern advises its own: the latest reader's pattern steers readahead. Only on coming to
+    // it (not per request), since madvise takes the process's mapping lock for writing.
     const file_mapping& mapping_for(const file& f) {
-        // The last hit is checked first; then a scan while the files are few (shards of one dataset),
-        // a hash past that (a mixture's thousands of shards: a scan per window cost more than its copy).
-        if (last_ < mappings_.size() && mappings_[last_].first == &f) return *mappings_[last_].second;
-        if (mappings_.size() <= scan_max) {
-            for (std::size_t i = 0; i < mappings_.size(); ++i)
-                if (mappings_[i].first == &f) return *mappings_[last_ = i].second;
-        } else if (const auto it = index_.find(&f); it != index_.end()) {
-            return *mappings_[last_ = it->second].second;
-        }
-        auto shared = f.shared_mapping([&] { return std::make_shared<const file_mapping>(f, pattern_); });
-        shared->advise(pattern_);  // the latest reader's pattern steers readahead
-        mappings_.emplace_back(&f, std::move(shared));
-        last_ = mappings_.size() - 1;
-        if (mappings_.size() == scan_max + 1)
-            for (std::size_t i = 0; i < mappings_.size(); ++i) index_.emplace(mappings_[i].first, i);
-        else if (mappings_.size() > scan_max + 1)
-            index_.emplace(&f, last_);
-        return *mappings_.back().second;
+        const file_mapping* m = f.mapping_if_made();
+        if (m == nullptr) m = f.shared_mapping([&] { return std::make_shared<const file_mapping>(f, pattern_); }).get();
+        if (m != last_ && m->advised() != pattern_) m->advise(pattern_);
+        last_ = m;
+        return *m;
     }
 
-    static constexpr std::size_t scan_max = 16;
     access_pattern pattern_;
-    // Each file's shared mapping (storage/file.hpp), held while this reader lives.
-    std::vector<std::pair<const file*, std::shared_ptr<const file_mapping>>> mappings_;
-    std::unordered_map<const file*, std::size_t> index_;  // mappings_' positions, once they outnumber scan_max
-    std::size_t last_ = 0;
-    std::vector<read_request> others_;  // requests of sources that are not local files (reused)
+    const file_mapping* last_ = nullptr;  // the mapping used last
+    std::vector<read_request> others_;    // requests of sources that are not local files (reused)
 };
 
 static_assert(reader<mmap_reader>);
