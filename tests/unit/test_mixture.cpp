@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <feedline/detail/quaternary_heap.hpp>
+#include <feedline/detail/scratch_arena.hpp>
 #include <feedline/sampling/mixer.hpp>
 #include <feedline/sampling/mixture_schedule.hpp>
 #include <feedline/sampling/sampler.hpp>
@@ -318,6 +319,78 @@ TEST_CASE("Mixture.File.AScheduleWithStagesAtStepsAndTokensAndARamp") {
               R"({"domains": ["a", "b"], "stages": [{"at_step": 0, "weights": {"a": 1}}, {"at_tokens": 4097, "weights": {"b": 1}}]})", "m",
               4096)
               .schedule->stage_step(1) == 2);
+}
+
+// A mixture file's JSON tree takes its memory from a scratch arena (detail/scratch_arena.hpp), so that
+// freeing it leaves no holes between the domains opened next. The arena's contract, then a parse of
+// 3,000 domains with names too long for a string's inline buffer, inside an arena of the caller's
+// (arenas nest: it takes nothing from the caller's), checked against what the file says
+// (AddressSanitizer checks every free).
+TEST_CASE("Mixture.File.TheParseTreeLivesInAScratchArenaGivenBackWhole") {
+    using detail::scratch_allocator;
+    using detail::scratch_arena;
+    REQUIRE(scratch_arena::current() == nullptr);
+    std::vector<int, scratch_allocator<int>> on_the_heap(1000, 7);  // no arena: the heap
+    {
+        scratch_arena outer;
+        CHECK(scratch_arena::current() == &outer);
+        CHECK_FALSE(outer.owns(on_the_heap.data()));
+        std::vector<std::uint64_t, scratch_allocator<std::uint64_t>> v;
+        for (std::uint64_t i = 0; i < 100000; ++i) v.push_back(i);  // grows past the first block: more blocks
+        CHECK(outer.owns(v.data()));
+        CHECK(outer.blocks() >= 2);
+        CHECK(outer.bytes_used() >= v.size() * sizeof(std::uint64_t));
+        CHECK(outer.bytes_mapped() >= outer.bytes_used());
+        for (std::uint64_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == i);
+        struct alignas(64) line {
+            char bytes[64];
+        };
+        scratch_allocator<line> lines;
+        line* l = lines.allocate(3);
+        CHECK(reinterpret_cast<std::uintptr_t>(l) % 64 == 0);
+        lines.deallocate(l, 3);
+        const std::size_t used = outer.bytes_used();
+        std::vector<int, scratch_allocator<int>>(5000, 1).swap(on_the_heap);  // freeing the heap's block while an arena lives
+        CHECK(outer.owns(on_the_heap.data()));
+        CHECK(outer.bytes_used() > used);
+        std::vector<int, scratch_allocator<int>>().swap(on_the_heap);  // freed into the arena: nothing back until it goes
+        scratch_allocator<char> bytes;
+        char* big = bytes.allocate(scratch_arena::largest_block * 2);  // larger than any block: one of its own
+        CHECK(outer.owns(big));
+        CHECK(outer.owns(big + scratch_arena::largest_block * 2 - 1));
+        {
+            scratch_arena inner;
+            CHECK(scratch_arena::current() == &inner);
+            std::vector<int, scratch_allocator<int>> w(10, 3);
+            CHECK(inner.owns(w.data()));
+            CHECK_FALSE(outer.owns(w.data()));
+            v.clear();
+            v.shrink_to_fit();  // the outer arena's memory, freed while the inner one is current
+        }
+        CHECK(scratch_arena::current() == &outer);
+
+        std::string text = R"({"domains": [)";
+        for (int d = 0; d < 3000; ++d)
+            text += (d ? "," : "") + std::string(R"({"name": "a_domain_with_a_long_name_)") + std::to_string(d) +
+                    R"(", "data": "/data/a_directory_with_a_long_name/)" + std::to_string(d) + R"(.bin"})";
+        text += R"(], "stages": [{"at_step": 0, "weights": {)";
+        for (int d = 0; d < 3000; ++d)
+            text += (d ? "," : "") + std::string(R"("a_domain_with_a_long_name_)") + std::to_string(d) + "\": " + std::to_string(d % 7 + 1);
+        text += "}}]}";
+        const std::size_t before_parse = outer.bytes_used();
+        const mixture_file f = parse_mixture(text, "big.json");
+        CHECK(scratch_arena::current() == &outer);
+        CHECK(outer.bytes_used() == before_parse);  // the parse's tree went into an arena of its own, now gone
+        REQUIRE(f.schedule->domains() == 3000);
+        for (int d : {0, 1, 1234, 2999}) {
+            CHECK(f.schedule->names()[d] == "a_domain_with_a_long_name_" + std::to_string(d));
+            CHECK(f.data[d] == std::vector<std::string>{"/data/a_directory_with_a_long_name/" + std::to_string(d) + ".bin"});
+        }
+        double total = 0;
+        for (int d = 0; d < 3000; ++d) total += d % 7 + 1;
+        CHECK(f.schedule->share(1234, 0) == doctest::Approx((1234 % 7 + 1) / total));
+    }
+    CHECK(scratch_arena::current() == nullptr);
 }
 
 TEST_CASE("Mixture.File.BadInputNamesTheFieldAndTheLine") {

@@ -173,8 +173,8 @@ TEST_CASE("Windows.Layout.PositionOfTokenAgreesWithABinarySearchForSkewedLengths
         }
 }
 
-// Tables of up to one document sit in the layout itself (a mixture's thousands of one-shard domains in
-// windows mode then cost no block of their own); larger ones in blocks of their own. Both answer alike.
+// Tables of up to one document sit in the layout itself (packed rows over a one-document dataset then
+// cost no block of their own); larger ones in blocks of their own. Both answer alike.
 TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
     const std::vector<ft::synthetic_lengths> cases{{{}}, {{0}}, {{7}}, {{5000}}, {{3, 4}}, {{0, 9, 2}}, {{6, 0, 1, 8}}};
     for (const auto& data : cases)
@@ -202,6 +202,51 @@ TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
             if (n <= 1 && mode != shuffle_mode::shard_blocks) CHECK(layout.memory_bytes() == sizeof(detail::epoch_layout));
             if (n >= 2) CHECK(layout.memory_bytes() > sizeof(detail::epoch_layout));
         }
+}
+
+// A one-document dataset in windows mode keeps no epoch layout (a mixture's one-shard domains): its
+// windows must be the ones the layout gives. The same tokens with an empty second document take the
+// layout's path and name the same document, offsets and shuffled order, in every epoch and shuffle.
+TEST_CASE("Stream.OneDocument.WindowsWithoutALayoutAreTheLayoutsWindows") {
+    for (const std::uint64_t tokens : {std::uint64_t{17}, std::uint64_t{257}, std::uint64_t{1000}, std::uint64_t{4097}})
+        for (auto shuffle : {shuffle_mode::none, shuffle_mode::global, shuffle_mode::shard_blocks})
+            for (const bool shuffle_samples : {false, true}) {
+                CAPTURE(tokens);
+                CAPTURE(static_cast<int>(shuffle));
+                CAPTURE(shuffle_samples);
+                const sampler_config c{.seq_len = 16, .global_batch = 4, .seed = 9, .shuffle = shuffle, .shuffle_samples = shuffle_samples};
+                const ft::synthetic_lengths one{{tokens}}, with_empty{{tokens, 0}};
+                dataset_stream bare(one, c, 3), laid_out(with_empty, c, 3);
+                REQUIRE(bare.tokens() == laid_out.tokens());
+                REQUIRE(bare.samples_per_epoch() == laid_out.samples_per_epoch());
+                REQUIRE(bare.samples_per_epoch() == (tokens - 1) / 16);
+                CHECK(bare.memory_bytes() == 0);
+                CHECK(laid_out.memory_bytes() > 0);
+                plan_scratch scratch;
+                for (std::uint64_t epoch : {0, 1, 5, 0, 2}) {
+                    const std::uint64_t n = bare.samples_in_epoch(epoch);
+                    if (epoch == 2) {  // plan() first in a new epoch: it must take the epoch's order itself
+                        sample_plan first, expected;
+                        bare.plan(epoch, n - 1, first);
+                        laid_out.plan(epoch, n - 1, expected);
+                        CHECK(first.segments == expected.segments);
+                    }
+                    std::vector<sample_plan> run(n), laid_out_run(n);
+                    bare.plan_run(epoch, 0, n, run.data(), scratch);
+                    laid_out.plan_run(epoch, 0, n, laid_out_run.data(), scratch);
+                    for (std::uint64_t i = 0; i < n; ++i) {
+                        sample_plan one_at_a_time;
+                        bare.plan(epoch, i, one_at_a_time);
+                        REQUIRE(one_at_a_time.segments.size() == 1);
+                        CHECK(one_at_a_time.segments == run[i].segments);
+                        CHECK(run[i].segments == laid_out_run[i].segments);
+                        CHECK(run[i].epoch == epoch);
+                        CHECK(run[i].dataset == 3);
+                    }
+                }
+            }
+    const sampler_config no_windows{.seq_len = 16, .global_batch = 4};
+    CHECK_THROWS_AS(dataset_stream(ft::synthetic_lengths{{16}}, no_windows, 0), config_error);  // 16 tokens: no window of 17
 }
 
 TEST_CASE("Windows.Gpt.EveryTokenIsATargetOncePerEpoch") {

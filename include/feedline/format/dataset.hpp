@@ -170,6 +170,9 @@ public:
         const byte_source* bin = nullptr;
         std::uint64_t tokens = 0;
         std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
+        // Its token 0 in the shards' concatenated stream. Here rather than in a vector of its own: one
+        // allocation a dataset fewer, and a mixture holds a dataset per domain.
+        std::uint64_t first_token = 0;
         // What holds it open. Here rather than in a vector per format: one allocation a shard fewer.
         std::variant<std::unique_ptr<megatron_shard>, llmc_shard, std::unique_ptr<raw_token_file>> opened;
         // The data file's bytes in its one mapping (storage/file.hpp), once a reader of the whole shard as
@@ -215,12 +218,11 @@ public:
                 check_dtype(r.dtype(), s);
                 delimiter_ = spec.raw_delimiter.value_or(raw_layout::default_delimiter(r.dtype()));
             }
+            info.first_token = total_tokens_;
             total_tokens_ += info.tokens;
             shards_.push_back(std::move(info));
         }
         all_local_ = std::all_of(shards_.begin(), shards_.end(), [](const shard_info& s) { return s.bin->local_file() != nullptr; });
-        shard_first_token_.push_back(0);
-        for (auto& s : shards_) shard_first_token_.push_back(shard_first_token_.back() + s.tokens);
         if (format_ == dataset_format::megatron) {
             document_starts_.reserve(shards_.size() + 1);
             document_starts_.push_back(0);
@@ -255,11 +257,11 @@ public:
     // scanning the tokens for the delimiter (O(tokens) once; 8 bytes per document).
     std::uint64_t document_count() const {
         if (is_token_stream(format_)) ensure_llmc_index();
-        return document_starts_.empty() ? llmc_starts_.size() : document_starts_.back();
+        return is_token_stream(format_) ? document_starts_.size() : document_starts_.back();
     }
     // Bytes held by llm.c's document index (0 for Megatron, whose .idx is mapped, or before it is built).
     std::uint64_t index_bytes() const noexcept {
-        return llmc_indexed_.load(std::memory_order_acquire) ? llmc_starts_.capacity() * sizeof(std::uint64_t) : 0;
+        return llmc_indexed_.load(std::memory_order_acquire) ? document_starts_.capacity() * sizeof(std::uint64_t) : 0;
     }
 
     // Tokens in document `d` (the sampler's view of a dataset).
@@ -276,8 +278,8 @@ public:
             // the next shards).
             for (std::size_t s = 0; s < shards_.size(); ++s) {
                 const auto d = static_cast<std::uint64_t>(
-                    std::lower_bound(llmc_starts_.begin(), llmc_starts_.end(), shard_first_token_[s]) - llmc_starts_.begin());
-                if (d < n && llmc_starts_[d] < shard_first_token_[s + 1]) out.push_back(d);
+                    std::lower_bound(document_starts_.begin(), document_starts_.end(), shards_[s].first_token) - document_starts_.begin());
+                if (d < n && document_starts_[d] < shards_[s].first_token + shards_[s].tokens) out.push_back(d);
             }
         }
         if (out.empty()) out.push_back(0);
@@ -288,12 +290,15 @@ public:
     document_span document(std::uint64_t d) const {
         if (is_token_stream(format_)) {
             ensure_llmc_index();
-            if (d >= llmc_starts_.size())
-                throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(llmc_starts_.size()));
-            const std::uint64_t start = llmc_starts_[d], end = d + 1 < llmc_starts_.size() ? llmc_starts_[d + 1] : total_tokens_;
-            const auto shard = static_cast<std::uint32_t>(std::upper_bound(shard_first_token_.begin(), shard_first_token_.end(), start) -
-                                                          shard_first_token_.begin() - 1);
-            return {shard, start - shard_first_token_[shard], end - start};
+            if (d >= document_starts_.size())
+                throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(document_starts_.size()));
+            const std::uint64_t start = document_starts_[d],
+                                end = d + 1 < document_starts_.size() ? document_starts_[d + 1] : total_tokens_;
+            // The last shard starting at or before `start` (an empty shard starts where the next one does).
+            const auto shard = static_cast<std::uint32_t>(
+                std::partition_point(shards_.begin(), shards_.end(), [start](const shard_info& s) { return s.first_token <= start; }) -
+                shards_.begin() - 1);
+            return {shard, start - shards_[shard].first_token, end - start};
         }
         if (d >= document_starts_.back())
             throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(document_starts_.back()));
@@ -387,7 +392,7 @@ private:
                 for (std::uint64_t k = 0; k < n; ++k) {
                     const bool is_delimiter = detail::load_token<std::uint32_t>(chunk.data(), dtype_, k) == delimiter_;
                     if (delimiter_ends ? after_delimiter : is_delimiter || starts.empty()) {
-                        starts.push_back(shard_first_token_[s] + first + k);
+                        starts.push_back(shards_[s].first_token + first + k);
                         ++counts[s];
                     }
                     after_delimiter = is_delimiter;
@@ -395,7 +400,7 @@ private:
             }
         }
         starts.shrink_to_fit();  // growth by doubling would leave up to half again unused
-        llmc_starts_ = std::move(starts);
+        document_starts_ = std::move(starts);
         for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].documents = counts[s];
         llmc_indexed_.store(true, std::memory_order_release);
     }
@@ -406,14 +411,15 @@ private:
     bool all_local_ = true;
     std::uint64_t total_tokens_ = 0;
     mutable std::vector<shard_info> shards_;
-    std::uint64_t data_offset_ = 0;                 // bytes before token 0 in every shard file (llm.c's header)
-    std::vector<std::uint64_t> document_starts_;    // Megatron: first global document of each shard
-    std::vector<std::uint64_t> shard_first_token_;  // llm.c: each shard's token 0 in the concatenated stream, then the total
+    std::uint64_t data_offset_ = 0;  // bytes before token 0 in every shard file (llm.c's header)
     // Held while llm.c's index is built (once, O(tokens)) or the delimiter set. One byte, not a
     // std::mutex's 40: a mixture holds a dataset per domain (detail/spin_lock.hpp).
     mutable detail::spin_lock index_mutex_;
     mutable std::atomic<bool> llmc_indexed_{false};
-    mutable std::vector<std::uint64_t> llmc_starts_;  // llm.c: where each document starts in the concatenated stream
+    // Megatron: the first global document of each shard, then the total (set at open). llm.c and raw:
+    // where each document starts in the shards' concatenated stream (ensure_llmc_index). One vector
+    // for either: a mixture holds a dataset per domain.
+    mutable std::vector<std::uint64_t> document_starts_;
 };
 
 }  // namespace feedline

@@ -41,10 +41,11 @@ inline constexpr std::uint32_t llama3_bot = 128000;
 inline constexpr std::uint64_t max_tokens = 0x7fffffffu;
 }  // namespace llmc_layout
 
+// Widest field first: 16 bytes, in every shard table entry of every domain of a mixture.
 struct llmc_header {
-    token_dtype dtype = token_dtype::uint16;
     std::uint64_t tokens = 0;
     std::uint32_t delimiter = llmc_layout::gpt2_eot;
+    token_dtype dtype = token_dtype::uint16;
     bool delimiter_recorded = false;  // true when header[3] carried it (feedline-written shard)
 };
 

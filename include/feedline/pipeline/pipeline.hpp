@@ -211,7 +211,7 @@ private:
         memory_ = plan_memory(budget, workers.workers, layout_.bytes, worker_bytes, index_bytes, remote_step_bytes, all_samplers_bytes);
         all_rows_.resize(config_.batch_size);
         for (std::uint32_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = r;
-        counters_ = std::make_unique<source_counters[]>(sources_.size());
+        counters_ = std::make_unique<worker_counters[]>(memory_.workers);
         delivery_.set_state(sampler_->state());
         telemetry_.open(config_);
     }
@@ -429,8 +429,8 @@ public:
             s.remote_fetch_ahead_steps = f.steps_ahead;
             s.remote_fetch_ahead_requests = f.requests_in_flight;
         }
-        for (std::size_t i = 0; i < sources_.size(); ++i) {
-            const source_counters& c = counters_[i];
+        for (unsigned w = 0; w < memory_.workers; ++w) {
+            const source_counters& c = counters_[w];
             s.bytes_read += c.bytes_read.load(std::memory_order_relaxed);
             s.read_s += c.read_ns.load(std::memory_order_relaxed) * 1e-9;
             s.tokenize_s += c.tokenize_ns.load(std::memory_order_relaxed) * 1e-9;
@@ -628,7 +628,8 @@ private:
                 bool wrote;           // in this batch: finish() is due
             };
             std::vector<made_writer> made;
-            std::vector<std::uint32_t> sharing;  // made writers that may take other sources (few: one per kind)
+            source_counters& counted = counters_[index];  // this thread's, whichever source its writers write for
+            std::vector<std::uint32_t> sharing;           // made writers that may take other sources (few: one per kind)
             constexpr std::uint32_t no_writer = ~std::uint32_t{0};
             std::vector<std::uint32_t> writer_of(sources_.size(), no_writer);  // index into `made`
             std::vector<std::uint32_t> wrote;                                  // this batch's writers, for finish()
@@ -643,14 +644,14 @@ private:
                         k = *taker;
                     } else {
                         k = static_cast<std::uint32_t>(made.size());
-                        made.push_back({sources_[d].source->make_worker(source_context::of(config_), counters_[d]), d, false});
+                        made.push_back({sources_[d].source->make_worker(source_context::of(config_), counted), d, false});
                         if (made.back().writer->accepts(source)) sharing.push_back(k);
                     }
                     writer_of[d] = k;
                 }
                 made_writer& m = made[k];
                 if (m.bound != d) {
-                    m.writer->bind(source, counters_[d]);
+                    m.writer->bind(source, counted);
                     m.bound = d;
                 }
                 if (!m.wrote) {
@@ -667,7 +668,7 @@ private:
                 wrote.clear();
             };
             if (sources_.size() == 1) {  // one writer, made before the first batch
-                made.push_back({sources_[0].source->make_worker(source_context::of(config_), counters_[0]), 0, false});
+                made.push_back({sources_[0].source->make_worker(source_context::of(config_), counted), 0, false});
                 writer_of[0] = 0;
             }
             std::vector<std::uint32_t> by_dataset;  // the batch's rows ordered by dataset: one run per writer
@@ -894,7 +895,10 @@ private:
     std::atomic<unsigned> target_workers_{0};  // workers not parked (written by next())
     std::atomic<bool> planned_all_{false};
     detail::wait_point parked_;  // where parked workers sleep
-    std::unique_ptr<source_counters[]> counters_;
+    // What the writers read and how long it took, one per worker thread, each on a cache line of its
+    // own: stats() sums them. Not one per source: a mixture has thousands, and none is reported alone.
+    struct alignas(64) worker_counters : source_counters {};
+    std::unique_ptr<worker_counters[]> counters_;
     std::atomic<std::uint64_t> plan_ns_{0}, collate_ns_{0}, padding_{0};
 };
 

@@ -203,9 +203,9 @@ private:
 
         // The windows write_mapped() gathered this batch, for every shard source this thread wrote for
         // (one writer per thread and backend, bound to each in turn; a finish() that finds none left
-        // returns). Their bytes and the time of the conversion go to the counters of the source bound
-        // last (stats() sums them over sources): one clock and one shared counter per batch instead of
-        // per source written. The views' look-up before it is not timed (a few loads per window).
+        // returns). Their bytes and the time of the conversion go to the counters bound last (the
+        // worker's; stats() sums them over workers): one clock and one count per batch instead of per
+        // source written. The views' look-up before it is not timed (a few loads per window).
         void finish(const slot_view& slot) override {
             if (io_->deferred.empty()) return;
             const auto t0 = std::chrono::steady_clock::now();

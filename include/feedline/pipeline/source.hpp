@@ -60,8 +60,9 @@ struct source_context {
     static source_context of(const pipeline_config& c) { return {c.batch_size, c.seq_len, c.mode, c.shards}; }
 };
 
-// Counters a pipeline's workers keep per run (relaxed atomics; summed into pipeline_stats). Owned by
-// the pipeline, so two pipelines over one source count separately.
+// Counters a pipeline's workers keep per run (relaxed atomics; summed into pipeline_stats): one set per
+// worker thread, which the writers of every source on that thread count into. Owned by the pipeline,
+// so two pipelines over one source count separately.
 struct source_counters {
     std::atomic<std::uint64_t> bytes_read{0}, read_ns{0}, tokenize_ns{0}, assemble_ns{0};
 };

@@ -136,8 +136,7 @@ private:
                     k += s.length;
                 }
             }
-            // Once per batch: the counters are shared by every worker (one cache line bouncing per
-            // document would cost more than the counting).
+            // Once per batch: counting per document would cost more than the counting is worth.
             counters_.assemble_ns.fetch_add(assemble_ns, std::memory_order_relaxed);
             counters_.read_ns.fetch_add(std::exchange(read_ns_, 0), std::memory_order_relaxed);
             counters_.tokenize_ns.fetch_add(std::exchange(tokenize_ns_, 0), std::memory_order_relaxed);

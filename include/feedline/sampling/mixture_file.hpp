@@ -24,6 +24,7 @@
 #if FEEDLINE_HAS_JSON
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <feedline/detail/scratch_arena.hpp>
 #include <feedline/error.hpp>
 #include <feedline/sampling/mixture_schedule.hpp>
 
@@ -181,9 +183,18 @@ inline constexpr std::size_t max_mixture_file_bytes = std::size_t{64} << 20;
 // batch x sequence length) turns "at_tokens" into steps; 0 refuses "at_tokens".
 inline mixture_file parse_mixture(std::string_view text, const std::string& name, std::uint64_t tokens_per_step = 0) {
     if (text.size() > max_mixture_file_bytes) throw config_error("mixture", name + ": larger than 64 MiB, not a mixture file");
-    nlohmann::json j;
+    // The tree (its strings too) and the name index live in an arena for this parse: what they left on
+    // the heap when freed sat as a hole between every two domains opened after it
+    // (detail/scratch_arena.hpp). Declared first, so that they go before it. What the result keeps is
+    // copied out onto the heap (text_of).
+    detail::scratch_arena scratch;
+    using scratch_string = std::basic_string<char, std::char_traits<char>, detail::scratch_allocator<char>>;
+    using scratch_json =
+        nlohmann::basic_json<std::map, std::vector, scratch_string, bool, std::int64_t, std::uint64_t, double, detail::scratch_allocator>;
+    const auto text_of = [](const scratch_string& v) { return std::string(v.data(), v.size()); };
+    scratch_json j;
     try {
-        j = nlohmann::json::parse(text.begin(), text.end());
+        j = scratch_json::parse(text.begin(), text.end());
     } catch (const nlohmann::json::parse_error& e) {
         throw config_error("mixture",
                            name + ":" + std::to_string(detail::json_lines::line_of_offset(text, e.byte)) + ": not JSON (" + e.what() + ")");
@@ -196,15 +207,20 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
         throw config_error(field, where(pointer) + ": " + why);
     };
     if (!j.is_object()) fail("mixture", "", "a mixture is a JSON object with \"domains\" and \"stages\"");
-    for (const auto& [key, v] : j.items())
-        if (key != "domains" && key != "stages")
+    for (const auto& [top_field, v] : j.items())
+        if (top_field != "domains" && top_field != "stages") {
+            const std::string key = text_of(top_field);
             fail(key, "/" + detail::json_lines::pointer_token(key), "not a field of a mixture (it has \"domains\" and \"stages\")");
+        }
     const auto domains = j.find("domains");
     if (domains == j.end() || !domains->is_array() || domains->empty())
         fail("domains", "/domains", "a list of at least one domain (a name, or {\"name\": ..., \"data\": ...})");
     mixture_file out;
     std::vector<std::string> names;
-    std::unordered_map<std::string, std::size_t> index;
+    // Views of `names`, reserved to its size first: no reallocation moves them.
+    std::unordered_map<std::string_view, std::size_t, std::hash<std::string_view>, std::equal_to<std::string_view>,
+                       detail::scratch_allocator<std::pair<const std::string_view, std::size_t>>>
+        index;
     names.reserve(domains->size());  // exactly: the schedule keeps them (10,000 domains, no doubling)
     out.data.reserve(domains->size());
     out.declared_at.reserve(domains->size());
@@ -214,23 +230,25 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
         std::string n;
         std::vector<std::string> data;
         if (e.is_string()) {
-            n = e.get<std::string>();
+            n = text_of(e.get_ref<const scratch_string&>());
         } else if (e.is_object()) {
-            for (const auto& [key, v] : e.items())
-                if (key != "name" && key != "data")
+            for (const auto& [domain_field, v] : e.items())
+                if (domain_field != "name" && domain_field != "data") {
+                    const std::string key = text_of(domain_field);
                     fail(field + "." + key, at + "/" + detail::json_lines::pointer_token(key),
                          "not a field of a domain (\"name\", \"data\")");
+                }
             const auto nm = e.find("name");
             if (nm == e.end() || !nm->is_string()) fail(field + ".name", at, "a domain needs a \"name\" string");
-            n = nm->get<std::string>();
+            n = text_of(nm->get_ref<const scratch_string&>());
             if (const auto dt = e.find("data"); dt != e.end()) {
                 if (dt->is_string()) {
-                    data.push_back(dt->get<std::string>());
+                    data.push_back(text_of(dt->get_ref<const scratch_string&>()));
                 } else if (dt->is_array()) {
                     for (std::size_t k = 0; k < dt->size(); ++k) {
                         if (!(*dt)[k].is_string())
                             fail(field + ".data", at + "/data/" + std::to_string(k), "data is a path or a list of paths");
-                        data.push_back((*dt)[k].get<std::string>());
+                        data.push_back(text_of((*dt)[k].get_ref<const scratch_string&>()));
                     }
                 } else {
                     fail(field + ".data", at + "/data", "data is a path or a list of paths");
@@ -240,11 +258,11 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
             fail(field, at, "a domain is a name or {\"name\": ..., \"data\": ...}");
         }
         if (n.empty()) fail(field + ".name", at, "a domain without a name");
-        if (const auto [it, fresh] = index.emplace(n, d); !fresh)
+        names.push_back(std::move(n));
+        if (const auto [it, fresh] = index.emplace(names.back(), d); !fresh)
             fail(field + ".name", at,
-                 "the domain name '" + n + "' appears twice (first at line " +
+                 "the domain name '" + names.back() + "' appears twice (first at line " +
                      std::to_string(lines.line("/domains/" + std::to_string(it->second))) + ")");
-        names.push_back(n);
         out.data.push_back(std::move(data));
         out.declared_at.push_back(where(at));
     }
@@ -252,7 +270,7 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
     if (stages == j.end() || !stages->is_array() || stages->empty())
         fail("stages", "/stages", "a list of at least one stage ({\"at_step\": 0, \"weights\": {...}})");
     // A whole number of at least 0 (JSON writers may give 9e11 for a token count).
-    auto count = [&](const nlohmann::json& v, const std::string& field, const std::string& at) -> std::uint64_t {
+    auto count = [&](const scratch_json& v, const std::string& field, const std::string& at) -> std::uint64_t {
         if (v.is_number_unsigned()) return v.get<std::uint64_t>();
         if (v.is_number_float()) {
             const double x = v.get<double>();
@@ -266,10 +284,12 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
         const auto& e = (*stages)[k];
         const std::string at = "/stages/" + std::to_string(k), field = "stages[" + std::to_string(k) + "]";
         if (!e.is_object()) fail(field, at, "a stage is an object: {\"at_step\": ..., \"weights\": {...}}");
-        for (const auto& [key, v] : e.items())
-            if (key != "at_step" && key != "at_tokens" && key != "weights" && key != "ramp_steps")
+        for (const auto& [stage_field, v] : e.items())
+            if (stage_field != "at_step" && stage_field != "at_tokens" && stage_field != "weights" && stage_field != "ramp_steps") {
+                const std::string key = text_of(stage_field);
                 fail(field + "." + key, at + "/" + detail::json_lines::pointer_token(key),
                      "not a field of a stage (\"at_step\" or \"at_tokens\", \"weights\", \"ramp_steps\")");
+            }
         mixture_stage s;
         s.where = where(at);
         const auto step = e.find("at_step"), tokens = e.find("at_tokens");
@@ -288,13 +308,17 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
         const auto w = e.find("weights");
         if (w == e.end() || !w->is_object()) fail(field + ".weights", at, "weights by domain name: {\"web\": 3, \"code\": 1}");
         s.weights.assign(names.size(), 0.0);
-        for (const auto& [key, v] : w->items()) {
-            const std::string wat = at + "/weights/" + detail::json_lines::pointer_token(key), wfield = field + ".weights." + key;
-            const auto it = index.find(key);
-            if (it == index.end()) fail(wfield, wat, "'" + key + "' is not one of the mixture's domains");
-            if (!v.is_number()) fail(wfield, wat, "a weight is a number");
-            const double x = v.get<double>();
-            if (!std::isfinite(x) || x < 0) fail(wfield, wat, "a weight must be a finite number, at least 0");
+        for (const auto& [domain, v] : w->items()) {
+            const auto it = index.find(std::string_view(domain));
+            const bool number = v.is_number();
+            const double x = number ? v.get<double>() : 0.0;
+            if (it == index.end() || !number || !std::isfinite(x) || x < 0) {  // the strings below only for the error
+                const std::string key = text_of(domain);
+                const std::string wat = at + "/weights/" + detail::json_lines::pointer_token(key), wfield = field + ".weights." + key;
+                if (it == index.end()) fail(wfield, wat, "'" + key + "' is not one of the mixture's domains");
+                if (!number) fail(wfield, wat, "a weight is a number");
+                fail(wfield, wat, "a weight must be a finite number, at least 0");
+            }
             s.weights[it->second] = x;
         }
         st.push_back(std::move(s));

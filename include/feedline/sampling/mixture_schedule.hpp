@@ -15,9 +15,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
+#include <feedline/detail/scratch_arena.hpp>
 #include <feedline/error.hpp>
 
 namespace feedline {
@@ -53,7 +55,13 @@ public:
     mixture_schedule(std::vector<std::string> domains, std::vector<mixture_stage> stages) : names_(std::move(domains)) {
         if (names_.empty()) throw config_error("domains", "a mixture needs at least one domain");
         if (names_.size() > std::numeric_limits<std::uint32_t>::max()) throw config_error("domains", "too many domains");
-        std::unordered_set<std::string> seen;
+        // Views of names_, in an arena of their own: a copy of each name on the heap, freed here, left
+        // holes between the domains opened next (detail/scratch_arena.hpp).
+        detail::scratch_arena scratch;
+        std::unordered_set<std::string_view, std::hash<std::string_view>, std::equal_to<std::string_view>,
+                           detail::scratch_allocator<std::string_view>>
+            seen;
+        seen.reserve(names_.size());
         for (const auto& n : names_) {
             if (n.empty()) throw config_error("domains", "a domain without a name");
             if (!seen.insert(n).second) throw config_error("domains", "the domain name '" + n + "' appears twice");

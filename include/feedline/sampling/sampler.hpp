@@ -136,8 +136,9 @@ struct plan_scratch {
 // Keeps a reference to the dataset: it must outlive the stream. Not thread-safe, except plan() under
 // planning_lock() and samples_in_epoch: those may run on several threads at once (a blend's workers
 // plan their steps' samples outside the shared planner's lock: sampler::plan_drawn).
-// A mixture holds one per domain, so it keeps only what planning reads (about 220 bytes, and the
-// epoch's layout): bench_mixture measures the memory per domain.
+// A mixture holds one per domain, so it keeps only what planning reads (80 bytes; the epoch's layout
+// and the documents' lengths too, unless it is one document read as windows): bench_mixture measures
+// the memory per domain.
 class dataset_stream {
 public:
     template <document_lengths D>
@@ -149,18 +150,23 @@ public:
                   config, id) {}
     dataset_stream(sampler_dataset data, const sampler_config& config, std::uint32_t id)
             : seq_len_(config.seq_len),
-              mode_(config.mode),
-              shuffle_(config.shuffle),
-              // shuffle_mode::none reads the samples (windows, rows) in order too, not only the documents.
-              shuffle_samples_(config.shuffle_samples && config.shuffle != shuffle_mode::none && !data.in_stream_order),
-              id_(id),
               seed_(config.seed ^ (std::uint64_t(id) << 48)),
-              block_starts_(data.block_starts.empty() ? nullptr
-                                                      : std::make_unique<const std::vector<std::uint64_t>>(std::move(data.block_starts))),
-              lengths_(std::move(data.length)),
-              documents_(data.documents) {
-        select_epoch(0);
-        tokens_ = layout_->tokens();
+              documents_(data.documents),
+              id_(id),
+              mode_(static_cast<std::uint8_t>(config.mode)),
+              shuffle_(static_cast<std::uint8_t>(config.shuffle)),
+              // shuffle_mode::none reads the samples (windows, rows) in order too, not only the documents.
+              shuffle_samples_(config.shuffle_samples && config.shuffle != shuffle_mode::none && !data.in_stream_order) {
+        if (one_document()) {
+            if (seq_len_ == 0) throw config_error("seq_len", "must be at least 1");
+            tokens_ = data.length(0);
+            samples_ = tokens_ > seq_len_ ? (tokens_ - 1) / seq_len_ : 0;  // as detail::gpt_windows::count
+            sample_key_ = detail::permutation_key(seed_, 0, 0);
+        } else {
+            many_ = std::make_unique<many_documents>(std::move(data.length), std::move(data.block_starts));
+            select_epoch(0);
+            tokens_ = layout_->tokens();
+        }
         if (samples_ == 0)
             throw config_error("seq_len", "dataset " + std::to_string(id) + " has " + std::to_string(tokens_) +
                                               " tokens: too few for one sample of seq_len " + std::to_string(config.seq_len));
@@ -174,7 +180,7 @@ public:
     // Thread-safe beside plan() under planning_lock() (GPT windows read a constant; packed rows lay
     // out under the lock).
     std::uint64_t samples_in_epoch(std::uint64_t epoch) {
-        if (mode_ == sample_mode::windows) return samples_;
+        if (mode() == sample_mode::windows) return samples_;
         const std::lock_guard hold(lock_);
         select_epoch(epoch);
         return samples_;
@@ -185,11 +191,11 @@ public:
     // new epoch while other threads still plan the old one's last samples, and they would lay the old
     // one out again.
     std::uint64_t samples_at_least() const noexcept {
-        return mode_ == sample_mode::windows ? samples_ : tokens_ / seq_len_ + (tokens_ % seq_len_ != 0 ? 1 : 0);
+        return mode() == sample_mode::windows ? samples_ : tokens_ / seq_len_ + (tokens_ % seq_len_ != 0 ? 1 : 0);
     }
     // Of the epoch last laid out.
     std::uint64_t samples_per_epoch() const noexcept { return samples_; }
-    std::uint64_t padding_tokens_per_epoch() const noexcept { return rows_ ? rows_->padding() : 0; }
+    std::uint64_t padding_tokens_per_epoch() const noexcept { return many_ && many_->rows ? many_->rows->padding() : 0; }
 
     // Sample `index` (before shuffling) of `epoch`: fills plan.segments. Rebuilds the layout when the
     // epoch changes (O(documents)); otherwise O(log documents).
@@ -200,10 +206,12 @@ public:
         out.index = index;
         out.segments.clear();
         std::uint64_t s = shuffle_samples_ ? sample_permutation()(index) : index;
-        if (mode_ == sample_mode::windows)
+        if (one_document())
+            out.segments.push_back(window_of_one_document(s));
+        else if (mode() == sample_mode::windows)
             detail::gpt_windows(*layout_, seq_len_).segments(s, out.segments);
         else
-            rows_->segments(s, out.segments);
+            many_->rows->segments(s, out.segments);
     }
 
     // Held around plan() by threads that plan samples of one stream at once (sampler::plan_drawn):
@@ -222,21 +230,27 @@ public:
             sample_permutation().map(first, count, shuffled.data(), scratch.pending);
         else
             for (std::size_t i = 0; i < count; ++i) shuffled[i] = first + i;
-        const detail::gpt_windows windows(*layout_, seq_len_);
         for (std::size_t i = 0; i < count; ++i) {
             sample_plan& p = out[i];
             p.dataset = id_;
             p.epoch = epoch;
             p.index = first + i;
             p.segments.clear();
-            if (mode_ == sample_mode::windows)
-                windows.segments(shuffled[i], p.segments);
-            else
-                rows_->segments(shuffled[i], p.segments);
+        }
+        if (one_document()) {
+            for (std::size_t i = 0; i < count; ++i) out[i].segments.push_back(window_of_one_document(shuffled[i]));
+        } else if (mode() == sample_mode::windows) {
+            const detail::gpt_windows windows(*layout_, seq_len_);
+            for (std::size_t i = 0; i < count; ++i) windows.segments(shuffled[i], out[i].segments);
+        } else {
+            const detail::packed_rows& rows = *many_->rows;
+            for (std::size_t i = 0; i < count; ++i) rows.segments(shuffled[i], out[i].segments);
         }
     }
 
-    std::size_t memory_bytes() const noexcept { return (layout_ ? layout_->memory_bytes() : 0) + (rows_ ? rows_->memory_bytes() : 0); }
+    std::size_t memory_bytes() const noexcept {
+        return (layout_ ? layout_->memory_bytes() : 0) + (many_ && many_->rows ? many_->rows->memory_bytes() : 0);
+    }
 
     // Asks for this stream's fields (a mixture plans thousands of cold streams): only their addresses
     // are used, so it needs no lock.
@@ -262,42 +276,62 @@ private:
         std::uint64_t document_length(std::uint64_t i) const { return (*f)(i); }
     };
 
+    // GPT windows over a dataset of one document (a mixture's one-shard llm.c domains, thousands of
+    // them) need no layout: the epoch is that document, and window s is its tokens [s * seq_len,
+    // s * seq_len + seq_len + 1). Keeping none saves each such domain 120 bytes and planning a miss.
+    sample_mode mode() const noexcept { return static_cast<sample_mode>(mode_); }
+    bool one_document() const noexcept { return mode() == sample_mode::windows && documents_ == 1; }
+    segment window_of_one_document(std::uint64_t s) const noexcept { return {0, s * seq_len_, seq_len_ + 1}; }
+
     void select_epoch(std::uint64_t epoch) {
+        if (one_document()) {
+            if (epoch != epoch_) sample_key_ = detail::permutation_key(seed_, epoch, 0);
+            epoch_ = epoch;
+            return;
+        }
         if (layout_ && epoch == epoch_) return;
         epoch_ = epoch;
-        rows_.reset();
+        many_->rows.reset();
         layout_.reset();  // free the old epoch before building the new one: peak stays one layout
-        layout_ = std::make_unique<detail::epoch_layout>(
-            length_source{&lengths_, documents_}, shuffle_, seed_, epoch,
-            block_starts_ ? std::span<const std::uint64_t>(*block_starts_) : std::span<const std::uint64_t>{});
-        if (mode_ == sample_mode::windows) {
+        layout_ = std::make_unique<detail::epoch_layout>(length_source{&many_->lengths, documents_}, static_cast<shuffle_mode>(shuffle_),
+                                                         seed_, epoch, std::span<const std::uint64_t>(many_->block_starts));
+        if (mode() == sample_mode::windows) {
             // The same every epoch: set once (the constructor's layout), so samples_in_epoch reads it
             // without the lock. A dataset without one sample never gets past the constructor.
             if (samples_ == 0) samples_ = detail::gpt_windows(*layout_, seq_len_).count();
         } else {
-            rows_ = std::make_unique<detail::packed_rows>(*layout_, seq_len_);
-            samples_ = rows_->count();
+            many_->rows = std::make_unique<detail::packed_rows>(*layout_, seq_len_);
+            samples_ = many_->rows->count();
         }
         sample_key_ = detail::permutation_key(seed_, epoch, 0);
     }
 
+    // What only a stream that lays its epochs out needs (several documents, or packed rows): the
+    // documents' lengths, the shard blocks' first documents (empty: none) and the epoch's rows. Behind
+    // one pointer, null for a one-document stream of windows: a mixture keeps a stream per domain, and
+    // these cost 48 of its bytes.
+    struct many_documents {
+        many_documents(std::function<std::uint64_t(std::uint64_t)> l, std::vector<std::uint64_t> b)
+                : lengths(std::move(l)), block_starts(std::move(b)) {}
+        std::function<std::uint64_t(std::uint64_t)> lengths;
+        std::vector<std::uint64_t> block_starts;
+        std::unique_ptr<detail::packed_rows> rows;  // packed mode (windows need only the layout and seq_len)
+    };
+
     std::uint64_t seq_len_;
-    sample_mode mode_;
-    shuffle_mode shuffle_;
-    bool shuffle_samples_;
-    detail::spin_lock lock_;  // planning_lock(); one byte, in what was padding
-    std::uint32_t id_;
     std::uint64_t seed_;
-    std::unique_ptr<const std::vector<std::uint64_t>> block_starts_;  // shard blocks' first documents; null: none
-    std::function<std::uint64_t(std::uint64_t)> lengths_;
     std::uint64_t documents_ = 0, tokens_ = 0;
     std::uint64_t epoch_ = 0, samples_ = 0;
-    std::unique_ptr<detail::epoch_layout> layout_;
-    std::unique_ptr<detail::packed_rows> rows_;  // packed mode (windows need only the layout and seq_len)
     // The epoch's sample order is feistel_permutation(samples_, sample_key_), made where it is used
     // (six mixes, a few ns) instead of kept: its round keys are 64 of a stream's bytes, and a mixture
     // keeps a stream per domain.
     std::uint64_t sample_key_ = 0;
+    std::uint32_t id_;
+    std::uint8_t mode_, shuffle_;  // sample_mode, shuffle_mode: a byte each, so that the stream is 80 bytes
+    bool shuffle_samples_;
+    detail::spin_lock lock_;  // planning_lock(); one byte
+    std::unique_ptr<detail::epoch_layout> layout_;
+    std::unique_ptr<many_documents> many_;
 };
 
 // Weights the trainer set to take effect at a later step (sampler::set_mixture_weights with a step):
@@ -498,6 +532,7 @@ public:
         state_.mixture_check = mixture_->fingerprint();
         state_.mixture_taken.assign(streams_.size(), 0);
         state_.weights = mixture_->shares(0);
+        std::vector<double>().swap(weights_);  // a blend's fixed shares (choose_dataset): the schedule decides here
     }
 
     // Mixed by a schedule: the shares in force at the next step (the schedule's, or weights set during

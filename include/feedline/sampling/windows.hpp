@@ -220,8 +220,8 @@ private:
     // (72 bytes a layout otherwise: a mixture has thousands).
     std::unique_ptr<feistel_permutation> perm_;
     std::unique_ptr<block_order> blocks_;
-    // The tables below live in small_ when they fit (a one-document epoch: a mixture's one-shard domains
-    // in windows mode, thousands of them, then cost no allocation), else in heap_ and bucket_heap_.
+    // The tables below live in small_ when they fit (a one-document epoch costs no allocation), else in
+    // heap_ and bucket_heap_.
     std::uint64_t* prefix_ = nullptr;  // documents_ + 1 prefix sums of the lengths in epoch order
     std::uint32_t* order_ = nullptr;   // document_at's answers (null when ids do not fit 4 bytes, or unshuffled)
     // bucket_[b]: the epoch position holding token b << bucket_shift_ (one past the end: the last

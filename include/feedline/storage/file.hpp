@@ -49,14 +49,14 @@ public:
     // is not a regular file: opened non-blocking, so a FIFO or device where data belongs is refused
     // at once instead of blocking the open forever (a directory is refused the same way).
     explicit file(std::string path, bool direct = false)
-            : path_(std::move(path)), direct_(direct), state_(std::make_unique<shared_state>()) {
+            : path_(std::move(path)), state_(std::make_unique<shared_state>()), direct_(direct) {
         struct stat st {};
         const std::lock_guard lock(state_->mutex);
         const int fd = open_checked(st);
         size_ = static_cast<std::uint64_t>(st.st_size);
         device_ = st.st_dev;
         inode_ = st.st_ino;
-        modified_ = st.st_mtim;
+        modified_ = modified_ns(st);
         listed(fd);
     }
 
@@ -64,11 +64,11 @@ public:
             : byte_source(),
               size_(o.size_),
               path_(std::move(o.path_)),
-              direct_(o.direct_),
               device_(o.device_),
               inode_(o.inode_),
               modified_(o.modified_),
-              state_(std::move(o.state_)) {}
+              state_(std::move(o.state_)),
+              direct_(o.direct_) {}
     file& operator=(file&& o) noexcept {
         if (this != &o) {
             close();
@@ -127,8 +127,7 @@ public:
             const int fd = open_checked(st);
             // The inode alone does not tell: a file removed and another created may get its number
             // (ext4, XFS), so the modification time must match too.
-            const bool same = st.st_dev == device_ && st.st_ino == inode_ && st.st_mtim.tv_sec == modified_.tv_sec &&
-                              st.st_mtim.tv_nsec == modified_.tv_nsec;
+            const bool same = st.st_dev == device_ && st.st_ino == inode_ && modified_ns(st) == modified_;
             if (!same || static_cast<std::uint64_t>(st.st_size) < size_) {
                 ::close(fd);
                 throw io_error(path_, ESTALE,
@@ -194,6 +193,13 @@ public:
     const file_mapping* mapping_if_made() const noexcept { return state_ ? state_->mapped.load(std::memory_order_acquire) : nullptr; }
 
 private:
+    // A file's modification time as one number: nanoseconds since the epoch, modulo 2^64 (unsigned, so
+    // times past 2262 or before 1678, which touch -d can set, wrap instead of overflowing). Only ever
+    // compared for equality.
+    static std::uint64_t modified_ns(const struct stat& st) noexcept {
+        return static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
+    }
+
     // The descriptor and what the pool knows of it, with the shared mapping (a separate lock: mapping
     // takes a lease).
     struct shared_state : detail::pooled_descriptor {
@@ -258,11 +264,11 @@ private:
 
     std::uint64_t size_ = 0;
     std::string path_;
-    bool direct_ = false;
     dev_t device_ = 0;
     ino_t inode_ = 0;
-    timespec modified_{};                  // st_mtim when opened
+    std::uint64_t modified_ = 0;           // st_mtim when opened (modified_ns): 8 bytes, not a timespec's 16
     std::unique_ptr<shared_state> state_;  // null: default-constructed or moved from
+    bool direct_ = false;                  // last: a mixture keeps a file per domain, and padding is bytes
 };
 
 namespace detail {
