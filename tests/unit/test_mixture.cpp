@@ -3,9 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -94,6 +96,46 @@ TEST_CASE("Mixture.Bound.SharesSumToOneAndRampsMoveLinearly") {
     // The ramp's 4 steps give domain 0 shares 1/4, 7/16, 5/8, 13/16 of 4 samples each: 8.5 samples.
     const auto g = t.target(0, 56);
     CHECK(g.num * 2 == 37 * g.den);
+}
+
+// first_reaching from a sample `from` is the first n >= from whose target reaches x, found here by
+// walking n one by one: from before, inside and after each stage and ramp, for counts the target
+// reaches in an earlier segment, in from's, in a later one, or never (zero weights at the end).
+TEST_CASE("Mixture.Targets.ASearchFromAnySampleIsTheFirstSampleFromThereThatReaches") {
+    std::mt19937_64 rng(20261129);
+    for (int trial = 0; trial < 200; ++trial) {
+        const std::size_t D = 1 + rng() % 5;
+        const auto schedule = random_schedule(rng, D);
+        const std::uint64_t B = 1 + rng() % 7;
+        const mixture_targets t(schedule, B);
+        const std::uint64_t horizon = (schedule->stage_step(schedule->stages() - 1) + 40) * B;
+        for (int q = 0; q < 40; ++q) {
+            const std::size_t d = rng() % D;
+            const bool strictly = rng() % 2;
+            const std::uint64_t from = rng() % horizon, x = rng() % (static_cast<std::uint64_t>(t.expected(d, horizon)) + 3);
+            auto reaches = [&](std::uint64_t n) {
+                const auto f = t.target(d, n);
+                return strictly ? f.num > mixture_uint128{x} * f.den : f.num >= mixture_uint128{x} * f.den;
+            };
+            std::optional<std::uint64_t> want;
+            for (std::uint64_t n = from; n < horizon + 2 * B; ++n)
+                if (reaches(n)) {
+                    want = n;
+                    break;
+                }
+            const auto got = t.first_reaching(d, x, strictly, from);
+            INFO("trial ", trial, ", domain ", d, ", x ", x, ", from ", from, strictly ? ", strictly" : "");
+            if (want) {
+                REQUIRE(got.has_value());
+                CHECK(*got == *want);
+                const auto from_zero = t.first_reaching(d, x, strictly);
+                REQUIRE(from_zero.has_value());
+                CHECK(std::max(*from_zero, from) == *want);
+            } else {  // not within the horizon: later (a last stage's closed form) or never
+                CHECK((!got || *got >= horizon + 2 * B));
+            }
+        }
+    }
 }
 
 TEST_CASE("Mixture.Resume.AMixerRebuiltFromItsCountsGoesOnWithTheSameStream") {
@@ -199,27 +241,17 @@ TEST_CASE("Mixture.Stream.TheDomainsDrawnAreThoseOfEarlierVersions") {
     CHECK(hash == 17984278612134940215ull);
 }
 
-// The mixer files waiting samples on a wheel of slots and in a heap for those further off; its choices
-// must be the rule's, computed here directly: each slot, among the domains whose next sample may be
-// drawn (target after the slot passes their count), the earliest deadline (the slot where the target
-// reaches count + 1), ties to the lower domain. Shares from 1,000 down to 0.001 put some domains' next
-// samples within the wheel and others far past it, in stages and a ramp; a mixer rebuilt from the
-// counts mid-run files its domains from that slot on.
-TEST_CASE("Mixture.Stream.TheWheelAndTheFarHeapDrawWhatTheRuleSays") {
-    const std::size_t D = 24;
-    const double values[] = {1000, 7, 1, 0.1, 0.01, 0.001, 0};
-    std::mt19937_64 rng(11);
-    mixture_stage a{0, {}, 0, ""}, b{200, {}, 150, ""}, c{700, {}, 0, ""};
-    for (std::size_t d = 0; d < D; ++d) {
-        a.weights.push_back(values[d % 6]);
-        b.weights.push_back(values[rng() % 7]);
-        c.weights.push_back(values[rng() % 7]);
-    }
-    b.weights[1] = c.weights[2] = 1;
-    const auto schedule = std::make_shared<const mixture_schedule>(names(D), std::vector<mixture_stage>{a, b, c});
-    const std::uint64_t batch = 8;
+namespace {
+
+// Draws `slots` samples from a mixer started at (drawn, taken), rebuilt from its counts at `rebuild_at`,
+// each checked against the rule computed directly: among the domains whose next sample may be drawn
+// (target after the slot passes their count), the earliest deadline (the slot where the target
+// reaches count + 1), ties to the lower domain. Returns the counts.
+std::vector<std::uint64_t> draw_by_the_rule(const std::shared_ptr<const mixture_schedule>& schedule, std::uint64_t batch,
+                                            std::uint64_t drawn, std::vector<std::uint64_t> taken, std::uint64_t slots,
+                                            std::uint64_t rebuild_at) {
+    const std::size_t D = taken.size();
     const mixture_targets targets(schedule, batch);
-    std::vector<std::uint64_t> taken(D, 0);
     auto rule = [&](std::uint64_t slot) {
         std::uint32_t best = 0;
         std::uint64_t best_deadline = 0;
@@ -234,18 +266,54 @@ TEST_CASE("Mixture.Stream.TheWheelAndTheFarHeapDrawWhatTheRuleSays") {
         REQUIRE(any);
         return best;
     };
-    auto m = std::make_unique<mixer>(schedule, batch);
-    for (std::uint64_t slot = 0; slot < 12000; ++slot) {
-        if (slot == 5003) m = std::make_unique<mixer>(schedule, batch, slot, taken);
+    auto m = std::make_unique<mixer>(schedule, batch, drawn, taken);
+    for (std::uint64_t slot = drawn; slot < drawn + slots; ++slot) {
+        if (slot == rebuild_at) m = std::make_unique<mixer>(schedule, batch, slot, taken);
         const std::uint32_t d = m->next(), want = rule(slot);
+        INFO("sample ", slot);
         REQUIRE(d == want);
         ++taken[d];
     }
-    // Shares under 1/64 (the wheel's slots for 24 domains) drew too: their samples waited in the far heap.
-    std::size_t far = 0;
-    for (std::uint32_t d = 0; d < D; ++d)
-        if (taken[d] > 0 && taken[d] < 12000 / 64) ++far;
-    CHECK(far >= 4);
+    return taken;
+}
+
+}  // namespace
+
+// The mixer files waiting samples on a wheel of slots and in a heap for those further off, and ready
+// ones on a wheel by deadline and in a heap for those further off; its choices must be the rule's.
+// Shares from 1,000 down to 0.001 put some domains' next samples and deadlines within the wheels and
+// others far past them, in stages and a ramp; a mixer rebuilt from the counts mid-run files its domains
+// from that slot on. 24 domains keep a wheel of one 64-bit word of marks, 100 one of four.
+TEST_CASE("Mixture.Stream.TheWheelAndTheFarHeapDrawWhatTheRuleSays") {
+    for (const std::size_t D : {std::size_t{24}, std::size_t{100}}) {
+        const double values[] = {1000, 7, 1, 0.1, 0.01, 0.001, 0};
+        std::mt19937_64 rng(11);
+        mixture_stage a{0, {}, 0, ""}, b{200, {}, 150, ""}, c{700, {}, 0, ""};
+        for (std::size_t d = 0; d < D; ++d) {
+            a.weights.push_back(values[d % 6]);
+            b.weights.push_back(values[rng() % 7]);
+            c.weights.push_back(values[rng() % 7]);
+        }
+        b.weights[1] = c.weights[2] = 1;
+        const auto schedule = std::make_shared<const mixture_schedule>(names(D), std::vector<mixture_stage>{a, b, c});
+        const auto taken = draw_by_the_rule(schedule, 8, 0, std::vector<std::uint64_t>(D, 0), 12000, 5003);
+        // Shares under one over the wheel's slots drew too: their samples waited in the far heap.
+        const std::uint64_t wheel = std::bit_ceil(std::max<std::size_t>(2 * D, 64));
+        std::size_t far = 0;
+        for (std::uint32_t d = 0; d < D; ++d)
+            if (taken[d] > 0 && taken[d] < 12000 / wheel) ++far;
+        CHECK(far >= 4);
+    }
+}
+
+// A state within the bound from which not every deadline can be met (not one this schedule reaches
+// drawing in order; an edited state file): domains 2 and 3 are both due at sample 4 and one must be
+// late. The late one's deadline has passed while it waits, and it still goes first, as the rule says.
+TEST_CASE("Mixture.Stream.AStateWithADeadlineThatCannotBeMetDrawsAsTheRuleSays") {
+    const auto schedule = std::make_shared<const mixture_schedule>(
+        names(4), std::vector<mixture_stage>{{0, {0.1, 0.1, 0.4, 0.4}, 0, ""}, {1, {0, 0, 1, 1}, 0, ""}});
+    const auto taken = draw_by_the_rule(schedule, 4, 4, {1, 1, 1, 1}, 400, ~std::uint64_t{0});
+    CHECK(taken[2] + taken[3] == 400 + 2);
 }
 
 TEST_CASE("Mixture.Config.BadSchedulesAreRefusedNamingTheField") {

@@ -1,8 +1,9 @@
 // feedline/detail/quaternary_heap.hpp: a min-heap of (key, id) pairs with four children per node.
 //
-// The mixer keeps one job per domain in each of two heaps and pops and pushes once per sample; with
-// 10,000 domains a binary heap's 13 levels of unpredictable comparisons were 11% of the pipeline's CPU
-// time (bench_mixture under perf). Four children halve the levels, and the four are 64 contiguous
+// The mixer keeps in two heaps the jobs a timing wheel or more away (sampling/mixer.hpp); when they
+// held every domain's job, popped and pushed once per sample, a binary heap's 13 levels of
+// unpredictable comparisons at 10,000 domains were 11% of the pipeline's CPU time (bench_mixture
+// under perf). Four children halve the levels, and the four are 64 contiguous
 // bytes (one or two cache lines). Entries compare by key, then id: with unique ids the pop
 // order is a total order, the same as any other correct priority queue's.
 #pragma once

@@ -15,15 +15,19 @@
 //
 // The state is the number of samples drawn and each domain's count: the next sample depends on
 // nothing else, so a mixer rebuilt from them goes on with the same stream (resume), and the stream
-// does not depend on ranks (elastic). O(domains) memory and O(log domains) heap work per sample, plus
-// the windows' search (closed form in a constant stage, a binary search in a ramp).
+// does not depend on ranks (elastic). O(domains) memory; per sample a few list operations (a heap's
+// O(log domains) only for jobs a wheel or more away) and the windows' search (closed form in the
+// last stage, a binary search before it).
 //
 // The waiting jobs sit on a timing wheel: one list per slot for the next slots (about two per domain),
 // and a heap only for those further off. A job waits for a slot near the current one (a domain's next
 // sample is about 1 / share slots away), so at 10,000 domains each sample costs a list push and a
-// list walk instead of a heap's pop and push over cold levels. Which jobs are released at a slot does
-// not depend on the order they were filed in, and the ready heap orders them by (deadline, domain),
-// so the stream is the same as with a heap for both.
+// list walk instead of a heap's pop and push over cold levels. The ready jobs sit on a second wheel,
+// by deadline, each slot's list in domain order: the earliest deadline is the first marked slot from
+// the current one (a bit per slot), where a heap of all 10,000 ready jobs took seven levels of cold
+// cache lines per pop (half the draw's time under perf). Deadlines further off go to a heap. Which
+// jobs are released at a slot does not depend on the order they were filed in, and both keep the
+// order (deadline, domain), so the stream is the same as with one heap for each.
 #pragma once
 
 #include <algorithm>
@@ -71,7 +75,8 @@ public:
         // A wheel of at least two slots per domain: equal shares wait D slots, and the few jobs further
         // off go to the heap (it grows only as far as they need).
         wheel_.assign(std::clamp<std::size_t>(std::bit_ceil(2 * D), 64, max_wheel_slots), no_domain);
-        ready_.reserve(D);  // one job per domain at most
+        due_.assign(wheel_.size(), no_domain);
+        due_bits_.assign(wheel_.size() / 64, 0);
         for (std::uint32_t d = 0; d < D; ++d) {
             if (!within_bound(d))
                 throw config_error("mixture.taken", "domain '" + targets_.schedule().names()[d] + "' has " +
@@ -81,23 +86,51 @@ public:
         }
     }
 
-    // The domain of sample drawn(); advances past it.
+    // The domain of sample drawn(); advances past it. Throws std::bad_alloc (a heap grows) or
+    // std::logic_error (no domain may draw: past 2^48 samples); after a throw, rebuild the mixer from
+    // drawn() and taken(), which change only once the sample is drawn.
     std::uint32_t next() {
-        far_.make_room_for_one();  // the only allocation a draw may need, before anything changes
+        finger_ = no_domain;
+        // A deadline the slot just passed could be on the due wheel only from a state this schedule
+        // does not reach drawing in order (an edited one: the constructor checks the bound, not that
+        // every deadline can still be met). Its jobs go to ready_, where they sort first, as in one heap.
+        if (const std::size_t past = (drawn_ - 1) & (due_.size() - 1); drawn_ > 0 && (due_bits_[past / 64] >> past % 64 & 1)) {
+            for (std::uint32_t d = std::exchange(due_[past], no_domain); d != no_domain;) {
+                const std::uint32_t after = domains_[d].next_waiting;
+                ready_.make_room_for_one();
+                ready_.push({deadline_of(d), d});
+                d = after;
+            }
+            due_bits_[past / 64] &= ~(std::uint64_t{1} << past % 64);
+        }
         // This slot's list (every job on it waits for this slot: one filed for slot k + wheel size
-        // went on the list only after slot k's walk), then the far jobs now due.
+        // went on the list only after slot k's walk), then the far jobs whose slot came.
         std::uint32_t& head = wheel_[drawn_ & (wheel_.size() - 1)];
-        for (std::uint32_t d = std::exchange(head, no_domain); d != no_domain; d = domains_[d].next_waiting)
-            ready_.push({deadline_of(d), d});
+        for (std::uint32_t d = std::exchange(head, no_domain); d != no_domain;) {
+            const std::uint32_t after = domains_[d].next_waiting;  // make_ready files d on another list
+            make_ready(d);
+            d = after;
+        }
         while (!far_.empty() && far_.top().key <= drawn_) {
             const std::uint32_t d = far_.top().id;
             far_.pop();
-            ready_.push({deadline_of(d), d});
+            make_ready(d);
         }
-        if (ready_.empty())  // impossible while shares sum to 1 (see above); kept as an error, not UB
+        // The earliest deadline: the first marked slot of the due wheel from this one, or ready_'s top
+        // if that is earlier (ties: the lower domain).
+        std::uint32_t d = no_domain;
+        const std::size_t slot = first_due();
+        if (slot != no_slot) d = due_[slot];
+        if (!ready_.empty() &&
+            (d == no_domain || ready_.top().key < deadline_of(d) || (ready_.top().key == deadline_of(d) && ready_.top().id < d))) {
+            d = ready_.top().id;
+            ready_.pop();
+        } else if (d != no_domain) {
+            if ((due_[slot] = domains_[d].next_waiting) == no_domain) due_bits_[slot / 64] &= ~(std::uint64_t{1} << slot % 64);
+        } else {  // impossible while shares sum to 1 (see above); kept as an error, not UB
             throw std::logic_error("mixer: no domain may draw sample " + std::to_string(drawn_));
-        const std::uint32_t d = ready_.top().id;
-        ready_.pop();
+        }
+        far_.make_room_for_one();  // the push schedule_next may make
         ++domains_[d].taken;
         ++drawn_;
         schedule_next(d);
@@ -128,10 +161,52 @@ private:
         return reached == none ? none : reached - 1;
     }
 
+    // Domain d's pending sample may be drawn from now on: onto the due wheel at its deadline's slot
+    // (the list kept in domain order) if that is less than a wheel ahead, else into ready_. No
+    // deadline is before the current slot: EDF meets them all.
+    void make_ready(std::uint32_t d) {
+        const std::uint64_t deadline = deadline_of(d);
+        if (deadline < drawn_ || deadline - drawn_ >= due_.size()) {  // none (never due) too
+            ready_.make_room_for_one();
+            ready_.push({deadline, d});
+            return;
+        }
+        const std::size_t slot = deadline & (due_.size() - 1);
+        std::uint32_t* at = &due_[slot];
+        // far_ releases the jobs of one slot in domain order: each goes on from the one filed before
+        // it (finger_), not from the list's head, or many domains starting together cost a square.
+        if (finger_ != no_domain && finger_slot_ == slot && finger_ < d) at = &domains_[finger_].next_waiting;
+        while (*at != no_domain && *at < d) at = &domains_[*at].next_waiting;
+        domains_[d].next_waiting = *at;
+        *at = d;
+        due_bits_[slot / 64] |= std::uint64_t{1} << slot % 64;
+        finger_ = d;
+        finger_slot_ = slot;
+    }
+    // The due wheel's first slot holding a list, from the current slot on (no_slot: none). Its jobs'
+    // deadline is that slot: every deadline filed there is at least the current slot and less than a
+    // wheel ahead.
+    std::size_t first_due() const noexcept {
+        const std::size_t mask = due_.size() - 1, words = due_bits_.size(), from = drawn_ & mask;
+        std::size_t w = from / 64;
+        std::uint64_t bits = due_bits_[w] & (~std::uint64_t{0} << from % 64);
+        for (std::size_t i = 0; i <= words; ++i) {  // the last word again: its bits before `from`
+            if (bits != 0) return w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+            w = w + 1 == words ? 0 : w + 1;
+            bits = due_bits_[w];
+        }
+        return no_slot;
+    }
+
     // Domain d's next sample, the (taken + 1)-th: may be drawn at the slot n where the target after
     // n + 1 samples first passes taken; must be by the slot where it first reaches taken + 1 (none: its
     // target stops short of that, so it never must). A domain whose target never passes its count
     // again is done.
+    //
+    // Both searches start at the current sample, not at 0: the slot is max(may, drawn + 1) - 1, so a
+    // may before drawn + 1 need not be found exactly; and the bound (target < count + 1 at every
+    // sample) puts the deadline's must past drawn. Starting there keeps each search in the current
+    // segment (first_reaching), the same answers for fewer targets.
     void schedule_next(std::uint32_t d) {
         // Where the target passes the count is usually where it reached it (the previous sample's
         // deadline, kept): one target instead of a search, unless it landed exactly on the count.
@@ -139,13 +214,14 @@ private:
         std::optional<std::uint64_t> may;
         if (const std::uint64_t reached = m.reached; reached != none) {
             const auto f = targets_.target(d, reached);
-            if (f.num > mixture_uint128{m.taken} * f.den) may = reached;
+            if (f.num > mixture_uint128{m.taken} * f.den) may = std::max(reached, drawn_ + 1);
         }
-        if (!may) may = targets_.first_reaching(d, m.taken, true);
+        if (!may) may = targets_.first_reaching(d, m.taken, true, drawn_ + 1);
         if (!may) return;
-        const auto must = targets_.first_reaching(d, m.taken + 1, false);
-        m.reached = must ? *must : none;  // deadline_of(d) follows from it
-        const std::uint64_t slot = std::max(std::max(*may, std::uint64_t{1}) - 1, drawn_);
+        auto must = targets_.first_reaching(d, m.taken + 1, false, drawn_);
+        if (must == drawn_) must = targets_.first_reaching(d, m.taken + 1, false);  // past the bound: an edited state
+        m.reached = must ? *must : none;                                            // deadline_of(d) follows from it
+        const std::uint64_t slot = *may - 1;                                        // at least drawn
         if (slot - drawn_ < wheel_.size()) {
             std::uint32_t& head = wheel_[slot & (wheel_.size() - 1)];
             m.next_waiting = head;
@@ -156,13 +232,14 @@ private:
     }
 
     static constexpr std::uint32_t no_domain = ~std::uint32_t{0};
-    static constexpr std::size_t max_wheel_slots = std::size_t{1} << 17;  // 512 KiB of list heads at most
+    static constexpr std::size_t no_slot = ~std::size_t{0};
+    static constexpr std::size_t max_wheel_slots = std::size_t{1} << 17;  // 512 KiB of list heads a wheel at most
 
     mixture_targets targets_;
     std::uint64_t drawn_;
     // Per domain, together (one cache miss, not two, when a sample of one of 10,000 domains is drawn):
-    // its count, where its target reached that count (none: not known), and the next domain on its
-    // wheel slot's list while its pending sample waits there.
+    // its count, where its target reached that count (none: not known), and the next domain on the
+    // list its pending sample is on: its wheel slot's while it waits, its due slot's once ready.
     struct domain {
         std::uint64_t taken, reached;
         std::uint32_t next_waiting;
@@ -170,8 +247,13 @@ private:
     std::vector<domain> domains_;
     // Each domain's pending sample is in one place. Waiting, by the first slot it may take: on the
     // wheel (a list per slot, modulo its size, for slots less than a wheel ahead) or in far_. Ready
-    // (that slot passed), keyed by its deadline (deadline_of); ties go to the lower domain.
-    std::vector<std::uint32_t> wheel_;
+    // (that slot passed), by its deadline (deadline_of): on the due wheel (a list per deadline slot,
+    // in domain order, and a bit per slot that has one) for deadlines less than a wheel ahead, else
+    // in ready_, keyed by deadline; ties go to the lower domain.
+    std::vector<std::uint32_t> wheel_, due_;
+    std::vector<std::uint64_t> due_bits_;
+    std::uint32_t finger_ = no_domain;  // the domain make_ready filed last in this next(), at finger_slot_
+    std::size_t finger_slot_ = 0;
     detail::quaternary_heap far_, ready_;
 };
 

@@ -306,18 +306,23 @@ public:
         return static_cast<double>(f.num / f.den) + static_cast<double>(f.num % f.den) / static_cast<double>(f.den);
     }
 
-    // The first n at which domain d's target reaches x (strictly: passes it), or nothing if it never
-    // does. Targets never decrease, so a binary search over segments, then within one: closed form in
-    // a constant segment, a search over its samples in a ramp.
-    std::optional<std::uint64_t> first_reaching(std::size_t d, std::uint64_t x, bool strictly) const {
+    // The first n >= from at which domain d's target reaches x (strictly: passes it), or nothing if it
+    // never does (before max_samples). Targets never decrease, so: `from` itself, or a binary search
+    // over the segments from the one holding `from`, then within one: closed form in the last
+    // segment, a search over its samples otherwise. The mixer asks from the current sample: the
+    // segments before it are skipped, and in the last one (most of a run) that leaves one target and
+    // the closed form, where a search from 0 took a target per segment halved, each in another
+    // segment's cache lines.
+    std::optional<std::uint64_t> first_reaching(std::size_t d, std::uint64_t x, bool strictly, std::uint64_t from = 0) const {
         auto reached = [&](std::uint64_t n) {
             const fraction f = target(d, n);
             const mixture_uint128 want = mixture_uint128{x} * f.den;
             return strictly ? f.num > want : f.num >= want;
         };
-        if (reached(0)) return 0;
-        // The first segment whose end reaches x.
-        std::size_t lo = 0, hi = S_->segments_.size() - 1;
+        if (from >= max_samples) return std::nullopt;
+        if (reached(from)) return from;
+        // The first segment whose end reaches x: none before from's, whose ends are at most from.
+        std::size_t lo = S_->segment_index(from / B_), hi = S_->segments_.size() - 1;
         while (lo < hi) {
             const std::size_t mid = (lo + hi) / 2;
             if (reached(samples_at(S_->segments_[mid].end)))
@@ -339,7 +344,8 @@ public:
             if (n >= max_samples) return std::nullopt;  // beyond any run this schedule can serve
             return static_cast<std::uint64_t>(n);
         }
-        std::uint64_t a = first, b = samples_at(s.end);  // reached(b) holds
+        std::uint64_t a = std::max(first, from + 1), b = samples_at(s.end);  // reached(b) holds, reached(from) not
+        if (a > b) return std::nullopt;                                      // from at the last sample a schedule can serve
         while (a < b) {
             const std::uint64_t mid = a + (b - a) / 2;
             if (reached(mid))

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -276,10 +277,10 @@ private:
         std::uint64_t document_length(std::uint64_t i) const { return (*f)(i); }
     };
 
+    sample_mode mode() const noexcept { return static_cast<sample_mode>(mode_); }
     // GPT windows over a dataset of one document (a mixture's one-shard llm.c domains, thousands of
     // them) need no layout: the epoch is that document, and window s is its tokens [s * seq_len,
     // s * seq_len + seq_len + 1). Keeping none saves each such domain 120 bytes and planning a miss.
-    sample_mode mode() const noexcept { return static_cast<sample_mode>(mode_); }
     bool one_document() const noexcept { return mode() == sample_mode::windows && documents_ == 1; }
     segment window_of_one_document(std::uint64_t s) const noexcept { return {0, s * seq_len_, seq_len_ + 1}; }
 
@@ -971,7 +972,12 @@ private:
             mixer_step_ = st.mixture_step;
             mixer_check_ = st.mixture_check;
         }
-        return mixer_->next();
+        try {
+            return mixer_->next();
+        } catch (...) {  // a draw that threw left the mixer half-changed: rebuilt from the state next time
+            mixer_.reset();
+            throw;
+        }
     }
 
     sampler(sampler_config config, std::vector<double> weights) : config_(config) {
@@ -1078,7 +1084,6 @@ private:
         b.samples.resize(local);
         touched_.clear();
         took_weights_.reset();
-        ++plans_;
         if (!st.pending_weights.empty() && st.pending_weights.front().step == st.step) {  // weights set for this step
             took_weights_ = weights_fingerprint(st.pending_weights.front().weights);
             st.take_weights_change(*took_weights_);
@@ -1111,26 +1116,34 @@ private:
             // The rule looks only at the samples drawn, so a run that went on with another global
             // batch draws the same stream.
             const std::uint64_t before = st.drawn_before(st.step);
-            if (touched_step_.size() != streams_.size()) touched_step_.assign(streams_.size(), 0);
+            // Each dataset drawn from goes to touched_ once, in the order first drawn, found in a hash
+            // set of the step's draws (open addressing, at most half full): no per-dataset mark to
+            // miss in cache at each sample of thousands of domains, nor 8 bytes a domain to hold it.
+            const std::size_t set_mask = std::bit_ceil(2 * std::min<std::size_t>(g, streams_.size())) - 1;
+            const int set_shift = 64 - std::countr_zero(set_mask + 1);  // a hash's top bits index it
+            drawn_set_.assign(set_mask + 1, no_dataset);
             if (mixture_) {
+                step_domains_.resize(g);
                 // The step's domains first (the mixer reads only its own counts), then their samples:
                 // with thousands of domains each one's stream and counts are cache misses, and asked for
                 // together here they overlap instead of stalling the planner one after another.
-                step_domains_.resize(g);
                 for (std::uint64_t i = 0; i < g; ++i) {
                     const std::uint32_t d = step_domains_[i] = mix_next(st, before + i);
                     streams_[d].prefetch_counts();
                     __builtin_prefetch(&st.index[d]);
                     __builtin_prefetch(&st.epoch[d]);
                     __builtin_prefetch(&st.taken[d]);
-                    __builtin_prefetch(&touched_step_[d]);
                 }
             }
             for (std::uint64_t i = 0; i < g; ++i) {
-                std::uint32_t d = mixture_ ? step_domains_[i] : choose_dataset(st.taken, before + i);
-                if (touched_step_[d] != plans_) {  // first drawn from in this step
-                    touched_step_[d] = plans_;
-                    touched_.push_back(d);
+                const std::uint32_t d = mixture_ ? step_domains_[i] : choose_dataset(st.taken, before + i);
+                for (std::size_t h = (d * std::uint64_t{0x9E3779B97F4A7C15}) >> set_shift;; h = (h + 1) & set_mask) {
+                    if (drawn_set_[h] == d) break;
+                    if (drawn_set_[h] == no_dataset) {  // first drawn from in this step
+                        drawn_set_[h] = d;
+                        touched_.push_back(d);
+                        break;
+                    }
                 }
                 auto& s = streams_[d];
                 if (st.index[d] >= s.samples_at_least() && st.index[d] >= s.samples_in_epoch(st.epoch[d])) {
@@ -1205,11 +1218,9 @@ private:
     plan_scratch scratch_;
     std::vector<std::uint32_t> step_domains_;  // a mixed step's domains, drawn before its samples are planned
     sampler_state state_;
-    // The datasets the last plan_step drew from, in the order first drawn; per dataset, the number of
-    // the plan_step (plans_, counted from 1) it was last drawn in (sized on the first blended step).
-    std::vector<std::uint32_t> touched_;
-    std::vector<std::uint64_t> touched_step_;
-    std::uint64_t plans_ = 0;
+    std::vector<std::uint32_t> touched_;  // the datasets the last plan_step drew from, in the order first drawn
+    static constexpr std::uint32_t no_dataset = ~std::uint32_t{0};
+    std::vector<std::uint32_t> drawn_set_;       // draw_step's hash set of them (no_dataset: an empty entry)
     std::optional<std::uint64_t> took_weights_;  // the last plan_step took pending weights with this fingerprint
 };
 
