@@ -169,16 +169,17 @@ public:
     struct shard_info {
         const byte_source* bin = nullptr;
         std::uint64_t tokens = 0;
+        // The data file's bytes in its one mapping (storage/file.hpp), once a reader of the whole shard as
+        // a token stream has mapped and range-checked it; null before. Next to `tokens` (the first 24
+        // bytes are all a window's read takes), so a mixture's workers find a window's bytes with no
+        // look-up of their own per shard and thread, and one cache line.
+        detail::published<const std::byte*> mapped_bytes;
         std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
         // Its token 0 in the shards' concatenated stream. Here rather than in a vector of its own: one
         // allocation a dataset fewer, and a mixture holds a dataset per domain.
         std::uint64_t first_token = 0;
         // What holds it open. Here rather than in a vector per format: one allocation a shard fewer.
         std::variant<std::unique_ptr<megatron_shard>, llmc_shard, std::unique_ptr<raw_token_file>> opened;
-        // The data file's bytes in its one mapping (storage/file.hpp), once a reader of the whole shard as
-        // a token stream has mapped and range-checked it; null before. Next to `tokens`, so a mixture's
-        // workers find a window's bytes with no look-up of their own per shard and thread.
-        detail::published<const std::byte*> mapped_bytes;
     };
 
     // Opens and validates every shard (headers and, for Megatron, the .idx arrays; never the tokens),
@@ -233,6 +234,10 @@ public:
     dataset_format format() const noexcept { return format_; }
     token_dtype dtype() const noexcept { return dtype_; }
     std::size_t shard_count() const noexcept { return shards_.size(); }
+    // Requests the cache line of the first shard's entry (what a window of a one-shard dataset reads).
+    void prefetch_first_shard() const noexcept {
+        if (!shards_.empty()) __builtin_prefetch(&shards_.front().mapped_bytes);
+    }
     const shard_info& shard(std::size_t i) const { return shards_.at(i); }
     // Shard i's Megatron prefix or llm.c (raw) file, as given.
     std::string shard_path(std::size_t i) const {

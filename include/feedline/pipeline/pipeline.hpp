@@ -677,8 +677,8 @@ private:
             };
             std::vector<row_run> runs;
             runs.reserve(all_rows_.size());
-            constexpr std::size_t writer_lookahead = 4;
-            batch_plan plan;  // reused: no allocation per batch once warm
+            constexpr std::size_t writer_lookahead = 3;  // runs between two links of a source's chain (below)
+            batch_plan plan;                             // reused: no allocation per batch once warm
             sampler_step_delta after;
             sampler_state own_after;  // own planners: the state after the step (one dataset: small)
             detail::row_boundaries bounds;
@@ -712,12 +712,22 @@ private:
                         while (last < by_dataset.size() && plan.samples[by_dataset[last]].dataset == d) ++last;
                         runs.push_back({d, static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last - first)});
                     }
-                    // With thousands of sources each run's source is a cache miss behind a miss (its
-                    // entry, then the object that bind() reads): both are requested a few runs ahead.
+                    // With thousands of sources each run's source is a chain of cache misses (its
+                    // entry, the object that bind() reads, its writer's index here, then what the
+                    // source's own objects hold): each link is requested a few runs ahead, once the
+                    // one before it has had time to arrive.
                     for (std::size_t j = 0; j < runs.size(); ++j) {
-                        if (j + 2 * writer_lookahead < runs.size()) __builtin_prefetch(&sources_[runs[j + 2 * writer_lookahead].dataset]);
-                        if (j + writer_lookahead < runs.size())
-                            __builtin_prefetch(sources_[runs[j + writer_lookahead].dataset].source.get());
+                        const auto ahead = [&](std::size_t links) -> const weighted_source* {
+                            const std::size_t at = j + links * writer_lookahead;
+                            return at < runs.size() ? &sources_[runs[at].dataset] : nullptr;
+                        };
+                        if (const auto* e = ahead(4)) __builtin_prefetch(e);
+                        if (const auto* e = ahead(3)) {
+                            __builtin_prefetch(e->source.get());
+                            __builtin_prefetch(&writer_of[runs[j + 3 * writer_lookahead].dataset]);
+                        }
+                        if (const auto* e = ahead(2)) e->source->prefetch_for_write(1);
+                        if (const auto* e = ahead(1)) e->source->prefetch_for_write(2);
                         writer(runs[j].dataset)
                             .write(plan, std::span<const std::uint32_t>(by_dataset).subspan(runs[j].first, runs[j].rows), view);
                     }

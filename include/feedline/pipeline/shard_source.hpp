@@ -104,6 +104,13 @@ private:
         return bytes;
     }
 
+    void prefetch_for_write(unsigned stage) const noexcept override {
+        if (stage == 1)
+            __builtin_prefetch(data_.get());  // what bind() and the write read first
+        else
+            data_->prefetch_first_shard();  // where a window's bytes are mapped
+    }
+
     bool streams_are_shards(const source_context& c) const noexcept {
         return is_token_stream(data_->format()) && c.mode == sample_mode::windows;
     }
