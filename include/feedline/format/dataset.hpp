@@ -172,7 +172,7 @@ public:
         // The data file's bytes in its one mapping (storage/file.hpp), once a reader of the whole shard as
         // a token stream has mapped and range-checked it; null before. Next to `tokens` (the first 24
         // bytes are all a window's read takes), so a mixture's workers find a window's bytes with no
-        // look-up of their own per shard and thread, and one cache line.
+        // look-up of their own per shard and thread, in one or two cache lines.
         detail::published<const std::byte*> mapped_bytes;
         std::uint64_t documents = 0;  // Megatron: sequences in the shard; llm.c: known after indexing
         // Its token 0 in the shards' concatenated stream. Here rather than in a vector of its own: one
@@ -234,9 +234,12 @@ public:
     dataset_format format() const noexcept { return format_; }
     token_dtype dtype() const noexcept { return dtype_; }
     std::size_t shard_count() const noexcept { return shards_.size(); }
-    // Requests the cache line of the first shard's entry (what a window of a one-shard dataset reads).
+    // Requests the first shard entry's first 24 bytes (what a window of a one-shard dataset reads; the
+    // table is 16-byte aligned, so they may straddle two cache lines).
     void prefetch_first_shard() const noexcept {
-        if (!shards_.empty()) __builtin_prefetch(&shards_.front().mapped_bytes);
+        if (shards_.empty()) return;
+        __builtin_prefetch(&shards_.front().bin);
+        __builtin_prefetch(&shards_.front().mapped_bytes);
     }
     const shard_info& shard(std::size_t i) const { return shards_.at(i); }
     // Shard i's Megatron prefix or llm.c (raw) file, as given.

@@ -107,7 +107,7 @@ private:
     void prefetch_for_write(unsigned stage) const noexcept override {
         if (stage == 1)
             __builtin_prefetch(data_.get());  // what bind() and the write read first
-        else
+        else if (stage == 2)
             data_->prefetch_first_shard();  // where a window's bytes are mapped
     }
 

@@ -128,16 +128,16 @@ public:
     // On the worker's own thread.
     virtual std::unique_ptr<source_worker> make_worker(const source_context& run, source_counters& counters) = 0;
 
-    // Data in remote storage: whether the pipeline should fetch ranges ahead for this source, and the
-    // ranges a worker will request for plan.samples[r], r in `rows` (dest unset), appended to `out`: the
-    // same source, offset and length a worker's read gives, or the worker does not find them
-    // (storage/fetch_ahead.hpp). Default: none (local data; a source that reads whole objects).
     // A hint a few writes before this source's: request the cache lines its writer will read, one
-    // link of the chain per stage (the pipeline calls stage 1, then stage 2 a write later, each on
+    // link of the chain per stage (the pipeline calls stage 1, then stage 2 a few writes later, each on
     // lines the stage before requested). A mixture's batch writes for dozens of its thousands of
     // sources, each a chain of misses (the source, its dataset, a shard's entry). Default: nothing.
     virtual void prefetch_for_write(unsigned stage) const noexcept { (void)stage; }
 
+    // Data in remote storage: whether the pipeline should fetch ranges ahead for this source, and the
+    // ranges a worker will request for plan.samples[r], r in `rows` (dest unset), appended to `out`: the
+    // same source, offset and length a worker's read gives, or the worker does not find them
+    // (storage/fetch_ahead.hpp). Default: none (local data; a source that reads whole objects).
     virtual bool reads_remote_ranges() const { return false; }
     virtual void remote_ranges(const source_context& /*run*/, const batch_plan& /*plan*/, std::span<const std::uint32_t> /*rows*/,
                                std::vector<read_request>& /*out*/) const {}
