@@ -71,7 +71,8 @@ public:
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
         domains_.resize(D);
-        for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none, no_domain};
+        last_start_ = targets_.last_segment_start();
+        for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none, no_domain, no_excess, targets_.last_quota(d)};
         // A wheel of at least two slots per domain: equal shares wait D slots, and the few jobs further
         // off go to the heap (it grows only as far as they need).
         wheel_.assign(std::clamp<std::size_t>(std::bit_ceil(2 * D), 64, max_wheel_slots), no_domain);
@@ -134,6 +135,7 @@ public:
         ++domains_[d].taken;
         ++drawn_;
         schedule_next(d);
+        prefetch_ahead();
         return d;
     }
 
@@ -184,6 +186,19 @@ private:
         finger_ = d;
         finger_slot_ = slot;
     }
+    // At 10,000 domains a draw's time went to three cache misses, each on the path of the next: the
+    // record of the domain waking at the slot, the due list its deadline files it on, and the record
+    // of the domain drawn. Each is requested here, from what is known one or two draws before (a
+    // miss that turns out wasted, a job filed meanwhile before the one requested, costs nothing).
+    void prefetch_ahead() noexcept {
+        const std::size_t mask = wheel_.size() - 1;
+        if (const std::uint32_t w = wheel_[(drawn_ + 1) & mask]; w != no_domain) __builtin_prefetch(&domains_[w]);
+        if (const std::uint32_t w = wheel_[drawn_ & mask]; w != no_domain) {
+            const std::uint64_t deadline = deadline_of(w);  // its record: requested a draw ago
+            if (deadline - drawn_ < due_.size()) __builtin_prefetch(&due_[deadline & (due_.size() - 1)]);
+        }
+        if (const std::size_t slot = first_due(); slot != no_slot) __builtin_prefetch(&domains_[due_[slot]]);
+    }
     // The due wheel's first slot holding a list, from the current slot on (no_slot: none). Its jobs'
     // deadline is that slot: every deadline filed there is at least the current slot and less than a
     // wheel ahead. The scan starts at due_low_, no later than any deadline on the wheel: the earliest
@@ -215,10 +230,30 @@ private:
     // may before drawn + 1 need not be found exactly; and the bound (target < count + 1 at every
     // sample) puts the deadline's must past drawn. Starting there keeps each search in the current
     // segment (first_reaching), the same answers for fewer targets.
+    //
+    // In the last segment (most of a run) the target grows by the same 2 quota / (2 quantum) every
+    // sample, so each window follows from the one before and how far past the count the target stood
+    // at its deadline (excess): a 32-bit division and the domain's own record, where the general path
+    // took two targets in 128 bits, a search over the segments and two more cache lines (the quota's
+    // and the prefix's). Bresenham's line, with the same answers.
     void schedule_next(std::uint32_t d) {
+        domain& m = domains_[d];
+        if (m.excess != no_excess) {
+            // target(reached) = taken + excess / (2 quantum), 0 <= excess < 2 quota: the target
+            // passes taken at reached unless it lands on it, and reaches taken + 1 `steps` later.
+            const std::uint32_t two_a = 2 * m.quota, need = 2 * quantum - m.excess;
+            const std::uint32_t steps = (need + two_a - 1) / two_a;
+            const std::uint64_t may = std::max(m.reached + (m.excess == 0 ? 1 : 0), drawn_ + 1), must = m.reached + steps;
+            if (must < mixture_schedule::max_samples) {
+                m.excess = steps * two_a - need;
+                m.reached = must;
+                file_waiting(d, may - 1);
+                return;
+            }
+            m.excess = no_excess;  // past what a schedule serves: the general path says never
+        }
         // Where the target passes the count is usually where it reached it (the previous sample's
         // deadline, kept): one target instead of a search, unless it landed exactly on the count.
-        domain& m = domains_[d];
         std::optional<std::uint64_t> may;
         if (const std::uint64_t reached = m.reached; reached != none) {
             const auto f = targets_.target(d, reached);
@@ -229,7 +264,18 @@ private:
         auto must = targets_.first_reaching(d, m.taken + 1, false, drawn_);
         if (must == drawn_) must = targets_.first_reaching(d, m.taken + 1, false);  // past the bound: an edited state
         m.reached = must ? *must : none;                                            // deadline_of(d) follows from it
-        const std::uint64_t slot = *may - 1;                                        // at least drawn
+        // A deadline past the last segment's first sample (so the sample before it is in the segment
+        // too, short of taken + 1): from here on, the path above.
+        if (must && *must > last_start_ && m.quota > 0) {
+            const auto f = targets_.target(d, *must);
+            const mixture_uint128 goal = mixture_uint128{m.taken + 1} * f.den;
+            if (f.den == 2 * quantum && f.num >= goal && f.num - goal < 2 * m.quota) m.excess = static_cast<std::uint32_t>(f.num - goal);
+        }
+        file_waiting(d, *may - 1);  // at least drawn
+    }
+    // Domain d's pending sample waits for `slot`: on the wheel's list for it, or in far_.
+    void file_waiting(std::uint32_t d, std::uint64_t slot) {
+        domain& m = domains_[d];
         if (slot - drawn_ < wheel_.size()) {
             std::uint32_t& head = wheel_[slot & (wheel_.size() - 1)];
             m.next_waiting = head;
@@ -239,18 +285,22 @@ private:
         }
     }
 
-    static constexpr std::uint32_t no_domain = ~std::uint32_t{0};
+    static constexpr std::uint32_t no_domain = ~std::uint32_t{0}, no_excess = ~std::uint32_t{0};
+    static constexpr std::uint32_t quantum = mixture_schedule::quantum;
     static constexpr std::size_t no_slot = ~std::size_t{0};
     static constexpr std::size_t max_wheel_slots = std::size_t{1} << 17;  // 512 KiB of list heads a wheel at most
 
     mixture_targets targets_;
     std::uint64_t drawn_;
+    std::uint64_t last_start_;  // the last segment's first sample
     // Per domain, together (one cache miss, not two, when a sample of one of 10,000 domains is drawn):
     // its count, where its target reached that count (none: not known), and the next domain on the
     // list its pending sample is on: its wheel slot's while it waits, its due slot's once ready.
-    struct domain {
+    // In the last segment also its quota there and the excess schedule_next steps from (no_excess:
+    // not known, before that segment): 32 bytes, aligned so one line holds it.
+    struct alignas(32) domain {
         std::uint64_t taken, reached;
-        std::uint32_t next_waiting;
+        std::uint32_t next_waiting, excess, quota;
     };
     std::vector<domain> domains_;
     // Each domain's pending sample is in one place. Waiting, by the first slot it may take: on the

@@ -356,6 +356,11 @@ public:
         return a;
     }
 
+    // The last segment, constant and endless: the sample it starts at (the last a schedule can serve,
+    // if later than that) and domain d's quota there. Its targets grow by quota / quantum a sample.
+    std::uint64_t last_segment_start() const { return samples_at(S_->segments_.back().begin); }
+    std::uint32_t last_quota(std::size_t d) const { return S_->quotas_[S_->segments_.back().to][d]; }
+
 private:
     static void check_samples(std::uint64_t n) {
         if (n >= mixture_schedule::max_samples)
