@@ -306,6 +306,24 @@ TEST_CASE("Mixture.Stream.TheWheelAndTheFarHeapDrawWhatTheRuleSays") {
     }
 }
 
+// Domains of one weight keep the same deadlines, and others meet them wherever their targets reach
+// whole numbers together: hundreds of domains can be due at one slot. The mixer files them in any
+// order and sorts a slot's list when it comes first (then keeps it in order as more arrive); the
+// draws must still be the rule's, ties to the lower domain, from the start and from a rebuilt mixer.
+TEST_CASE("Mixture.Stream.HundredsOfDomainsDueAtOneSlotDrawWhatTheRuleSays") {
+    const std::size_t D = 400;
+    const double values[] = {1, 2, 3, 5};
+    std::mt19937_64 rng(5);
+    mixture_stage a{0, {}, 0, ""}, b{300, {}, 0, ""};
+    for (std::size_t d = 0; d < D; ++d) {
+        a.weights.push_back(values[rng() % 4]);
+        b.weights.push_back(d % 2 ? 1 : 4);
+    }
+    const auto schedule = std::make_shared<const mixture_schedule>(names(D), std::vector<mixture_stage>{a, b});
+    const auto taken = draw_by_the_rule(schedule, 4, 0, std::vector<std::uint64_t>(D, 0), 4000, 2501);
+    for (std::uint32_t d = 0; d < D; ++d) CHECK(taken[d] > 0);
+}
+
 // A state within the bound from which not every deadline can be met (not one this schedule reaches
 // drawing in order; an edited state file): domains 2 and 3 are both due at sample 4 and one must be
 // late. The late one's deadline has passed while it waits, and it still goes first, as the rule says.
