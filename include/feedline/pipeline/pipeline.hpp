@@ -701,11 +701,22 @@ private:
                     made[0].writer->write(plan, all_rows_, view);
                     made[0].writer->finish(view);
                 } else {  // O(batch), whatever the number of sources
-                    by_dataset.assign(all_rows_.begin(), all_rows_.end());
-                    std::sort(by_dataset.begin(), by_dataset.end(), [&](std::uint32_t a, std::uint32_t b) {  // no allocation
+                    const auto before = [&](std::uint32_t a, std::uint32_t b) {
                         const auto da = plan.samples[a].dataset, db = plan.samples[b].dataset;
                         return da != db ? da < db : a < b;
-                    });
+                    };
+                    // The planner sorted the rows so already (plan_drawn): checked in one pass, strictly
+                    // increasing over every row, instead of a second sort of the batch.
+                    const auto& sorted = plan.by_dataset;
+                    bool reuse = sorted.size() == all_rows_.size();
+                    for (std::size_t i = 0; reuse && i < sorted.size(); ++i)
+                        reuse = sorted[i] < all_rows_.size() && (i == 0 || before(sorted[i - 1], sorted[i]));
+                    if (reuse) {
+                        by_dataset.assign(sorted.begin(), sorted.end());
+                    } else {
+                        by_dataset.assign(all_rows_.begin(), all_rows_.end());
+                        std::sort(by_dataset.begin(), by_dataset.end(), before);  // no allocation
+                    }
                     runs.clear();
                     for (std::size_t first = 0, last = 0; first < by_dataset.size(); first = last) {
                         const std::uint32_t d = plan.samples[by_dataset[first]].dataset;

@@ -109,8 +109,10 @@ struct batch_plan {
     std::uint64_t step = 0;   // global step number
     std::uint64_t epoch = 0;  // for one dataset: its epoch; blended: the first dataset's
     std::uint64_t first_global_sample = 0;
-    std::vector<sample_plan> samples;       // this rank's slice, in order
-    std::vector<std::uint32_t> by_dataset;  // sampler::plan_drawn's scratch: the samples in dataset order
+    std::vector<sample_plan> samples;  // this rank's slice, in order
+    // sampler::plan_drawn's order of the samples: by dataset, then by row (the pipeline's writers take
+    // it as it is when it holds every row in that order).
+    std::vector<std::uint32_t> by_dataset;
 };
 
 // One dataset as the sampler sees it, whatever its kind (token shards, a text corpus): its documents'
