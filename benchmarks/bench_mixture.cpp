@@ -11,9 +11,12 @@
 //   anon_end_bytes_per_domain  the same after the last batch: what the run grew as it met the
 //                   domains (each worker's writers, the descriptor pool's list)
 //   descriptors     file descriptors open after the first batch
-//   tokens_per_s    steady state, from the first batch to the last of --batches
+//   tokens_per_s    from the first batch to the last of --batches
 //   vs_blend2       tokens_per_s against a plain blend of the 2-domain case's two shards (fixed
 //                   weights, Megatron's rule) in the same round: the baseline
+//   late_tokens_per_s, late_vs_blend2  the same over the second half of the batches: the stream once
+//                   it has met most files (a run's first half maps each of 10,000 domains' files as it
+//                   comes to it, a few microseconds each, which a longer run spreads thinner)
 //   plan_ns_per_sample  the same datasets and schedule planned alone on one thread (a sampler of its
 //                   own, --batches steps): drawing each sample's domain and position, and its segments
 //   draw_ns_per_sample  of that, the drawing alone (sampler::next_drawn): the serial part, which the
@@ -134,27 +137,33 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
     const auto t1 = clock_type::now();
     std::uint64_t n = 0, sink = 0;
     clock_type::time_point first;
+    clock_type::time_point half;
     std::uint64_t anon = 0, fds = 0;
+    const std::uint64_t half_at = std::max<std::uint64_t>(batches / 2, 1);
     for (auto& b : p) {
-        if (n++ == 0) {
+        if (n == 0) {
             first = clock_type::now();
             anon = read_process_memory().rss_anon.value_or(0);
             fds = open_descriptors_now();
         }
+        if (n == half_at) half = clock_type::now();
+        ++n;
         sink += static_cast<std::uint64_t>(b.host_inputs()[0]);
     }
     const auto anon_end = read_process_memory().rss_anon.value_or(0);
     const double first_s = std::chrono::duration<double>(first - t1).count();
     const double rate = static_cast<double>((n - 1) * batch * seq_len) / seconds_since(first);
+    const double late_rate = n > half_at + 1 ? static_cast<double>((n - 1 - half_at) * batch * seq_len) / seconds_since(half) : rate;
     const auto domains = p.sources().size();
     const planning_ns planning = planning_ns_per_sample(p, mix, batches);
     std::printf(
         "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"anon_end_bytes_per_domain\": %.1f, "
-        "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": %.1f, \"domains\": %zu, "
+        "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"late_tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": "
+        "%.1f, \"domains\": %zu, "
         "\"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
         (static_cast<double>(anon_end) - static_cast<double>(before)) / static_cast<double>(domains), static_cast<unsigned long long>(fds),
-        rate, planning.plan, planning.draw, domains, static_cast<unsigned long long>(sink));
+        rate, late_rate, planning.plan, planning.draw, domains, static_cast<unsigned long long>(sink));
     return 0;
 }
 
@@ -236,7 +245,7 @@ int main(int argc, char** argv) {
     for (std::uint64_t d : domains) (void)child(self, args(d), 0);
     std::map<std::uint64_t, std::map<std::string, std::vector<double>>> samples;
     for (int r = 0; r < rounds; ++r) {
-        double base = 0;
+        double base = 0, late_base = 0;
         for (std::uint64_t d : domains) {
             const nlohmann::json j = child(self, args(d), 0);
             if (j.contains("error")) {
@@ -245,15 +254,17 @@ int main(int argc, char** argv) {
                 continue;
             }
             for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "anon_end_bytes_per_domain", "descriptors",
-                                  "tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample"})
+                                  "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample"})
                 samples[d][k].push_back(j[k].get<double>());
-            if (d == 0) base = j["tokens_per_s"].get<double>();
+            if (d == 0) base = j["tokens_per_s"].get<double>(), late_base = j["late_tokens_per_s"].get<double>();
             if (base > 0) samples[d]["vs_blend2"].push_back(j["tokens_per_s"].get<double>() / base);
+            if (late_base > 0) samples[d]["late_vs_blend2"].push_back(j["late_tokens_per_s"].get<double>() / late_base);
         }
     }
     nlohmann::json out = nlohmann::json::object();
-    std::printf("%8s %10s %14s %16s %14s %12s %14s %10s %14s %14s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain", "at end",
-                "descriptors", "tokens/s", "vs blend2", "plan ns/sample", "draw ns/sample", "ulimit -n 256");
+    std::printf("%8s %10s %14s %16s %14s %12s %14s %10s %14s %10s %14s %14s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain",
+                "at end", "descriptors", "tokens/s", "vs blend2", "late tokens/s", "late vs", "plan ns/sample", "draw ns/sample",
+                "ulimit -n 256");
     for (std::uint64_t d : domains) {
         const nlohmann::json limited = child(self, args(d), 256);
         const bool ok = !limited.contains("error");
@@ -261,10 +272,10 @@ int main(int argc, char** argv) {
         if (!ok) row["ulimit_256_error"] = limited["error"];
         for (auto& [k, v] : samples[d]) row[k] = summarise(v).median;
         auto get = [&](const char* k) { return row.contains(k) ? row[k].get<double>() : 0.0; };
-        std::printf("%8s %10.3f %14.4f %16.0f %14.0f %12.0f %14.4g %10.3f %14.0f %14.0f  %s\n",
+        std::printf("%8s %10.3f %14.4f %16.0f %14.0f %12.0f %14.4g %10.3f %14.4g %10.3f %14.0f %14.0f  %s\n",
                     (d == 0 ? std::string("blend2") : std::to_string(d)).c_str(), get("open_s"), get("first_batch_s"),
                     get("anon_bytes_per_domain"), get("anon_end_bytes_per_domain"), get("descriptors"), get("tokens_per_s"),
-                    get("vs_blend2"), get("plan_ns_per_sample"), get("draw_ns_per_sample"),
+                    get("vs_blend2"), get("late_tokens_per_s"), get("late_vs_blend2"), get("plan_ns_per_sample"), get("draw_ns_per_sample"),
                     ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
         out[d == 0 ? std::string("blend2") : std::to_string(d)] = row;
     }
