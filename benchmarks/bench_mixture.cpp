@@ -21,6 +21,8 @@
 //                   own, --batches steps): drawing each sample's domain and position, and its segments
 //   draw_ns_per_sample  of that, the drawing alone (sampler::next_drawn): the serial part, which the
 //                   workers wait for behind one lock (they plan the segments beside each other)
+//   worst_draw_step_us  the slowest step of as many steps drawn after those, each timed: how long the
+//                   other workers can be held up at once
 // and, once per D, whether it runs under `ulimit -n 256` (RLIMIT_NOFILE 256 in the child).
 // Last line: one JSON object with every D's medians.
 //
@@ -94,7 +96,7 @@ std::uint64_t open_descriptors_now() {
 // names). `plan`: whole steps (next); `draw`: their sequential half alone (next_drawn), the part of a
 // blend's or mixture's run that does not spread over the workers.
 struct planning_ns {
-    double plan = 0, draw = 0;
+    double plan = 0, draw = 0, worst_draw_step_us = 0;
 };
 planning_ns planning_ns_per_sample(const pipeline& p, const std::string& spec, std::uint64_t steps) {
     const pipeline_config& c = p.config();
@@ -124,6 +126,12 @@ planning_ns planning_ns_per_sample(const pipeline& p, const std::string& spec, s
     t0 = clock_type::now();
     for (std::uint64_t k = 0; k < steps; ++k) planner.next_drawn(b, delta);
     r.draw = seconds_since(t0) * 1e9 / samples;
+    // The slowest step drawn over as many steps again, each timed: a stall here holds every worker.
+    for (std::uint64_t k = 0; k < steps; ++k) {
+        const auto t = clock_type::now();
+        planner.next_drawn(b, delta);
+        r.worst_draw_step_us = std::max(r.worst_draw_step_us, seconds_since(t) * 1e6);
+    }
     return r;
 }
 
@@ -159,11 +167,10 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
     std::printf(
         "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"anon_end_bytes_per_domain\": %.1f, "
         "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"late_tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": "
-        "%.1f, \"domains\": %zu, "
-        "\"sink\": %llu}\n",
+        "%.1f, \"worst_draw_step_us\": %.1f, \"domains\": %zu, \"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
         (static_cast<double>(anon_end) - static_cast<double>(before)) / static_cast<double>(domains), static_cast<unsigned long long>(fds),
-        rate, late_rate, planning.plan, planning.draw, domains, static_cast<unsigned long long>(sink));
+        rate, late_rate, planning.plan, planning.draw, planning.worst_draw_step_us, domains, static_cast<unsigned long long>(sink));
     return 0;
 }
 
@@ -254,7 +261,7 @@ int main(int argc, char** argv) {
                 continue;
             }
             for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "anon_end_bytes_per_domain", "descriptors",
-                                  "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample"})
+                                  "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample", "worst_draw_step_us"})
                 samples[d][k].push_back(j[k].get<double>());
             if (d == 0) base = j["tokens_per_s"].get<double>(), late_base = j["late_tokens_per_s"].get<double>();
             if (base > 0) samples[d]["vs_blend2"].push_back(j["tokens_per_s"].get<double>() / base);
@@ -262,9 +269,9 @@ int main(int argc, char** argv) {
         }
     }
     nlohmann::json out = nlohmann::json::object();
-    std::printf("%8s %10s %14s %16s %14s %12s %14s %10s %14s %10s %14s %14s  %s\n", "domains", "open_s", "first_batch_s", "anon B/domain",
-                "at end", "descriptors", "tokens/s", "vs blend2", "late tokens/s", "late vs", "plan ns/sample", "draw ns/sample",
-                "ulimit -n 256");
+    std::printf("%8s %10s %14s %16s %14s %12s %14s %10s %14s %10s %14s %14s %12s  %s\n", "domains", "open_s", "first_batch_s",
+                "anon B/domain", "at end", "descriptors", "tokens/s", "vs blend2", "late tokens/s", "late vs", "plan ns/sample",
+                "draw ns/sample", "worst step", "ulimit -n 256");
     for (std::uint64_t d : domains) {
         const nlohmann::json limited = child(self, args(d), 256);
         const bool ok = !limited.contains("error");
@@ -272,11 +279,11 @@ int main(int argc, char** argv) {
         if (!ok) row["ulimit_256_error"] = limited["error"];
         for (auto& [k, v] : samples[d]) row[k] = summarise(v).median;
         auto get = [&](const char* k) { return row.contains(k) ? row[k].get<double>() : 0.0; };
-        std::printf("%8s %10.3f %14.4f %16.0f %14.0f %12.0f %14.4g %10.3f %14.4g %10.3f %14.0f %14.0f  %s\n",
+        std::printf("%8s %10.3f %14.4f %16.0f %14.0f %12.0f %14.4g %10.3f %14.4g %10.3f %14.0f %14.0f %9.0f us  %s\n",
                     (d == 0 ? std::string("blend2") : std::to_string(d)).c_str(), get("open_s"), get("first_batch_s"),
                     get("anon_bytes_per_domain"), get("anon_end_bytes_per_domain"), get("descriptors"), get("tokens_per_s"),
                     get("vs_blend2"), get("late_tokens_per_s"), get("late_vs_blend2"), get("plan_ns_per_sample"), get("draw_ns_per_sample"),
-                    ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
+                    get("worst_draw_step_us"), ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
         out[d == 0 ? std::string("blend2") : std::to_string(d)] = row;
     }
     std::printf("%s\n", out.dump().c_str());
