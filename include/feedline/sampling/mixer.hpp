@@ -16,18 +16,19 @@
 // The state is the number of samples drawn and each domain's count: the next sample depends on
 // nothing else, so a mixer rebuilt from them goes on with the same stream (resume), and the stream
 // does not depend on ranks (elastic). O(domains) memory; per sample a few list operations (a heap's
-// O(log domains) only for jobs a wheel or more away) and the windows' search (closed form in the
-// last stage, a binary search before it).
+// O(log domains) only for jobs a wheel or more away) and the next window: a step from the last one in
+// the last segment (schedule_next), a search before it.
 //
 // The waiting jobs sit on a timing wheel: one list per slot for the next slots (about two per domain),
 // and a heap only for those further off. A job waits for a slot near the current one (a domain's next
 // sample is about 1 / share slots away), so at 10,000 domains each sample costs a list push and a
 // list walk instead of a heap's pop and push over cold levels. The ready jobs sit on a second wheel,
-// by deadline, each slot's list in domain order: the earliest deadline is the first marked slot from
-// the current one (a bit per slot), where a heap of all 10,000 ready jobs took seven levels of cold
-// cache lines per pop (half the draw's time under perf). Deadlines further off go to a heap. Which
-// jobs are released at a slot does not depend on the order they were filed in, and both keep the
-// order (deadline, domain), so the stream is the same as with one heap for each.
+// by deadline: the earliest deadline is the first marked slot from a lower bound of them (a bit per
+// slot), where a heap of all 10,000 ready jobs took seven levels of cold cache lines per pop (half the
+// draw's time under perf). A slot's list is sorted by domain when its deadline comes first (sort_due).
+// Deadlines further off go to a heap. Which jobs are released at a slot does not depend on the order
+// they were filed in, and both keep the order (deadline, domain), so the stream is the same as with
+// one heap for each.
 #pragma once
 
 #include <algorithm>
