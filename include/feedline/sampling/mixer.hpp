@@ -91,7 +91,7 @@ public:
         }
     }
 
-    // The domain of sample drawn(); advances past it. Throws std::bad_alloc (a heap grows) or
+    // The domain of sample drawn(); advances past it. Throws std::bad_alloc (a heap or sort_due's scratch grows) or
     // std::logic_error (no domain may draw: past 2^48 samples); after a throw, rebuild the mixer from
     // drawn() and taken(), which change only once the sample is drawn.
     std::uint32_t next() {
@@ -177,7 +177,7 @@ private:
     }
 
     // Domain d's pending sample may be drawn from now on: onto the due wheel at its deadline's slot
-    // (the list kept in domain order) if that is less than a wheel ahead, else into ready_. No
+    // (in domain order once that list has been drawn from) if that is less than a wheel ahead, else into ready_. No
     // deadline is before the current slot: EDF meets them all.
     void make_ready(std::uint32_t d) {
         const std::uint64_t deadline = deadline_of(d);
@@ -351,7 +351,7 @@ private:
     // Each domain's pending sample is in one place. Waiting, by the first slot it may take: on the
     // wheel (a list per slot, modulo its size, for slots less than a wheel ahead) or in far_. Ready
     // (that slot passed), by its deadline (deadline_of): on the due wheel (a list per deadline slot,
-    // in domain order, and a bit per slot that has one) for deadlines less than a wheel ahead, else
+    // in domain order once drawn from, and a bit per slot that has one) for deadlines less than a wheel ahead, else
     // in ready_, keyed by deadline; ties go to the lower domain.
     std::vector<std::uint32_t> wheel_, due_;
     // Per due slot, a bit each: it holds a list; the list is out of domain order (filed onto its head
@@ -359,8 +359,9 @@ private:
     std::vector<std::uint64_t> due_bits_, due_unsorted_, due_drawn_;
     std::vector<std::uint32_t> sort_scratch_;  // sort_due's
     std::uint64_t due_low_ = 0;                // no deadline on the due wheel is before it (first_due's scan starts there)
-    // Per due slot modulo 256: the domain filed last at that deadline, while it is on the list
-    // (no_domain once drawn or moved). 4 KiB, whatever the number of domains.
+    // Per due slot modulo 256: the highest domain sorted or filed into that deadline's list since it
+    // was sorted, while it is on the list (no_domain once drawn or moved). 4 KiB, whatever the number
+    // of domains.
     struct finger {
         std::uint64_t slot = none;
         std::uint32_t domain = no_domain;

@@ -137,8 +137,8 @@ struct sampler_dataset {
 };
 
 // One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
-// Keeps a reference to the dataset: it must outlive the stream. Not thread-safe, except plan() under
-// planning_lock() and samples_in_epoch: those may run on several threads at once (a blend's workers
+// Keeps a reference to the dataset: it must outlive the stream. Not thread-safe, except plan() and
+// plan_run() under planning_lock(), and samples_in_epoch: those may run on several threads at once (a blend's workers
 // plan their steps' samples outside the shared planner's lock: sampler::plan_drawn).
 // A mixture holds one per domain, so it keeps only what planning reads (80 bytes; the epoch's layout
 // and the documents' lengths too, unless it is one document read as windows): bench_mixture measures

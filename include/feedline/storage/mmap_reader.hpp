@@ -55,9 +55,10 @@ public:
 
     // Hints the kernel's readahead: sequential scans read ahead aggressively, random sampling turns
     // readahead off so each fault reads only what is used. Never fails (hints are advisory). Not for a
-    // file within one readahead window (128 KiB by default): either way its first fault reads all of
-    // it, and the call takes the process's mapping lock for writing, a quarter of what mapping each
-    // of a mixture's 10,000 small files cost (bench_mixture, perf).
+    // file within one readahead window (128 KiB by default): unadvised, a cold one is read whole at its
+    // first fault (at most that window) where random access would read a page at a time, and the call
+    // takes the process's mapping lock for writing, a quarter of what mapping each of a mixture's
+    // 10,000 small files cost (bench_mixture, perf).
     static constexpr std::uint64_t advised_from_bytes = std::uint64_t{128} << 10;
     void advise(access_pattern pattern) const noexcept {
         advised_.store(pattern, std::memory_order_relaxed);
