@@ -127,7 +127,11 @@ public:
         const std::size_t slot = first_due();
         if (slot != no_slot) {
             if (const std::uint64_t bit = std::uint64_t{1} << slot % 64; !(due_drawn_[slot / 64] & bit)) {
-                if (due_unsorted_[slot / 64] & bit) sort_due(slot);
+                if (due_unsorted_[slot / 64] & bit) {
+                    sort_due(slot);  // the finger: the list's last
+                } else if (finger& f = fingers_[slot % fingers_.size()]; f.slot == due_low_) {
+                    f.domain = no_domain;  // it may name a domain of an earlier list at this deadline, drained since
+                }
                 due_drawn_[slot / 64] |= bit;
             }
             d = due_[slot];
