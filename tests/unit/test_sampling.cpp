@@ -94,6 +94,29 @@ TEST_CASE("Permutation.Map.EqualsOneAtATimeForEveryRunAndSize") {
     }
 }
 
+TEST_CASE("Permutation.OutOfRange.ThrowsInsteadOfWalkingForever") {
+    // Cycle walking from an index at or past n need never come back below n (bits above the
+    // network's width stay; a cycle may lie wholly past n): such an index must fail, not hang.
+    std::vector<std::uint32_t> scratch;
+    for (std::uint64_t n : std::vector<std::uint64_t>{0, 1, 2, 5, 16, 17, 1000, (1ull << 20) + 3}) {
+        const feistel_permutation p(n, detail::permutation_key(3, n, 0));
+        for (std::uint64_t i : std::vector<std::uint64_t>{n, n + 1, 4 * n + 7, ~std::uint64_t{0}}) {
+            CHECK_THROWS_AS(p(i), std::out_of_range);
+            CHECK_THROWS_AS(p.inverse(i), std::out_of_range);
+        }
+        std::vector<std::uint64_t> out(8);
+        CHECK_THROWS_AS(p.map(n, 1, out.data(), scratch), std::out_of_range);
+        if (n > 0) {
+            CHECK_THROWS_AS(p.map(n - 1, 2, out.data(), scratch), std::out_of_range);            // the run's last one is out
+            CHECK_THROWS_AS(p.map(1, ~std::size_t{0}, out.data(), scratch), std::out_of_range);  // first + count wraps
+            CHECK(p(n - 1) < n);                                                                 // the last index is in
+            p.map(n - 1, 1, out.data(), scratch);
+            CHECK(out[0] == p(n - 1));
+        }
+        p.map(n, 0, out.data(), scratch);  // an empty run anywhere is nothing to permute
+    }
+}
+
 TEST_CASE("Permutation.Keys.SeedAndEpochChangeIt") {
     const std::uint64_t n = 1000;
     feistel_permutation a(n, detail::permutation_key(1, 0, 0)), b(n, detail::permutation_key(2, 0, 0)),

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <feedline/error.hpp>
@@ -42,8 +44,12 @@ public:
 
     std::uint64_t size() const noexcept { return n_; }
 
-    // The image of i (i < size()). Constant time on average; never allocates; thread-safe.
-    std::uint64_t operator()(std::uint64_t i) const noexcept {
+    // The image of i. Constant time on average; never allocates; thread-safe. Throws std::out_of_range
+    // for i >= size(): cycle walking from outside [0, size()) need never come back into it (the
+    // network keeps bits above its width, and a cycle may lie wholly past size()), so an index out of
+    // range would loop without end where it now fails.
+    std::uint64_t operator()(std::uint64_t i) const {
+        check_range(i, 1);
         if (n_ <= 1) return i;
         std::uint64_t x = i;
         do x = encrypt(x);
@@ -58,7 +64,9 @@ public:
     // round by round (encrypt_lanes), so the chains are independent and the multiplies overlap (or
     // vectorise). A batch of 256 short windows spent ~40 ns per window in the permutation before,
     // most of its planning (bench_end_to_end). `pending` is scratch (reused: no allocation once warm).
+    // Throws std::out_of_range unless [first, first + count) lies in [0, size()).
     void map(std::uint64_t first, std::size_t count, std::uint64_t* out, std::vector<std::uint32_t>& pending) const {
+        check_range(first, count);
         for (std::size_t i = 0; i < count; ++i) out[i] = first + i;
         if (n_ <= 1) return;
         pending.resize(count);
@@ -79,8 +87,9 @@ public:
         }
     }
 
-    // The inverse: (*this)(inverse(j)) == j.
-    std::uint64_t inverse(std::uint64_t j) const noexcept {
+    // The inverse: (*this)(inverse(j)) == j. Throws std::out_of_range for j >= size(), as operator().
+    std::uint64_t inverse(std::uint64_t j) const {
+        check_range(j, 1);
         if (n_ <= 1) return j;
         std::uint64_t x = j;
         do x = decrypt(x);
@@ -89,6 +98,12 @@ public:
     }
 
 private:
+    // [first, first + count) inside [0, n_) (count 0: anything goes).
+    void check_range(std::uint64_t first, std::uint64_t count) const {
+        if (count != 0 && (count > n_ || first > n_ - count)) [[unlikely]]
+            throw std::out_of_range("permutation of " + std::to_string(n_) + " asked for index " + std::to_string(first) +
+                                    (count > 1 ? " and the " + std::to_string(count - 1) + " after it" : std::string()));
+    }
     std::uint64_t f(int r, std::uint64_t half) const noexcept { return mix64(half ^ keys_[r]) & half_mask_; }
 
     std::uint64_t encrypt(std::uint64_t x) const noexcept {

@@ -189,7 +189,7 @@ public:
     }
 
 private:
-    std::uint64_t permuted_document(std::uint64_t k) const noexcept {
+    std::uint64_t permuted_document(std::uint64_t k) const {
         switch (mode_) {
             case shuffle_mode::none: return k;
             case shuffle_mode::global: return (*perm_)(k);
