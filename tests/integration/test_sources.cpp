@@ -8,6 +8,7 @@
 // blends of any two sources, and config fields a source cannot honour.
 #include <doctest/doctest.h>
 
+#include <feedline/output/pack_text.hpp>
 #include <feedline/pipeline.hpp>
 
 #include <sentencepiece_processor.h>
@@ -16,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -824,6 +826,87 @@ TEST_CASE("Transform.TokenizeInOrder.IdsInInputOrderWithAnyThreadsAndAFailureSto
                         {.model = f.model}, 2, [&](std::vector<std::string>&) -> bool { throw format_error("in.jsonl", 7, "bad line"); },
                         [&](const auto&, const auto&) {}),
                     format_error);
+}
+
+TEST_CASE("Output.PackText.TheSameDatasetWithAnyThreadsAndAStopFromAnotherThreadLeavesNoOutput") {
+    // pack_text (feedline-pack's engine) on its reader, tokenizer and writer threads: the tools are not
+    // built under ThreadSanitizer, so this is where its threads are checked. The dataset must be the
+    // corpus's ids (spm's own, plus EOS) in input order, byte for byte the same with 1 and 3 threads.
+    corpus_fixture f;
+    const std::string out_dir = f.dir / "packed";
+    std::filesystem::create_directories(out_dir);
+    // The corpus 30 times over (4,500 documents): the reader hands out 2,048 a chunk, so the three
+    // tokenizers each get chunks and the writer puts them back in order.
+    const int copies = 30;
+    const std::string input = f.dir / "repeated.jsonl";
+    {
+        std::ofstream j(input);
+        for (int c = 0; c < copies; ++c) {
+            for (const auto& t : f.docs) j << "{\"text\": \"" << t << "\"}\n";
+            j << "{\"text\": unquoted}\n";  // one invalid line a copy: skipped and counted
+        }
+    }
+    std::vector<std::byte> want;
+    for (int c = 0; c < copies; ++c)
+        for (const auto& doc : f.ids)
+            for (const std::int32_t id : doc) {
+                const auto v = static_cast<std::uint16_t>(id);  // 200 pieces: uint16 tokens, little-endian
+                want.push_back(static_cast<std::byte>(v & 0xFF));
+                want.push_back(static_cast<std::byte>(v >> 8));
+            }
+    std::vector<std::vector<std::byte>> indexes;
+    for (unsigned threads : {1u, 3u}) {
+        CAPTURE(threads);
+        const std::string out = out_dir + "/t" + std::to_string(threads);
+        std::uint64_t reports = 0, skipped_seen = 0;
+        bool skipped_rise = true;
+        const pack_result r = pack_text(
+            out, {.inputs = {input}, .tokenizer = {.model = f.model}, .documents = {.skip_invalid = true}, .threads = threads}, nullptr,
+            [&](const pack_progress& p) {  // on the writing thread while the reader reads on
+                ++reports;
+                skipped_rise &= p.skipped >= skipped_seen && p.skipped <= copies;
+                skipped_seen = p.skipped;
+            },
+            nullptr, std::chrono::milliseconds(0));
+        CHECK(r.totals.documents == copies * f.docs.size());
+        CHECK(r.totals.skipped == copies);
+        CHECK(skipped_rise);
+        CHECK(reports >= 4);  // after each chunk written, and the totals
+        REQUIRE(r.written == std::vector<std::string>{out});
+        CHECK(ft::read_bytes(out + ".bin") == want);
+        indexes.push_back(ft::read_bytes(out + ".idx"));
+    }
+    CHECK(indexes[0] == indexes[1]);
+
+    // A stop set by another thread while the writer reports: "interrupted", every thread joined, and
+    // nothing under the output's name (no pair, no half-written file, no lock left).
+    const std::size_t threads_before = ft::baseline_thread_count();
+    std::atomic<bool> stop{false}, reported{false};
+    std::thread stopper([&] {
+        for (int i = 0; i < 10000 && !reported.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        stop.store(true);
+    });
+    const std::string stopped = out_dir + "/stopped";
+    std::string failure;  // checked once the stopper is joined
+    try {
+        pack_text(
+            stopped, {.inputs = {input}, .tokenizer = {.model = f.model}, .documents = {.skip_invalid = true}, .threads = 3}, nullptr,
+            [&](const pack_progress&) {
+                reported.store(true);
+                // Held here until the stop is set (boundedly), so the pack cannot finish first.
+                for (int i = 0; i < 10000 && !stop.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            },
+            &stop, std::chrono::milliseconds(0));
+        failure = "none: the pack finished despite the stop";
+    } catch (const error& e) {
+        failure = e.what();
+    }
+    stopper.join();
+    CHECK_MESSAGE(failure.find("interrupted") != std::string::npos, failure);
+    for (int i = 0; i < 2000 && ft::thread_count() > threads_before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(ft::thread_count() <= threads_before);
+    for (const auto& e : std::filesystem::directory_iterator(out_dir))
+        CHECK_MESSAGE(e.path().filename().string().rfind("stopped", 0) != 0, "left behind: " << e.path());
 }
 
 TEST_CASE("Text.Tokenizer.LongDocumentsEncodedInPiecesGiveTheIdsOfTheWholeDocument") {

@@ -44,17 +44,22 @@ public:
             bytes += doc.text.size();
             out.push_back(std::move(doc.text));
         }
+        skipped_so_far_.store(skipped_ + (reader_ ? reader_->skipped() : 0), std::memory_order_relaxed);
         return !out.empty();
     }
-    // Invalid JSONL lines skipped so far (text_options::skip_invalid).
-    std::uint64_t skipped() const { return skipped_ + (reader_ ? reader_->skipped() : 0); }
+    // Invalid JSONL lines skipped (text_options::skip_invalid) in the batches read so far. Safe beside
+    // next_batch on another thread: pack_text reads batches on a reader thread and reports this from
+    // its writer, where reading the open reader's count raced with that thread closing it
+    // (ThreadSanitizer, tests/integration/test_sources.cpp).
+    std::uint64_t skipped() const noexcept { return skipped_so_far_.load(std::memory_order_relaxed); }
 
 private:
     std::vector<std::string> files_;
     text_options opt_;
     std::size_t next_file_ = 0;
     std::unique_ptr<text_reader> reader_;
-    std::uint64_t skipped_ = 0;
+    std::uint64_t skipped_ = 0;                     // by the files closed
+    std::atomic<std::uint64_t> skipped_so_far_{0};  // skipped(): published after each batch
 };
 
 struct pack_options {
