@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -148,17 +149,37 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
     clock_type::time_point half;
     std::uint64_t anon = 0, fds = 0;
     const std::uint64_t half_at = std::max<std::uint64_t>(batches / 2, 1);
+    // CPU seconds of the process and of this thread (the consumer): over the second half, the
+    // workers' CPU per second of it says whether they ran the whole time or waited.
+    const auto cpu_now = [] {
+        timespec proc{}, self{};
+        ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &proc);
+        ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &self);
+        return std::pair<double, double>{proc.tv_sec + proc.tv_nsec * 1e-9, self.tv_sec + self.tv_nsec * 1e-9};
+    };
+    std::pair<double, double> half_cpu{};
     for (auto& b : p) {
         if (n == 0) {
             first = clock_type::now();
             anon = read_process_memory().rss_anon.value_or(0);
             fds = open_descriptors_now();
         }
-        if (n == half_at) half = clock_type::now();
+        if (n == half_at) {
+            half = clock_type::now();
+            half_cpu = cpu_now();
+        }
         ++n;
         sink += static_cast<std::uint64_t>(b.host_inputs()[0]);
     }
+    const auto end_cpu = cpu_now();
+    const double late_s = seconds_since(half);
+    const double late_consumer_cpu = (end_cpu.second - half_cpu.second) / late_s,
+                 late_workers_cpu = (end_cpu.first - half_cpu.first) / late_s - late_consumer_cpu;
     const auto anon_end = read_process_memory().rss_anon.value_or(0);
+    // Where the workers' time went, per batch (summed over workers): planning (with the wait for the
+    // shared planner) and waiting for a free slot; a run whose tokens/s trails its CPU time waits.
+    const pipeline_stats st = p.stats();
+    const double per_batch_us = 1e6 / static_cast<double>(std::max<std::uint64_t>(st.batches, 1));
     const double first_s = std::chrono::duration<double>(first - t1).count();
     const double rate = static_cast<double>((n - 1) * batch * seq_len) / seconds_since(first);
     const double late_rate = n > half_at + 1 ? static_cast<double>((n - 1 - half_at) * batch * seq_len) / seconds_since(half) : rate;
@@ -167,10 +188,13 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
     std::printf(
         "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"anon_end_bytes_per_domain\": %.1f, "
         "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"late_tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": "
-        "%.1f, \"worst_draw_step_us\": %.1f, \"domains\": %zu, \"sink\": %llu}\n",
+        "%.1f, \"worst_draw_step_us\": %.1f, \"plan_us_per_batch\": %.2f, \"slot_wait_us_per_batch\": %.2f, "
+        "\"late_workers_cpu\": %.2f, \"late_consumer_cpu\": %.2f, \"domains\": %zu, "
+        "\"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
         (static_cast<double>(anon_end) - static_cast<double>(before)) / static_cast<double>(domains), static_cast<unsigned long long>(fds),
-        rate, late_rate, planning.plan, planning.draw, planning.worst_draw_step_us, domains, static_cast<unsigned long long>(sink));
+        rate, late_rate, planning.plan, planning.draw, planning.worst_draw_step_us, st.plan_s * per_batch_us, st.slot_wait_s * per_batch_us,
+        late_workers_cpu, late_consumer_cpu, domains, static_cast<unsigned long long>(sink));
     return 0;
 }
 
