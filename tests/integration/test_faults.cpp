@@ -8,8 +8,10 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -484,28 +486,50 @@ TEST_CASE("Faults.Resources.ShardsPastTheSoftDescriptorLimitOpenAndPastTheHardOn
         CHECK(low.rlim_cur > 128);
     }
     // A hard limit below what the shards would hold: they open, keep within it (the descriptor pool
-    // closes idle ones), and every shard's tokens are read, by every backend.
-    rlimit hard = lim;
-    hard.rlim_cur = hard.rlim_max = 200;
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &hard) == 0);
-    const token_dataset ds(dir.path().string());
-    auto& pool = detail::descriptor_pool::instance();
-    CHECK(pool.open_count() <= detail::descriptor_pool::budget());
-    CHECK(detail::descriptor_pool::budget() == 150);  // 200 less a quarter for the process's others
-    for (const io_backend backend : {io_backend::pread, io_backend::mmap, io_backend::io_uring}) {
-        if (backend == io_backend::io_uring && io_uring_unavailable_reason()) continue;
-        // One epoch: 6000 tokens in 315 windows of 19 (+1), 9 steps of 35, so every shard's tokens are in one.
-        pipeline_config c{.batch_size = 35, .seq_len = 19, .seed = 3, .workers = 2, .device = device_kind::cpu, .epochs = 1};
-        c.shards.backend = backend;
-        pipeline p(std::make_shared<const token_dataset>(dir.path().string()), c);
-        std::set<std::int32_t> values;
-        for (auto& b : p)
-            for (const std::int32_t t : b.host_inputs()) values.insert(t);
-        CHECK(values.size() == shards);  // every shard's own value
-        CHECK(*values.begin() == 1);
-        CHECK(*values.rbegin() == shards);
-        CHECK(pool.open_count() <= detail::descriptor_pool::budget());
+    // closes idle ones), and every shard's tokens are read, by every backend. In a child process: a
+    // hard limit cannot be raised again without privilege, and the cases after this one (the binary
+    // run whole, not case by case as ctest runs it) set `ulimit -n 256` in their own children.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        int failed = 0;
+        const auto expect = [&](bool ok, const std::string& what) {
+            if (!ok) {
+                std::fprintf(stderr, "under a hard limit of 200: %s\n", what.c_str());
+                failed = 1;
+            }
+        };
+        try {
+            rlimit hard = lim;
+            hard.rlim_cur = hard.rlim_max = 200;
+            if (::setrlimit(RLIMIT_NOFILE, &hard) != 0) ::_exit(3);
+            const token_dataset ds(dir.path().string());
+            auto& pool = detail::descriptor_pool::instance();
+            expect(pool.open_count() <= detail::descriptor_pool::budget(), "more descriptors open than the budget after the open");
+            expect(detail::descriptor_pool::budget() == 150, "a budget other than 200 less a quarter");
+            for (const io_backend backend : {io_backend::pread, io_backend::mmap, io_backend::io_uring}) {
+                if (backend == io_backend::io_uring && io_uring_unavailable_reason()) continue;
+                // One epoch: 6000 tokens in 315 windows of 19 (+1), 9 steps of 35, so every shard's tokens are in one.
+                pipeline_config c{.batch_size = 35, .seq_len = 19, .seed = 3, .workers = 2, .device = device_kind::cpu, .epochs = 1};
+                c.shards.backend = backend;
+                pipeline p(std::make_shared<const token_dataset>(dir.path().string()), c);
+                std::set<std::int32_t> values;
+                for (auto& b : p)
+                    for (const std::int32_t t : b.host_inputs()) values.insert(t);
+                const std::string name = "backend " + std::to_string(static_cast<int>(backend));
+                expect(values.size() == shards, name + ": not every shard's own value");  // every shard's own value
+                expect(!values.empty() && *values.begin() == 1 && *values.rbegin() == shards, name + ": values outside 1..300");
+                expect(pool.open_count() <= detail::descriptor_pool::budget(), name + ": more descriptors open than the budget");
+            }
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "under a hard limit of 200: %s\n", e.what());
+            ::_exit(2);
+        }
+        ::_exit(failed);
     }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child under a hard limit of 200 failed (its stderr says what)");
 }
 
 TEST_CASE("Faults.Resources.NoMemoryOrNoThreadsEndAToolWithAResourceErrorNotAnAbort") {

@@ -21,10 +21,9 @@
 #include <feedline/detail/descriptor_pool.hpp>
 #include <feedline/error.hpp>
 #include <feedline/storage/byte_source.hpp>
+#include <feedline/storage/file_mapping.hpp>
 
 namespace feedline {
-
-class file_mapping;  // storage/mmap_reader.hpp
 
 namespace detail {
 
@@ -174,23 +173,27 @@ public:
     }
     bool direct() const noexcept { return direct_; }
 
-    // The one mapping of this file that every mmap reader shares, made by `make` on first use.
-    // Shared because page-table entries belong to a mapping: per-reader mappings would make every
-    // worker (and every new pipeline) take its own minor fault on every page it touches. Thread-safe.
-    template <class Make>
-    std::shared_ptr<const file_mapping> shared_mapping(Make&& make) const {
+    // The one mapping of this file that every mmap reader shares, made on first use (with `pattern`'s
+    // readahead hint). Shared because page-table entries belong to a mapping: per-reader mappings
+    // would make every worker (and every new pipeline) take its own minor fault on every page it
+    // touches. Held in the file's own state, not on the heap behind a count: 40 bytes and an
+    // allocation a file fewer (a mixture maps a file per domain as it first reads it). It lives as
+    // long as this file (it is never replaced). Thread-safe. Throws io_error.
+    const file_mapping& mapping(access_pattern pattern) const {
+        if (const file_mapping* m = mapping_if_made()) return *m;
         if (!state_) throw io_error(path_.empty() ? "(no file)" : path_, EBADF, "not open (moved from)");
         std::lock_guard lock(state_->mapping_mutex);
-        if (!state_->mapping) {
-            state_->mapping = make();
-            state_->mapped.store(state_->mapping.get(), std::memory_order_release);
+        if (!state_->mapped.load(std::memory_order_relaxed)) {
+            state_->mapping = file_mapping(*this, pattern);
+            state_->mapped.store(true, std::memory_order_release);
         }
         return state_->mapping;
     }
-    // That mapping if it was made, without a lock or a reference count: it lives as long as this file
-    // (it is never replaced), so readers that look it up once per window (a mixture's thousands of
-    // files) keep no table of their own. Null before the first shared_mapping().
-    const file_mapping* mapping_if_made() const noexcept { return state_ ? state_->mapped.load(std::memory_order_acquire) : nullptr; }
+    // That mapping if it was made, without a lock: readers that look it up once per window (a
+    // mixture's thousands of files) keep no table of their own. Null before the first mapping().
+    const file_mapping* mapping_if_made() const noexcept {
+        return state_ && state_->mapped.load(std::memory_order_acquire) ? &state_->mapping : nullptr;
+    }
 
 private:
     // A file's modification time as one number: nanoseconds since the epoch, modulo 2^64 (unsigned, so
@@ -204,8 +207,8 @@ private:
     // takes a lease).
     struct shared_state : detail::pooled_descriptor {
         detail::spin_lock mapping_mutex;  // held while the mapping is made (one mmap)
-        std::shared_ptr<const file_mapping> mapping;
-        std::atomic<const file_mapping*> mapped{nullptr};  // mapping.get(), once made: read without the lock
+        std::atomic<bool> mapped{false};  // `mapping` is made: read without the lock
+        file_mapping mapping;
     };
 
     // Records `fd` as state_'s open descriptor (state_->mutex held) and lists it with the pool; closes

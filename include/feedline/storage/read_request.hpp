@@ -18,8 +18,8 @@ namespace feedline {
 // read_request (one byte range of one source into a buffer) is declared with byte_source
 // (storage/byte_source.hpp).
 
-// How a reader expects to be used; mmap turns this into madvise hints.
-enum class access_pattern { sequential, random };
+// access_pattern (how a reader expects to be used) is declared with file_mapping
+// (storage/file_mapping.hpp).
 
 // A storage backend: fills every request of a batch, in any order, before returning. Backends with a
 // path for local files (mmap, io_uring) read other sources through byte_source::read_at.

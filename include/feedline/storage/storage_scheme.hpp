@@ -84,12 +84,12 @@ inline expanded_location expand_location(const std::string& location) {
     return {expanded_location::form::single, {location}};
 }
 
-// A whole object in memory, for what is read all over (an index): a local file is mapped (shared with
-// every reader of it, with the pattern's readahead hint), another source read once into memory.
+// A whole object in memory, for what is read all over (an index): a local file is mapped (a mapping
+// of its own, with the pattern's readahead hint, kept by the view: the file may close first), another
+// source read once into memory.
 inline byte_view load_whole(const byte_source& source, access_pattern pattern = access_pattern::sequential) {
     if (const file* f = source.local_file()) {
-        auto mapping = f->shared_mapping([&] { return std::make_shared<const file_mapping>(*f, pattern); });
-        mapping->advise(pattern);
+        auto mapping = std::make_shared<const file_mapping>(*f, pattern);
         return {mapping->bytes(), mapping};
     }
     auto buffer = std::make_shared<std::vector<std::byte>>(source.size());
