@@ -23,6 +23,11 @@
 //                   workers wait for behind one lock (they plan the segments beside each other)
 //   worst_draw_step_us  the slowest step of as many steps drawn after those, each timed: how long the
 //                   other workers can be held up at once
+//   plan_us_per_batch, slot_wait_us_per_batch  the pipeline's own stats over the run, microseconds a
+//                   batch summed over the workers: planning (the wait for the shared planner's lock
+//                   included) and waiting for a free slot (the consumer behind)
+//   late_workers_cpu, late_consumer_cpu  CPUs kept busy over the second half by the workers (spinning
+//                   included) and by the consumer (this thread): a rate below the workers' CPU says waits
 // and, once per D, whether it runs under `ulimit -n 256` (RLIMIT_NOFILE 256 in the child).
 // Last line: one JSON object with every D's medians.
 //
@@ -172,9 +177,9 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
         sink += static_cast<std::uint64_t>(b.host_inputs()[0]);
     }
     const auto end_cpu = cpu_now();
-    const double late_s = seconds_since(half);
-    const double late_consumer_cpu = (end_cpu.second - half_cpu.second) / late_s,
-                 late_workers_cpu = (end_cpu.first - half_cpu.first) / late_s - late_consumer_cpu;
+    const double late_s = n > half_at + 1 ? seconds_since(half) : 0;  // no second half: the CPU figures say 0
+    const double late_consumer_cpu = late_s > 0 ? (end_cpu.second - half_cpu.second) / late_s : 0,
+                 late_workers_cpu = late_s > 0 ? (end_cpu.first - half_cpu.first) / late_s - late_consumer_cpu : 0;
     const auto anon_end = read_process_memory().rss_anon.value_or(0);
     // Where the workers' time went, per batch (summed over workers): planning (with the wait for the
     // shared planner) and waiting for a free slot; a run whose tokens/s trails its CPU time waits.
@@ -285,7 +290,8 @@ int main(int argc, char** argv) {
                 continue;
             }
             for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "anon_end_bytes_per_domain", "descriptors",
-                                  "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample", "worst_draw_step_us"})
+                                  "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample", "worst_draw_step_us",
+                                  "plan_us_per_batch", "slot_wait_us_per_batch", "late_workers_cpu", "late_consumer_cpu"})
                 samples[d][k].push_back(j[k].get<double>());
             if (d == 0) base = j["tokens_per_s"].get<double>(), late_base = j["late_tokens_per_s"].get<double>();
             if (base > 0) samples[d]["vs_blend2"].push_back(j["tokens_per_s"].get<double>() / base);

@@ -44,7 +44,7 @@ public:
 
     std::uint64_t size() const noexcept { return n_; }
 
-    // The image of i. Constant time on average; never allocates; thread-safe. Throws std::out_of_range
+    // The image of i. Constant time on average; allocates only to throw; thread-safe. Throws std::out_of_range
     // for i >= size(): cycle walking from outside [0, size()) need never come back into it (the
     // network keeps bits above its width, and a cycle may lie wholly past size()), so an index out of
     // range would loop without end where it now fails.

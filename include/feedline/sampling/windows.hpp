@@ -151,8 +151,10 @@ public:
     std::uint64_t documents() const noexcept { return documents_; }
     std::uint64_t tokens() const noexcept { return prefix_[documents_]; }
 
-    // The dataset document at epoch position k. O(1) (O(log shards) in shard_blocks mode).
-    std::uint64_t document_at(std::uint64_t k) const noexcept { return order_ == nullptr ? permuted_document(k) : order_[k]; }
+    // The dataset document at epoch position k. O(1) (O(log shards) in shard_blocks mode). Without the
+    // order table (past 2^32 documents) a k past the epoch reaches the permutation, which throws
+    // std::out_of_range.
+    std::uint64_t document_at(std::uint64_t k) const { return order_ == nullptr ? permuted_document(k) : order_[k]; }
     std::uint64_t length_at(std::uint64_t k) const noexcept { return prefix_[k + 1] - prefix_[k]; }
     std::uint64_t first_token_at(std::uint64_t k) const noexcept { return prefix_[k]; }
 

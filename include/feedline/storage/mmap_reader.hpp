@@ -27,7 +27,7 @@ public:
     explicit mmap_reader(access_pattern pattern = access_pattern::random) : pattern_(pattern) {}
 
     // Copies every request out of the mapping of its file (mapped on first use). Not thread-safe.
-    // Allocates only when a file is first mapped (by any reader), or for more remote requests than before. A file truncated by another process
+    // Allocates only for more remote requests than before (a file's mapping is held in the file). A file truncated by another process
     // after mapping would raise SIGBUS in a plain memcpy; the copy is guarded (storage/guarded_copy.hpp)
     // and throws format_error naming the file and offset instead.
     // Sources that are not local files are read through them, all at once (read_remote: a fetch-ahead's first).
