@@ -1,7 +1,8 @@
 // bench_mixture: a mixture of many domains against a blend of two, the same data in all.
 //
-// The same total of tokens (--tokens, llm.c uint16 shards, page cache warm) split into D domains of one
-// shard each, for every D of --domains (default 2,100,1000,10000), each with a mixture file of random
+// The same total of tokens (--tokens, llm.c uint16 shards, page cache warm) split into D domains of
+// --shards shards each (default 1; a window may run on into a domain's next shard), for every D of
+// --domains (default 2,100,1000,10000), each with a mixture file of random
 // weights over two stages (a switch at a third of the run, with a ramp). Each D runs in a child process
 // of its own (memory and descriptors are per process), rounds alternated over the Ds; per D:
 //   open_s          the pipeline's constructor (opening every domain, the schedule, the sampler)
@@ -60,26 +61,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// D domains of one llm.c shard each holding tokens / D tokens, and mix.json: random weights 1-100,
-// then at a third of `steps` a ramp of steps / 10 to other random weights (a tenth of them 0).
-std::string make_mixture(const std::string& root, std::uint64_t domains, std::uint64_t tokens, std::uint64_t steps) {
-    const std::string dir = root + "/d" + std::to_string(domains);
+// D domains of `shards` llm.c shards each, tokens / D tokens a domain, and mix.json: random weights
+// 1-100, then at a third of `steps` a ramp of steps / 10 to other random weights (a tenth of them 0).
+std::string make_mixture(const std::string& root, std::uint64_t domains, std::uint64_t shards, std::uint64_t tokens, std::uint64_t steps) {
+    const std::string dir = root + "/d" + std::to_string(domains) + (shards > 1 ? "s" + std::to_string(shards) : "");
     const std::string mix = dir + "/mix.json";
     if (fs::exists(mix)) return mix;
     fs::create_directories(dir);
     std::mt19937_64 rng(domains);
-    const std::uint64_t per = tokens / domains;
+    const std::uint64_t per = tokens / domains / shards;
     nlohmann::json doms = nlohmann::json::array(), first = nlohmann::json::object(), second = nlohmann::json::object();
     std::vector<std::uint16_t> body(per);
     for (std::uint64_t d = 0; d < domains; ++d) {
-        const std::string name = "d" + std::to_string(d), file = name + ".bin";
-        for (auto& t : body) t = static_cast<std::uint16_t>(rng() % 50000);
-        std::int32_t header[256] = {20240520, 1, static_cast<std::int32_t>(per)};
-        std::ofstream out(dir + "/" + file, std::ios::binary);
-        out.write(reinterpret_cast<const char*>(header), sizeof header);
-        out.write(reinterpret_cast<const char*>(body.data()), static_cast<std::streamsize>(body.size() * 2));
-        if (!out) throw io_error(dir + "/" + file, errno, "cannot write");
-        doms.push_back({{"name", name}, {"data", file}});
+        const std::string name = "d" + std::to_string(d);
+        for (std::uint64_t k = 0; k < shards; ++k) {
+            const std::string file = shards > 1 ? name + "_" + std::to_string(k) + ".bin" : name + ".bin";
+            for (auto& t : body) t = static_cast<std::uint16_t>(rng() % 50000);
+            std::int32_t header[256] = {20240520, 1, static_cast<std::int32_t>(per)};
+            std::ofstream out(dir + "/" + file, std::ios::binary);
+            out.write(reinterpret_cast<const char*>(header), sizeof header);
+            out.write(reinterpret_cast<const char*>(body.data()), static_cast<std::streamsize>(body.size() * 2));
+            if (!out) throw io_error(dir + "/" + file, errno, "cannot write");
+        }
+        doms.push_back({{"name", name}, {"data", shards > 1 ? name + "_*.bin" : name + ".bin"}});  // a glob: its shards in order
         first[name] = 1 + rng() % 100;
         second[name] = rng() % 10 == 0 ? 0 : 1 + rng() % 100;
     }
@@ -241,7 +245,7 @@ int main(int argc, char** argv) {
     CLI::App app{"A mixture of many domains against a blend of two, the same data in all"};
     std::string dir = "/tmp/feedline-bench-mixture", one;
     std::vector<std::uint64_t> domains{2, 100, 1000, 10000};
-    std::uint64_t tokens = 40'000'000, batch = 32, seq_len = 256, batches = 3000;
+    std::uint64_t tokens = 40'000'000, batch = 32, seq_len = 256, batches = 3000, shards = 1;
     unsigned workers = 2;
     int rounds = 3;
     app.add_option("--dir", dir, "where the domains' shards are written (kept: later runs reuse them)");
@@ -251,6 +255,7 @@ int main(int argc, char** argv) {
     app.add_option("--batch", batch, "samples per batch");
     app.add_option("--seq-len", seq_len, "tokens per sample");
     app.add_option("--batches", batches, "batches per measurement");
+    app.add_option("--shards", shards, "llm.c shards per domain (the blend's two domains keep one each)")->check(CLI::Range(1, 1000));
     app.add_option("--workers", workers, "worker threads");
     app.add_option("--rounds", rounds, "rounds, alternating the domain counts");
     app.add_option("--one", one, "internal: measure this mixture file in this process and print one JSON line");
@@ -266,9 +271,9 @@ int main(int argc, char** argv) {
 
     const std::string self = fs::canonical("/proc/self/exe").string();
     std::map<std::uint64_t, std::string> files;
-    for (std::uint64_t d : domains) files[d] = make_mixture(dir, d, tokens, batches);
+    for (std::uint64_t d : domains) files[d] = make_mixture(dir, d, shards, tokens, batches);
     // The baseline: the 2-domain data as a plain blend (0 stands for it below).
-    const std::string two = make_mixture(dir, 2, tokens, batches);
+    const std::string two = make_mixture(dir, 2, 1, tokens, batches);  // two files, whatever --shards
     const std::string blend2 =
         "1 " + fs::path(two).parent_path().string() + "/d0.bin 1 " + fs::path(two).parent_path().string() + "/d1.bin";
     auto args = [&](std::uint64_t d) {

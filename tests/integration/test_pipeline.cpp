@@ -799,6 +799,50 @@ TEST_CASE("Pipeline.Memory.ResidentAnonymousMemoryStaysWithinTheBudget") {
     CHECK(peak - before <= (8u << 20));
 }
 
+// 120 domains of two llm.c shards each, all in one directory, each named by a glob ("d1_*.bin" must
+// not take d10's or d100's shards), and the same files in a directory per domain: the same stream, and
+// every row's tokens are its own domain's (a token is 500 * domain + 100 * shard + its place). The
+// globs come from one listing of the directory (detail::glob_listings), which must match as glob(3).
+TEST_CASE("Pipeline.Mixture.DomainsWhoseShardsShareADirectoryEachGetTheirOwnByGlob") {
+    ft::scratch_dir dir;
+    constexpr int domains = 120;
+    std::filesystem::create_directories(dir / "flat");
+    std::string flat, per, weights;
+    for (int d = 0; d < domains; ++d) {
+        const std::string name = "d" + std::to_string(d);
+        std::filesystem::create_directories(dir / ("per/" + name));
+        for (int k = 0; k < 2; ++k) {
+            const int n = 40 + (d * 13 + k * 7) % 50;  // a 65-token window runs on into the next shard
+            std::vector<std::int32_t> header(256, 0);
+            header[0] = 20240520, header[1] = 1, header[2] = n;
+            std::vector<std::uint16_t> tokens(static_cast<std::size_t>(n));
+            for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(500 * d + 100 * k + i);
+            std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+            bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+            ft::write_text(dir / ("flat/" + name + "_" + std::to_string(k) + ".bin"), bytes);
+            ft::write_text(dir / ("per/" + name + "/" + std::to_string(k) + ".bin"), bytes);
+        }
+        const std::string sep = d == 0 ? "" : ", ";
+        flat += sep + "{\"name\": \"" + name + "\", \"data\": \"flat/" + name + "_*.bin\"}";
+        per += sep + "{\"name\": \"" + name + "\", \"data\": \"per/" + name + "\"}";
+        weights += sep + "\"" + name + "\": " + std::to_string(1 + d % 5);
+    }
+    const std::string stages = "], \"stages\": [{\"at_step\": 0, \"weights\": {" + weights + "}}]}";
+    ft::write_text(dir / "flat.json", "{\"domains\": [" + flat + stages);
+    ft::write_text(dir / "per.json", "{\"domains\": [" + per + stages);
+    pipeline by_glob(dir / "flat.json", base(2)), by_directory(dir / "per.json", base(2));
+    for (int step = 0; step < 60; ++step) {
+        auto a = by_glob.next(), b = by_directory.next();
+        REQUIRE(a);
+        REQUIRE(b);
+        const auto in = a->host_inputs(), other = b->host_inputs(), rows = a->host_datasets();
+        REQUIRE(std::equal(in.begin(), in.end(), other.begin(), other.end()));
+        REQUIRE(std::equal(rows.begin(), rows.end(), b->host_datasets().begin()));
+        for (std::size_t r = 0; r < 4; ++r)
+            for (std::size_t t = 0; t < 64; ++t) REQUIRE(in[r * 64 + t] / 500 == rows[r]);
+    }
+}
+
 // A data spec naming a mixture file: its domains' data mixed by its schedule. Every row says which
 // domain it came from; the counts stay within one sample of the schedule's targets; a resume at any
 // step, with other workers, gives the same batches; stats() has each domain's accounting; another

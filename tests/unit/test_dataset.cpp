@@ -2,10 +2,14 @@
 // mixed formats or dtypes and missing paths are refused with the offending path named.
 #include <doctest/doctest.h>
 
+#include <feedline/detail/paths.hpp>
 #include <feedline/format/dataset.hpp>
 #include <feedline/storage/reader.hpp>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 
 #include "test_support.hpp"
 
@@ -53,6 +57,31 @@ TEST_CASE("Dataset.Specs.DirectoryGlobAndPrefixListAgree") {
         for (std::uint32_t i = 0; i < span.length; ++i) CHECK(got[i] == 100 * span.shard + i);
     }
     CHECK_THROWS_AS(by_list.document(9), std::out_of_range);
+}
+
+// Globs expanded while a glob_listings lives read each directory once and give what glob(3) gives,
+// in its order: prefixes of other names (a_1 and a_10), ?, [...], hidden names, a subdirectory, a
+// dangling link, nothing matched; the patterns it leaves to glob(3) (a wildcard before the last
+// component, an escape, a leading dot) too.
+TEST_CASE("Dataset.Specs.GlobsFromOneListingMatchGlob3") {
+    ft::scratch_dir dir;
+    for (const char* name : {"a_1.bin", "a_10.bin", "a_2.bin", "a_1.idx", "b_1.bin", ".a_3.bin", "A_4.bin", "a_[x].bin", "sub/a_5.bin",
+                             "sub/c_6.bin", "sub2/a_7.bin"}) {
+        std::filesystem::create_directories(std::filesystem::path(dir / name).parent_path());
+        ft::write_text(dir / name, name);
+    }
+    std::filesystem::create_directories(dir / "a_dir.bin");
+    REQUIRE(::symlink((dir / "nowhere").c_str(), (dir / "a_link.bin").c_str()) == 0);
+    const std::vector<std::string> patterns = {"a_*.bin", "a_?.bin", "a_[12].bin", "a_[!1]*", "*.bin",       "*",   "b_*",   "c_*",
+                                               "a_1*",    "sub/a_*", "sub/*",      "*/a_*",   "a_\\[x].bin", ".a*", "[.]a*", "A*"};
+    std::vector<std::vector<std::string>> by_glob;
+    for (const std::string& p : patterns) by_glob.push_back(detail::glob_paths(dir / p));
+    CHECK(by_glob[0] == std::vector<std::string>{dir / "a_1.bin", dir / "a_10.bin", dir / "a_2.bin", dir / "a_[x].bin", dir / "a_dir.bin",
+                                                 dir / "a_link.bin"});
+    CHECK(by_glob[7].empty());
+    const detail::glob_listings listings;
+    for (std::size_t i = 0; i < patterns.size(); ++i) CHECK_MESSAGE(detail::glob_paths(dir / patterns[i]) == by_glob[i], patterns[i]);
+    CHECK(listings.directories_listed() == 2);  // dir and sub; the others went to glob(3)
 }
 
 TEST_CASE("Dataset.Specs.PartialReadsStayInsideTheDocument") {

@@ -234,12 +234,12 @@ public:
     dataset_format format() const noexcept { return format_; }
     token_dtype dtype() const noexcept { return dtype_; }
     std::size_t shard_count() const noexcept { return shards_.size(); }
-    // Requests the first shard entry's first 24 bytes (what a window of a one-shard dataset reads; the
-    // table is 16-byte aligned, so they may straddle two cache lines).
-    void prefetch_first_shard() const noexcept {
-        if (shards_.empty()) return;
-        __builtin_prefetch(&shards_.front().bin);
-        __builtin_prefetch(&shards_.front().mapped_bytes);
+    // Requests shard i's entry, its first 24 bytes (what a window starting in it reads first; the table
+    // is 16-byte aligned, so they may straddle two cache lines). Nothing for a shard it does not hold.
+    void prefetch_shard(std::uint64_t i) const noexcept {
+        if (i >= shards_.size()) return;
+        __builtin_prefetch(&shards_[i].bin);
+        __builtin_prefetch(&shards_[i].mapped_bytes);
     }
     const shard_info& shard(std::size_t i) const { return shards_.at(i); }
     // Shard i's Megatron prefix or llm.c (raw) file, as given.

@@ -104,11 +104,17 @@ private:
         return bytes;
     }
 
-    void prefetch_for_write(unsigned stage) const noexcept override {
-        if (stage == 1)
+    void prefetch_for_write(unsigned stage, const sample_plan& first) const noexcept override {
+        if (stage == 1) {
             __builtin_prefetch(data_.get());  // what bind() and the write read first
-        else if (stage == 2)
-            data_->prefetch_first_shard();  // where a window's bytes are mapped
+        } else if (stage == 2) {
+            // Where the first window's bytes are mapped: the entry of the shard it starts in, which the
+            // write reads first. A token stream's window names its shard (a packed row's segment names a
+            // document: a wasted hint at worst); a Megatron segment, a document, its shard a search
+            // away: the first shard's entry, right for one shard.
+            const bool names_shard = is_token_stream(data_->format()) && !first.segments.empty();
+            data_->prefetch_shard(names_shard ? first.segments.front().document : 0);
+        }
     }
 
     bool streams_are_shards(const source_context& c) const noexcept {

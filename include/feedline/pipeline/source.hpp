@@ -131,8 +131,12 @@ public:
     // A hint a few writes before this source's: request the cache lines its writer will read, one
     // link of the chain per stage (the pipeline calls stage 1, then stage 2 a few writes later, each on
     // lines the stage before requested). A mixture's batch writes for dozens of its thousands of
-    // sources, each a chain of misses (the source, its dataset, a shard's entry). Default: nothing.
-    virtual void prefetch_for_write(unsigned stage) const noexcept { (void)stage; }
+    // sources, each a chain of misses (the source, its dataset, a shard's entry). `first`: the plan of
+    // the first row that write takes (which of its shards a window starts in). Default: nothing.
+    virtual void prefetch_for_write(unsigned stage, const sample_plan& first) const noexcept {
+        (void)stage;
+        (void)first;
+    }
 
     // Data in remote storage: whether the pipeline should fetch ranges ahead for this source, and the
     // ranges a worker will request for plan.samples[r], r in `rows` (dest unset), appended to `out`: the
