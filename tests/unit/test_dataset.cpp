@@ -61,8 +61,9 @@ TEST_CASE("Dataset.Specs.DirectoryGlobAndPrefixListAgree") {
 
 // Globs expanded while a glob_listings lives read each directory once and give what glob(3) gives,
 // in its order: prefixes of other names (a_1 and a_10), ?, [...], hidden names, a subdirectory, a
-// dangling link, nothing matched; the patterns it leaves to glob(3) (a wildcard before the last
-// component, an escape, a leading dot) too.
+// doubled slash, a dangling link, nothing matched, a pattern relative to the working directory; the
+// patterns it leaves to glob(3) (a wildcard before the last component, a trailing slash, an escape, a
+// leading dot) too.
 TEST_CASE("Dataset.Specs.GlobsFromOneListingMatchGlob3") {
     ft::scratch_dir dir;
     for (const char* name : {"a_1.bin", "a_10.bin", "a_2.bin", "a_1.idx", "b_1.bin", ".a_3.bin", "A_4.bin", "a_[x].bin", "sub/a_5.bin",
@@ -72,16 +73,29 @@ TEST_CASE("Dataset.Specs.GlobsFromOneListingMatchGlob3") {
     }
     std::filesystem::create_directories(dir / "a_dir.bin");
     REQUIRE(::symlink((dir / "nowhere").c_str(), (dir / "a_link.bin").c_str()) == 0);
-    const std::vector<std::string> patterns = {"a_*.bin", "a_?.bin", "a_[12].bin", "a_[!1]*", "*.bin",       "*",   "b_*",   "c_*",
-                                               "a_1*",    "sub/a_*", "sub/*",      "*/a_*",   "a_\\[x].bin", ".a*", "[.]a*", "A*"};
+    const std::vector<std::string> patterns = {"a_*.bin", "a_?.bin", "a_[12].bin",  "a_[!1]*", "*.bin", "*",
+                                               "b_*",     "c_*",     "a_1*",        "sub/a_*", "sub/*", "sub//a_*",
+                                               "*/a_*",   "a_*/",    "a_\\[x].bin", ".a*",     "[.]a*", "A*"};
     std::vector<std::vector<std::string>> by_glob;
     for (const std::string& p : patterns) by_glob.push_back(detail::glob_paths(dir / p));
     CHECK(by_glob[0] == std::vector<std::string>{dir / "a_1.bin", dir / "a_10.bin", dir / "a_2.bin", dir / "a_[x].bin", dir / "a_dir.bin",
                                                  dir / "a_link.bin"});
     CHECK(by_glob[7].empty());
-    const detail::glob_listings listings;
+    // Relative to the working directory ("a_*.bin" lists "."): the scratch directory for a moment.
+    const std::filesystem::path was = std::filesystem::current_path();
+    std::filesystem::current_path(dir.path());
+    const auto relative = detail::glob_paths("a_*.bin");
+    std::vector<std::string> relative_listed;
+    {
+        detail::glob_listings listings;
+        relative_listed = detail::glob_paths("a_*.bin");
+    }
+    std::filesystem::current_path(was);
+    CHECK(relative == std::vector<std::string>{"a_1.bin", "a_10.bin", "a_2.bin", "a_[x].bin", "a_dir.bin", "a_link.bin"});
+    CHECK(relative_listed == relative);
+    detail::glob_listings listings;  // not const: globs fill it
     for (std::size_t i = 0; i < patterns.size(); ++i) CHECK_MESSAGE(detail::glob_paths(dir / patterns[i]) == by_glob[i], patterns[i]);
-    CHECK(listings.directories_listed() == 2);  // dir and sub; the others went to glob(3)
+    CHECK(listings.directories_listed() == 3);  // dir, sub and sub/ (sub//a_*); the others went to glob(3)
 }
 
 TEST_CASE("Dataset.Specs.PartialReadsStayInsideTheDocument") {

@@ -1,5 +1,6 @@
 // feedline/detail/paths.hpp: turning what a user typed into files, without surprises. Globs are
-// expanded by glob(3) (sorted); directories are listed one level deep, regular files only, sorted.
+// expanded by glob(3) (sorted), or as glob(3) would from one listing of their directory while a
+// glob_listings lives; directories are listed one level deep, regular files only, sorted.
 // Nothing here throws std::filesystem_error: an entry that cannot be examined (a symlink loop, a
 // dangling link, no permission) is an io_error naming it, and a path that is not a regular file where
 // a file belongs (a FIFO, a device, a directory) is refused before anything opens it.
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -66,9 +68,10 @@ inline std::string cache_directory(const std::string& configured) {
 // in one directory took 165 s to open. While a memo is active, a pattern with wildcards in its last
 // component only reads its directory once; its names are matched as glob(3) matches them (fnmatch
 // with FNM_PERIOD: a leading dot must be matched by one; every kind of entry, unexamined), only those
-// that start with the pattern's text before its first wildcard, and sorted as it sorts them (strcoll). Anything else, or a directory that cannot be listed, goes to glob(3).
-// Files added to a directory while its listing is held are not seen by later globs in the scope, as if
-// they had come after the open.
+// that start with the pattern's text before its first wildcard, and the paths sorted as it sorts them
+// (strcoll). Anything else, or a directory that cannot be listed, goes to glob(3). Files added to a
+// directory while its listing is held are not seen by later globs in the scope, as if they had come
+// after the open.
 class glob_listings {
 public:
     glob_listings() noexcept : outer_(active()) { active() = this; }
@@ -87,9 +90,10 @@ public:
         const std::size_t slash = pattern.rfind('/');
         const std::string prefix = slash == std::string::npos ? std::string() : pattern.substr(0, slash + 1);
         const std::string name = pattern.substr(prefix.size());
-        // Wildcards or escapes before the last component, an escape or a leading dot in it: glob(3).
+        // Wildcards or escapes before the last component, an escape or a leading dot in it, and "//x*"
+        // (whose matches glob(3) names "/x..."): glob(3).
         if (name.empty() || name.front() == '.' || prefix.find_first_of("*?[\\") != std::string::npos ||
-            name.find('\\') != std::string::npos)
+            name.find('\\') != std::string::npos || prefix == "//")
             return std::nullopt;
         const std::vector<std::string>* names = listing(prefix.empty() ? std::string(".") : prefix);
         if (names == nullptr) return std::nullopt;
@@ -99,12 +103,13 @@ public:
         std::vector<std::string> out;
         for (auto it = std::lower_bound(names->begin(), names->end(), literal);
              it != names->end() && it->compare(0, literal.size(), literal) == 0; ++it)
-            if (::fnmatch(name.c_str(), it->c_str(), FNM_PERIOD) == 0) out.push_back(*it);
+            if (::fnmatch(name.c_str(), it->c_str(), FNM_PERIOD) == 0) out.push_back(prefix + *it);
+        // Whole paths, as glob(3) compares them (a locale's collation need not order the names alone alike).
         std::sort(out.begin(), out.end(),
                   [](const std::string& a, const std::string& b) { return std::strcoll(a.c_str(), b.c_str()) < 0; });
-        for (std::string& n : out) n.insert(0, prefix);
-        return out;  // glob(3)'s order
+        return out;
     }
+    // Directories read whole so far.
     std::size_t directories_listed() const noexcept { return listed_; }
 
 private:
@@ -112,18 +117,16 @@ private:
     const std::vector<std::string>* listing(const std::string& dir) {
         auto [it, fresh] = dirs_.try_emplace(dir);
         if (fresh) {
-            ++listed_;
-            DIR* d = ::opendir(dir.c_str());
+            const std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);  // closed on a throw too
             if (d != nullptr) {
                 std::vector<std::string> names;
                 errno = 0;
-                for (const dirent* e; (e = ::readdir(d)) != nullptr; errno = 0)
+                for (const dirent* e; (e = ::readdir(d.get())) != nullptr; errno = 0)
                     if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
-                const bool whole = errno == 0;
-                ::closedir(d);
-                if (whole) {
+                if (errno == 0) {
                     std::sort(names.begin(), names.end());
                     it->second = std::move(names);
+                    ++listed_;
                 }
             }
         }

@@ -110,7 +110,7 @@ namespace detail {
 // A directory is listed once for all of them (detail/paths.hpp: thousands of domains' globs in one
 // directory read it once, not twice each).
 inline std::vector<weighted_source> open_sources(std::vector<weighted_spec> specs, const pipeline_config& config) {
-    const glob_listings listings;
+    glob_listings listings;  // not const: globs fill it
     std::vector<weighted_source> out;
     out.reserve(specs.size());
     for (std::size_t i = 0; i < specs.size(); ++i) {

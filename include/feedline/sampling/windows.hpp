@@ -232,7 +232,11 @@ private:
     std::uint32_t* bucket_ = nullptr;
     std::unique_ptr<std::byte[]> heap_, bucket_heap_;
     std::size_t heap_bytes_ = 0, small_used_ = 0;
-    alignas(std::uint64_t) std::byte small_[32];
+    // 96 bytes: the tables of up to 4 or 5 documents (a mixture's domain of a few shards), so that the
+    // layout is one object of three lines that the planner can request ahead (dataset_stream::
+    // prefetch_layout) instead of a chain to tables of their own. A large dataset's tables are on the
+    // heap either way.
+    alignas(std::uint64_t) std::byte small_[96];
 
     // `bytes` for a table, 8-aligned: the rest of small_ when they fit, else a block of their own
     // (`which`: 0 the prefix sums and order, 1 the buckets). Trivial types in a byte array: C++20
