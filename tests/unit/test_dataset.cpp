@@ -81,16 +81,19 @@ TEST_CASE("Dataset.Specs.GlobsFromOneListingMatchGlob3") {
     CHECK(by_glob[0] == std::vector<std::string>{dir / "a_1.bin", dir / "a_10.bin", dir / "a_2.bin", dir / "a_[x].bin", dir / "a_dir.bin",
                                                  dir / "a_link.bin"});
     CHECK(by_glob[7].empty());
-    // Relative to the working directory ("a_*.bin" lists "."): the scratch directory for a moment.
-    const std::filesystem::path was = std::filesystem::current_path();
-    std::filesystem::current_path(dir.path());
-    const auto relative = detail::glob_paths("a_*.bin");
-    std::vector<std::string> relative_listed;
+    // Relative to the working directory ("a_*.bin" lists "."): the scratch directory for a moment,
+    // given back however the block ends.
+    std::vector<std::string> relative, relative_listed;
     {
+        struct working_directory {
+            std::filesystem::path was = std::filesystem::current_path();
+            explicit working_directory(const std::filesystem::path& to) { std::filesystem::current_path(to); }
+            ~working_directory() { std::filesystem::current_path(was); }
+        } in_scratch(dir.path());
+        relative = detail::glob_paths("a_*.bin");
         detail::glob_listings listings;
         relative_listed = detail::glob_paths("a_*.bin");
     }
-    std::filesystem::current_path(was);
     CHECK(relative == std::vector<std::string>{"a_1.bin", "a_10.bin", "a_2.bin", "a_[x].bin", "a_dir.bin", "a_link.bin"});
     CHECK(relative_listed == relative);
     detail::glob_listings listings;  // not const: globs fill it

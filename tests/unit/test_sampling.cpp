@@ -232,7 +232,7 @@ TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
                 CHECK(std::make_pair(segs[0].document, segs[0].offset) == stream[p]);
             }
             if (n <= 4 && mode != shuffle_mode::shard_blocks) CHECK(layout.memory_bytes() == sizeof(detail::epoch_layout));
-            if (n >= 8) CHECK(layout.memory_bytes() > sizeof(detail::epoch_layout));
+            if (n >= 12) CHECK(layout.memory_bytes() > sizeof(detail::epoch_layout));  // 13 prefix sums alone are 104 bytes
         }
 }
 

@@ -266,13 +266,9 @@ public:
 
     // Asks for this stream's fields (a mixture plans thousands of cold streams): only their addresses
     // are used, so it needs no lock. Every line the 80 bytes touch (three when they straddle two
-    // boundaries), the planning lock's for writing (its next use is an exchange).
-    void prefetch() const noexcept {
-        const auto first = reinterpret_cast<std::uintptr_t>(this) & ~std::uintptr_t{63};
-        for (std::uintptr_t at = first; at < reinterpret_cast<std::uintptr_t>(this) + sizeof *this; at += 64)
-            __builtin_prefetch(reinterpret_cast<const void*>(at));
-        __builtin_prefetch(&lock_, 1);
-    }
+    // boundaries). Not the lock's line for writing: with a few streams, the workers would take it
+    // from each other at every sample.
+    void prefetch() const noexcept { prefetch_lines(this, sizeof *this); }
     // Whether it lays its epochs out (several documents, or packed rows): one-document windows do not.
     bool lays_out_epochs() const noexcept { return !one_document(); }
     // Asks for the epoch layout's lines (its tables inside it, up to a few documents: a mixture's
@@ -280,8 +276,7 @@ public:
     // without the lock, never what is there (another thread may be replacing it). After prefetch(), in
     // time for the stream's line to have come.
     void prefetch_layout() const noexcept {
-        if (const detail::epoch_layout* l = layout_.get_unlocked())
-            for (std::size_t at = 0; at < sizeof *l; at += 64) __builtin_prefetch(reinterpret_cast<const char*>(l) + at);
+        if (const detail::epoch_layout* l = layout_.get_unlocked()) prefetch_lines(l, sizeof *l);
     }
     // Only what drawing a step reads (samples_at_least; GPT windows' samples_in_epoch): asking for
     // every line of 32 streams at once fills the core's miss buffers, and the draw then waits on its
@@ -293,6 +288,14 @@ public:
     }
 
 private:
+    // Every cache line of [at, at + bytes), computed on the address as an integer: `at` may be an
+    // object another thread has just freed (prefetch_layout), which is never read or stepped through.
+    static void prefetch_lines(const void* at, std::size_t bytes) noexcept {
+        const auto begin = reinterpret_cast<std::uintptr_t>(at), end = begin + bytes;
+        for (std::uintptr_t line = begin & ~std::uintptr_t{63}; line < end; line += 64)
+            __builtin_prefetch(reinterpret_cast<const void*>(line));
+    }
+
     feistel_permutation sample_permutation() const { return {samples_, sample_key_}; }
 
     struct length_source {
@@ -305,7 +308,7 @@ private:
     sample_mode mode() const noexcept { return static_cast<sample_mode>(mode_); }
     // GPT windows over a dataset of one document (a mixture's one-shard llm.c domains, thousands of
     // them) need no layout: the epoch is that document, and window s is its tokens [s * seq_len,
-    // s * seq_len + seq_len + 1). Keeping none saves each such domain 120 bytes and planning a miss.
+    // s * seq_len + seq_len + 1). Keeping none saves each such domain 184 bytes and planning a miss.
     bool one_document() const noexcept { return mode() == sample_mode::windows && documents_ == 1; }
     segment window_of_one_document(std::uint64_t s) const noexcept { return {0, s * seq_len_, seq_len_ + 1}; }
 
@@ -383,6 +386,9 @@ private:
     layout_owner layout_;
     std::unique_ptr<many_documents> many_;
 };
+static_assert(std::atomic<detail::epoch_layout*>::is_always_lock_free, "prefetch_layout reads the layout's address without a lock");
+static_assert(std::is_nothrow_move_constructible_v<dataset_stream>, "a mixture's vector of streams moves them");
+static_assert(sizeof(void*) != 8 || sizeof(dataset_stream) == 80, "a mixture keeps a stream per domain: 80 bytes (bench_mixture)");
 
 // Weights the trainer set to take effect at a later step (sampler::set_mixture_weights with a step):
 // held in the state until the sampler plans that step, so a state saved in between resumes with them.

@@ -222,8 +222,8 @@ private:
     // (72 bytes a layout otherwise: a mixture has thousands).
     std::unique_ptr<feistel_permutation> perm_;
     std::unique_ptr<block_order> blocks_;
-    // The tables below live in small_ when they fit (a one-document epoch costs no allocation), else in
-    // heap_ and bucket_heap_.
+    // The tables below live in small_ when they fit (an epoch of up to four documents costs no
+    // allocation), else in heap_ and bucket_heap_.
     std::uint64_t* prefix_ = nullptr;  // documents_ + 1 prefix sums of the lengths in epoch order
     std::uint32_t* order_ = nullptr;   // document_at's answers (null when ids do not fit 4 bytes, or unshuffled)
     // bucket_[b]: the epoch position holding token b << bucket_shift_ (one past the end: the last
@@ -232,10 +232,11 @@ private:
     std::uint32_t* bucket_ = nullptr;
     std::unique_ptr<std::byte[]> heap_, bucket_heap_;
     std::size_t heap_bytes_ = 0, small_used_ = 0;
-    // 96 bytes: the tables of up to 4 or 5 documents (a mixture's domain of a few shards), so that the
-    // layout is one object of three lines that the planner can request ahead (dataset_stream::
-    // prefetch_layout) instead of a chain to tables of their own. A large dataset's tables are on the
-    // heap either way.
+    // 96 bytes: the tables of up to four documents (a mixture's domain of a few shards), so that the
+    // layout is one object of 184 bytes (three or four lines) that the planner can request ahead
+    // (dataset_stream::prefetch_layout) instead of a chain to tables of their own. A large dataset's
+    // tables are on the heap either way; a layout of five or more documents carries the 64 bytes
+    // unused.
     alignas(std::uint64_t) std::byte small_[96];
 
     // `bytes` for a table, 8-aligned: the rest of small_ when they fit, else a block of their own
