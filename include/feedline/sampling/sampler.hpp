@@ -553,7 +553,6 @@ public:
                                               std::to_string(weights_.size()) + " weights)");
         streams_.reserve(datasets.size());
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(*datasets[i], config_, i);
-        some_lay_out_ = std::any_of(streams_.begin(), streams_.end(), [](const dataset_stream& t) { return t.lays_out_epochs(); });
         finish_setup();
     }
 
@@ -566,7 +565,6 @@ public:
                                               std::to_string(weights_.size()) + " weights)");
         streams_.reserve(datasets.size());
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(std::move(datasets[i]), config_, i);
-        some_lay_out_ = std::any_of(streams_.begin(), streams_.end(), [](const dataset_stream& t) { return t.lays_out_epochs(); });
         finish_setup();
     }
 
@@ -584,7 +582,6 @@ public:
         mixture_ = std::move(schedule);
         streams_.reserve(datasets.size());  // exactly: a mixture's 10,000 streams, no doubling
         for (std::uint32_t i = 0; i < datasets.size(); ++i) streams_.emplace_back(std::move(datasets[i]), config_, i);
-        some_lay_out_ = std::any_of(streams_.begin(), streams_.end(), [](const dataset_stream& t) { return t.lays_out_epochs(); });
         finish_setup();
         state_.version = sampler_state::mixture_version;
         state_.mixture = 1;
@@ -1093,6 +1090,7 @@ private:
     }
 
     void finish_setup() {
+        some_lay_out_ = std::any_of(streams_.begin(), streams_.end(), [](const dataset_stream& t) { return t.lays_out_epochs(); });
         state_.seed = config_.seed;
         state_.seq_len = config_.seq_len;
         state_.global_batch = config_.global_batch;
