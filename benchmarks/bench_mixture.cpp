@@ -24,6 +24,9 @@
 //                   workers wait for behind one lock (they plan the segments beside each other)
 //   worst_draw_step_us  the slowest step of as many steps drawn after those, each timed: how long the
 //                   other workers can be held up at once
+//   draw_ns_part0, 1, 2  drawing alone again, from step 0, over each part of the schedule: the first
+//                   stage, the ramp, the last stage (for as many steps as the first); the figures above
+//                   start a tenth of the way in and draw mostly in the last stage
 //   plan_us_per_batch, slot_wait_us_per_batch  the pipeline's own stats over the run, microseconds a
 //                   batch summed over the workers: planning (the wait for the shared planner's lock
 //                   included) and waiting for a free slot (the consumer behind)
@@ -107,15 +110,18 @@ std::uint64_t open_descriptors_now() {
 // blend's or mixture's run that does not spread over the workers.
 struct planning_ns {
     double plan = 0, draw = 0, worst_draw_step_us = 0;
+    std::vector<double> draw_by_part;  // a mixture's: each stage's ramp and constant part, the last for steps / 3
 };
 planning_ns planning_ns_per_sample(const pipeline& p, const std::string& spec, std::uint64_t steps) {
     const pipeline_config& c = p.config();
     std::vector<sampler_dataset> datasets;
     std::vector<double> weights;
-    for (const auto& s : p.sources()) {
-        datasets.push_back(s.source->sampling(source_context::of(c)));
-        weights.push_back(s.weight);
-    }
+    const auto sampling = [&] {
+        datasets.clear();
+        for (const auto& s : p.sources()) datasets.push_back(s.source->sampling(source_context::of(c)));
+    };
+    sampling();
+    for (const auto& s : p.sources()) weights.push_back(s.weight);
     const sampler_config sc{.seq_len = c.seq_len,
                             .global_batch = c.batch_size,
                             .seed = c.seed,
@@ -141,6 +147,25 @@ planning_ns planning_ns_per_sample(const pipeline& p, const std::string& spec, s
         const auto t = clock_type::now();
         planner.next_drawn(b, delta);
         r.worst_draw_step_us = std::max(r.worst_draw_step_us, seconds_since(t) * 1e6);
+    }
+    // Drawing alone again from step 0 on a sampler of its own, timed over each part of the schedule: a
+    // stage's ramp, its constant part (the last as long as a third of the run). The figures above
+    // start a tenth of the way in and draw mostly in the last stage.
+    if (mixture) {
+        const mixture_schedule& S = *mixture->schedule;
+        std::vector<std::uint64_t> cuts{0};
+        for (std::size_t k = 1; k < S.stages(); ++k) {
+            cuts.push_back(S.stage_step(k));
+            if (S.stage_ramp(k) > 0) cuts.push_back(S.stage_step(k) + S.stage_ramp(k));
+        }
+        cuts.push_back(cuts.back() + std::max<std::uint64_t>(steps / 3, 1));
+        sampling();
+        sampler drawer(std::move(datasets), mixture->schedule, sc);
+        for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+            const auto t = clock_type::now();
+            for (std::uint64_t k = cuts[i]; k < cuts[i + 1]; ++k) drawer.next_drawn(b, delta);
+            r.draw_by_part.push_back(seconds_since(t) * 1e9 / static_cast<double>((cuts[i + 1] - cuts[i]) * c.batch_size));
+        }
     }
     return r;
 }
@@ -198,12 +223,13 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
         "{\"open_s\": %.6f, \"first_batch_s\": %.6f, \"anon_bytes_per_domain\": %.1f, \"anon_end_bytes_per_domain\": %.1f, "
         "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"late_tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": "
         "%.1f, \"worst_draw_step_us\": %.1f, \"plan_us_per_batch\": %.2f, \"slot_wait_us_per_batch\": %.2f, "
-        "\"late_workers_cpu\": %.2f, \"late_consumer_cpu\": %.2f, \"domains\": %zu, "
+        "\"late_workers_cpu\": %.2f, \"late_consumer_cpu\": %.2f, \"domains\": %zu, \"draw_ns_by_part\": %s, "
         "\"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
         (static_cast<double>(anon_end) - static_cast<double>(before)) / static_cast<double>(domains), static_cast<unsigned long long>(fds),
         rate, late_rate, planning.plan, planning.draw, planning.worst_draw_step_us, st.plan_s * per_batch_us, st.slot_wait_s * per_batch_us,
-        late_workers_cpu, late_consumer_cpu, domains, static_cast<unsigned long long>(sink));
+        late_workers_cpu, late_consumer_cpu, domains, nlohmann::json(planning.draw_by_part).dump().c_str(),
+        static_cast<unsigned long long>(sink));
     return 0;
 }
 
@@ -298,6 +324,8 @@ int main(int argc, char** argv) {
                                   "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample", "worst_draw_step_us",
                                   "plan_us_per_batch", "slot_wait_us_per_batch", "late_workers_cpu", "late_consumer_cpu"})
                 samples[d][k].push_back(j[k].get<double>());
+            for (std::size_t i = 0; i < j["draw_ns_by_part"].size(); ++i)
+                samples[d]["draw_ns_part" + std::to_string(i)].push_back(j["draw_ns_by_part"][i].get<double>());
             if (d == 0) base = j["tokens_per_s"].get<double>(), late_base = j["late_tokens_per_s"].get<double>();
             if (base > 0) samples[d]["vs_blend2"].push_back(j["tokens_per_s"].get<double>() / base);
             if (late_base > 0) samples[d]["late_vs_blend2"].push_back(j["late_tokens_per_s"].get<double>() / late_base);
@@ -321,6 +349,15 @@ int main(int argc, char** argv) {
                     get("worst_draw_step_us"), ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
         out[d == 0 ? std::string("blend2") : std::to_string(d)] = row;
     }
+    std::printf("draw ns/sample by part of the schedule (first stage, ramp, last stage):");
+    for (std::uint64_t d : domains) {
+        if (d == 0) continue;
+        std::printf("  %llu domains:", static_cast<unsigned long long>(d));
+        const auto& row = out[std::to_string(d)];
+        for (int i = 0; row.contains("draw_ns_part" + std::to_string(i)); ++i)
+            std::printf(" %.0f", row["draw_ns_part" + std::to_string(i)].get<double>());
+    }
+    std::printf("\n");
     std::printf("%s\n", out.dump().c_str());
     return 0;
 }

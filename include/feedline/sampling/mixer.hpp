@@ -73,8 +73,9 @@ public:
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
         domains_.resize(D);
-        last_start_ = targets_.last_segment_start();
-        for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none, no_domain, no_excess, targets_.last_quota(d)};
+        const std::size_t segments = targets_.segment_of(mixture_schedule::max_samples - 1) + 1;
+        for (std::size_t k = 0; k < segments; ++k) line_end_.push_back(targets_.constant(k) ? targets_.end_sample(k) : 0);
+        for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none, no_domain, no_excess, 0, 0};
         // A wheel of at least two slots per domain: equal shares wait D slots, and the few jobs further
         // off go to the heap (it grows only as far as they need).
         slots_.assign(std::clamp<std::size_t>(std::bit_ceil(2 * D), 64, max_wheel_slots), {no_domain, no_domain});
@@ -279,11 +280,12 @@ private:
     // sample) puts the deadline's must past drawn. Starting there keeps each search in the current
     // segment (first_reaching), the same answers for fewer targets.
     //
-    // In the last segment (most of a run) the target grows by the same 2 quota / (2 quantum) every
-    // sample, so each window follows from the one before and how far past the count the target stood
-    // at its deadline (excess): a 32-bit division and the domain's own record, where the general path
-    // took two targets in 128 bits, a search over the segments and two more cache lines (the quota's
-    // and the prefix's). Bresenham's line, with the same answers.
+    // In a segment of constant shares (every stage's part after its ramp, the last one most of a run)
+    // the target grows by the same 2 quota / (2 quantum) every sample, so each window follows from the
+    // one before and how far past the count the target stood at its deadline (excess): a 32-bit
+    // division and the domain's own record, where the general path took two targets in 128 bits, a
+    // search over the segments and two more cache lines (the quota's and the prefix's). Bresenham's
+    // line, with the same answers, while the line lasts: to the segment's end.
     void schedule_next(std::uint32_t d) {
         domain& m = domains_[d];
         if (m.excess != no_excess) {
@@ -292,13 +294,13 @@ private:
             const std::uint32_t two_a = 2 * m.quota, need = 2 * quantum - m.excess;
             const std::uint32_t steps = (need + two_a - 1) / two_a;
             const std::uint64_t may = std::max(m.reached + (m.excess == 0 ? 1 : 0), drawn_ + 1), must = m.reached + steps;
-            if (must < mixture_schedule::max_samples) {
+            if (must < line_end_[m.segment]) {  // the end of a segment before the last; 2^48 - 1 for the last
                 m.excess = steps * two_a - need;
                 m.reached = must;
                 file_waiting(d, may - 1);
                 return;
             }
-            m.excess = no_excess;  // past what a schedule serves: the general path says never
+            m.excess = no_excess;  // past the line: the general path from here (never, past what a schedule serves)
         }
         // Where the target passes the count is usually where it reached it (the previous sample's
         // deadline, kept): one target instead of a search, unless it landed exactly on the count.
@@ -312,12 +314,21 @@ private:
         auto must = targets_.first_reaching(d, m.taken + 1, false, drawn_);
         if (must == drawn_) must = targets_.first_reaching(d, m.taken + 1, false);  // past the bound: an edited state
         m.reached = must ? *must : none;                                            // deadline_of(d) follows from it
-        // A deadline past the last segment's first sample (so the sample before it is in the segment
-        // too, short of taken + 1): from here on, the path above.
-        if (must && *must > last_start_ && m.quota > 0) {
-            const auto f = targets_.target(d, *must);
-            const mixture_uint128 goal = mixture_uint128{m.taken + 1} * f.den;
-            if (f.den == 2 * quantum && f.num >= goal && f.num - goal < 2 * m.quota) m.excess = static_cast<std::uint32_t>(f.num - goal);
+        // A deadline past the first sample of a segment of constant shares (so the sample before it
+        // is in the segment too, short of taken + 1) where the domain has a share: from here on, the
+        // path above, until its line ends.
+        if (must) {
+            const std::size_t k = targets_.segment_of(*must);
+            const std::uint32_t quota = targets_.constant(k) ? targets_.quota(k, d) : 0;
+            if (quota > 0 && *must > targets_.first_sample(k)) {
+                const auto f = targets_.target(d, *must);
+                const mixture_uint128 goal = mixture_uint128{m.taken + 1} * f.den;
+                if (f.den == 2 * quantum && f.num >= goal && f.num - goal < 2 * quota) {
+                    m.excess = static_cast<std::uint32_t>(f.num - goal);
+                    m.quota = quota;
+                    m.segment = static_cast<std::uint32_t>(k);
+                }
+            }
         }
         file_waiting(d, *may - 1);  // at least drawn
     }
@@ -340,16 +351,20 @@ private:
 
     mixture_targets targets_;
     std::uint64_t drawn_;
-    std::uint64_t last_start_;  // the last segment's first sample
+    // Per segment, the sample schedule_next steps a deadline up to (not onto) without targets: a
+    // constant segment's end sample (2^48 - 1 for the last), 0 for a ramp (never stepped in).
+    std::vector<std::uint64_t> line_end_;
     // Per domain, together (one cache miss, not two, when a sample of one of 10,000 domains is drawn):
     // its count, where its target reached that count (none: not known), and the next domain on the
     // list its pending sample is on: its wheel slot's while it waits, its due slot's once ready.
-    // In the last segment also its quota there and the excess schedule_next steps from (no_excess:
-    // not known, before that segment): 32 bytes, aligned so one line holds it.
+    // In a segment of constant shares also the excess schedule_next steps from (no_excess: not known,
+    // in a ramp or before its first deadline in the segment), its quota there and the segment: 32
+    // bytes, aligned so one line holds it.
     struct alignas(32) domain {
         std::uint64_t taken, reached;
-        std::uint32_t next_waiting, excess, quota;
+        std::uint32_t next_waiting, excess, quota, segment;
     };
+    static_assert(sizeof(domain) == 32);
     std::vector<domain> domains_;
     // Each domain's pending sample is in one place. Waiting, by the first slot it may take: on the
     // wheel (a list per slot, modulo its size, for slots less than a wheel ahead) or in far_. Ready

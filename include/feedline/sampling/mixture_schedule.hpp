@@ -313,6 +313,12 @@ public:
     // segments before it are skipped, and in the last one (most of a run) that leaves one target and
     // the closed form, where a search from 0 took a target per segment halved, each in another
     // segment's cache lines.
+    //
+    // In a segment before the last, the search starts from an estimate (the share's integral solved
+    // in floating point), which is mostly right or a sample off: checked with two targets (it
+    // reaches, the sample before does not), where bisecting the segment took ~20 (a mixer's draw in a
+    // stage before the last cost 300 ns at 10,000 domains, 45 in the last). Only the estimate is
+    // inexact; the answer is always the search's.
     std::optional<std::uint64_t> first_reaching(std::size_t d, std::uint64_t x, bool strictly, std::uint64_t from = 0) const {
         auto reached = [&](std::uint64_t n) {
             const fraction f = target(d, n);
@@ -320,6 +326,16 @@ public:
             return strictly ? f.num > want : f.num >= want;
         };
         if (from >= max_samples) return std::nullopt;
+        // Mostly the answer is in from's own segment, near the estimate: no search over the segments.
+        if (const std::size_t k = S_->segment_index(from / B_); k + 1 < S_->segments_.size()) {
+            const std::uint64_t end = samples_at(S_->segments_[k].end);
+            const std::uint64_t guess = std::clamp(estimate_reaching(d, x, k), from, end);
+            if (reached(guess)) return guess == from || !reached(guess - 1) ? guess : first_below(from, guess - 1, reached);
+            if (guess == end) from = end + 1;  // past this segment: the search below, from the next
+            else if (reached(guess + 1)) return guess + 1;
+            else from = guess + 2;  // neither reaches: nor does anything before (targets never decrease)
+            if (from >= max_samples) return std::nullopt;
+        }
         if (reached(from)) return from;
         // The first segment whose end reaches x: none before from's, whose ends are at most from.
         std::size_t lo = S_->segment_index(from / B_), hi = S_->segments_.size() - 1;
@@ -346,22 +362,71 @@ public:
         }
         std::uint64_t a = std::max(first, from + 1), b = samples_at(s.end);  // reached(b) holds, reached(from) not
         if (a > b) return std::nullopt;                                      // from at the last sample a schedule can serve
-        while (a < b) {
-            const std::uint64_t mid = a + (b - a) / 2;
-            if (reached(mid))
-                b = mid;
-            else
-                a = mid + 1;
+        // From the estimate, up to a sample that reaches (galloping), then down to the first.
+        const std::uint64_t guess = std::clamp(estimate_reaching(d, x, lo), a, b);
+        if (reached(guess)) return first_below(a, guess, reached);
+        a = guess + 1;
+        for (std::uint64_t step = 1;; step *= 2) {
+            const std::uint64_t probe = b - a >= step ? a + step - 1 : b;
+            if (reached(probe)) return first_below(a, probe, reached);
+            a = probe + 1;
         }
-        return a;
     }
 
-    // The last segment, constant and endless: the sample it starts at (the last a schedule can serve,
-    // if later than that) and domain d's quota there. Its targets grow by quota / quantum a sample.
-    std::uint64_t last_segment_start() const { return samples_at(S_->segments_.back().begin); }
-    std::uint32_t last_quota(std::size_t d) const { return S_->quotas_[S_->segments_.back().to][d]; }
+    // Where the mixer steps a domain's deadlines without targets (a constant segment: each sample adds
+    // the same quota): the segment holding sample n, whether its shares are constant, the samples its
+    // line runs over ([first, end], the target at `end` is still on it) and domain d's quota in it.
+    std::size_t segment_of(std::uint64_t n) const { return S_->segment_index(n / B_); }
+    bool constant(std::size_t k) const noexcept { return S_->segments_[k].from == S_->segments_[k].to; }
+    std::uint64_t first_sample(std::size_t k) const { return samples_at(S_->segments_[k].begin); }
+    std::uint64_t end_sample(std::size_t k) const { return samples_at(S_->segments_[k].end); }
+    std::uint32_t quota(std::size_t k, std::size_t d) const { return S_->quotas_[S_->segments_[k].from][d]; }
 
 private:
+    // The first n in [lo, hi] that reaches, given that hi does: galloping down from hi (the answer is
+    // mostly a few samples below it), then bisecting the bracket that leaves.
+    template <class Reached>
+    static std::uint64_t first_below(std::uint64_t lo, std::uint64_t hi, Reached&& reached) {
+        for (std::uint64_t step = 1; hi - lo >= step; step *= 2) {
+            if (!reached(hi - step)) {
+                lo = hi - step + 1;
+                break;
+            }
+            hi -= step;
+        }
+        while (lo < hi) {
+            const std::uint64_t mid = lo + (hi - lo) / 2;
+            if (reached(mid))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        return lo;
+    }
+
+    // About where domain d's target reaches x in segment k, in floating point. In units of 1 / (2
+    // quantum), the target t whole steps into a segment of L steps ramping from quota a to b is
+    // P + 2 B a t + (B / L) (b - a) (t^2 - t) (target()'s sum; constant segments have b = a): solved
+    // for t (in the form that keeps its precision when b - a is small), then the samples into that
+    // step at its share. Exact but for rounding: a continuous ramp instead of one share per step put
+    // it a hundred samples off for domains of small shares. A hint for first_reaching's search only.
+    std::uint64_t estimate_reaching(std::size_t d, std::uint64_t x, std::size_t k) const {
+        const mixture_schedule::segment& s = S_->segments_[k];
+        const std::uint64_t first = samples_at(s.begin);
+        const mixture_uint128 goal = 2 * mixture_uint128{quantum} * x, P = prefix(d, k);
+        if (goal <= P) return first;
+        const double gap = static_cast<double>(goal - P), a = S_->quotas_[s.from][d], b = S_->quotas_[s.to][d];
+        const double B = static_cast<double>(B_), L = s.from == s.to ? 1.0 : static_cast<double>(s.end - s.begin);
+        const double c2 = B * (b - a) / L, c1 = 2 * B * a - c2;
+        const double denominator = c1 + std::sqrt(std::max(0.0, c1 * c1 + 4 * c2 * gap));
+        if (!(denominator > 0)) return first;
+        const double t = std::floor(2 * gap / denominator);
+        if (!(t < static_cast<double>(max_samples) / B)) return max_samples;
+        const double before = 2 * B * a * t + c2 * (t * t - t), per_sample = 2 * (a * (L - t) + b * t) / L;
+        const double r = per_sample > 0 ? std::clamp(std::ceil((gap - before) / per_sample), 0.0, B) : B;
+        return first + static_cast<std::uint64_t>(t) * B_ + static_cast<std::uint64_t>(r);
+    }
+
     static void check_samples(std::uint64_t n) {
         if (n >= mixture_schedule::max_samples)
             throw config_error("mixture", "more than 2^48 samples: beyond what the schedule's exact targets hold");
