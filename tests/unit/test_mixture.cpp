@@ -221,6 +221,53 @@ TEST_CASE("Mixture.Heap.PopsInKeyThenIdOrderUnderRandomPushesAndPops") {
 
 // The stream itself is pinned: states saved by earlier versions resume only if the mixer still draws
 // the same domains. The hash was recorded with the binary-heap mixer (c84ca35) and must not change.
+// Long stages and ramps (thousands of steps of 32 samples) and domains of small shares: first_reaching
+// starts from an estimate in floating point there (a ramp moves its share step by step, not
+// continuously), and must still give the first sample that reaches, as a plain bisection of the
+// targets from `from` finds it.
+TEST_CASE("Mixture.Targets.LongStagesAndRampsGiveTheFirstSampleThatReaches") {
+    std::mt19937_64 rng(20261129);
+    const std::size_t D = 300;
+    const double values[] = {0, 0.01, 0.3, 1, 7, 1000};
+    std::vector<mixture_stage> st{{0, {}, 0, ""}, {5000, {}, 3000, ""}, {9000, {}, 1, ""}, {20000, {}, 6000, ""}};
+    for (auto& s : st) {
+        for (std::size_t d = 0; d < D; ++d) s.weights.push_back(values[rng() % 6]);
+        s.weights[0] = 1;
+    }
+    st[1].weights[1] = 0, st[2].weights[1] = 5;  // a domain whose share ramps up from 0
+    const auto schedule = std::make_shared<const mixture_schedule>(names(D), st);
+    const std::uint64_t B = 32, horizon = 30000 * B;
+    const mixture_targets t(schedule, B);
+    for (int q = 0; q < 3000; ++q) {
+        const std::size_t d = q % 10 == 0 ? 1 : rng() % D;
+        const bool strictly = rng() % 2;
+        const std::uint64_t from = rng() % horizon;
+        // Targets near from's (the mixer's questions) and anywhere up to the horizon's.
+        const std::uint64_t at_from = static_cast<std::uint64_t>(t.expected(d, from)), at_end = static_cast<std::uint64_t>(t.expected(d, horizon));
+        const std::uint64_t x = rng() % 2 ? at_from + rng() % 3 : rng() % (at_end + 2);
+        auto reaches = [&](std::uint64_t n) {
+            const auto f = t.target(d, n);
+            return strictly ? f.num > mixture_uint128{x} * f.den : f.num >= mixture_uint128{x} * f.den;
+        };
+        const auto got = t.first_reaching(d, x, strictly, from);
+        INFO("query ", q, ", domain ", d, ", x ", x, ", from ", from, strictly ? ", strictly" : "");
+        if (!reaches(horizon)) {  // later (the last stage's closed form) or never
+            CHECK((!got || *got > horizon));
+            continue;
+        }
+        std::uint64_t lo = from, hi = horizon;
+        while (lo < hi) {
+            const std::uint64_t mid = lo + (hi - lo) / 2;
+            if (reaches(mid))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        REQUIRE(got.has_value());
+        CHECK(*got == lo);
+    }
+}
+
 TEST_CASE("Mixture.Stream.TheDomainsDrawnAreThoseOfEarlierVersions") {
     std::mt19937_64 rng(5);
     const std::size_t D = 50;
