@@ -66,18 +66,20 @@ namespace {
 
 // D domains of `shards` llm.c shards each, tokens / D tokens a domain, and mix.json: random weights
 // 1-100, then at a third of `steps` a ramp of steps / 10 to other random weights (a tenth of them 0).
+// The shards are kept for later runs (mix.json, written after them, says they are whole); mix.json is
+// written again for every run, its stages placed for this run's steps (the weights are the same).
 std::string make_mixture(const std::string& root, std::uint64_t domains, std::uint64_t shards, std::uint64_t tokens, std::uint64_t steps) {
     const std::string dir = root + "/d" + std::to_string(domains) + (shards > 1 ? "s" + std::to_string(shards) : "");
     const std::string mix = dir + "/mix.json";
-    if (fs::exists(mix)) return mix;
+    const bool have_data = fs::exists(mix);
     fs::create_directories(dir);
-    std::mt19937_64 rng(domains);
+    std::mt19937_64 rng(domains), weights(domains + 0x9e3779b97f4a7c15ull);
     const std::uint64_t per = tokens / domains / shards;
     nlohmann::json doms = nlohmann::json::array(), first = nlohmann::json::object(), second = nlohmann::json::object();
     std::vector<std::uint16_t> body(per);
     for (std::uint64_t d = 0; d < domains; ++d) {
         const std::string name = "d" + std::to_string(d);
-        for (std::uint64_t k = 0; k < shards; ++k) {
+        for (std::uint64_t k = 0; k < shards && !have_data; ++k) {
             const std::string file = shards > 1 ? name + "_" + std::to_string(k) + ".bin" : name + ".bin";
             for (auto& t : body) t = static_cast<std::uint16_t>(rng() % 50000);
             std::int32_t header[256] = {20240520, 1, static_cast<std::int32_t>(per)};
@@ -87,14 +89,15 @@ std::string make_mixture(const std::string& root, std::uint64_t domains, std::ui
             if (!out) throw io_error(dir + "/" + file, errno, "cannot write");
         }
         doms.push_back({{"name", name}, {"data", shards > 1 ? name + "_*.bin" : name + ".bin"}});  // a glob: its shards in order
-        first[name] = 1 + rng() % 100;
-        second[name] = rng() % 10 == 0 ? 0 : 1 + rng() % 100;
+        first[name] = 1 + weights() % 100;
+        second[name] = weights() % 10 == 0 ? 0 : 1 + weights() % 100;
     }
     if (domains > 1) second["d0"] = 1;  // never all 0
     const nlohmann::json j{
         {"domains", doms},
         {"stages", {{{"at_step", 0}, {"weights", first}}, {{"at_step", steps / 3}, {"ramp_steps", steps / 10}, {"weights", second}}}}};
-    std::ofstream(mix) << j.dump();
+    std::ofstream(mix + ".new") << j.dump();
+    fs::rename(mix + ".new", mix);
     return mix;
 }
 

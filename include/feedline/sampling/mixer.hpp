@@ -16,8 +16,8 @@
 // The state is the number of samples drawn and each domain's count: the next sample depends on
 // nothing else, so a mixer rebuilt from them goes on with the same stream (resume), and the stream
 // does not depend on ranks (elastic). O(domains) memory; per sample a few list operations (a heap's
-// O(log domains) only for jobs a wheel or more away) and the next window: a step from the last one in
-// the last segment (schedule_next), a search before it.
+// O(log domains) only for jobs a wheel or more away) and the next window: a step from the last one
+// where shares are constant (schedule_next), a search from an estimate in a ramp.
 //
 // The waiting jobs sit on a timing wheel: one list per slot for the next slots (about two per domain),
 // and a heap only for those further off. A job waits for a slot near the current one (a domain's next
@@ -73,8 +73,7 @@ public:
             throw config_error("mixture.taken", "the domains' counts add up to " + std::to_string(sum) + ", not the " +
                                                     std::to_string(drawn_) + " samples drawn");
         domains_.resize(D);
-        const std::size_t segments = targets_.segment_of(mixture_schedule::max_samples - 1) + 1;
-        for (std::size_t k = 0; k < segments; ++k) line_end_.push_back(targets_.constant(k) ? targets_.end_sample(k) : 0);
+        for (std::size_t k = 0; k < targets_.segments(); ++k) line_end_.push_back(targets_.constant(k) ? targets_.end_sample(k) : 0);
         for (std::size_t d = 0; d < D; ++d) domains_[d] = {taken[d], none, no_domain, no_excess, 0, 0};
         // A wheel of at least two slots per domain: equal shares wait D slots, and the few jobs further
         // off go to the heap (it grows only as far as they need).

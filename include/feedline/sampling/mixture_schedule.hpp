@@ -376,6 +376,7 @@ public:
     // Where the mixer steps a domain's deadlines without targets (a constant segment: each sample adds
     // the same quota): the segment holding sample n, whether its shares are constant, the samples its
     // line runs over ([first, end], the target at `end` is still on it) and domain d's quota in it.
+    std::size_t segments() const noexcept { return S_->segments_.size(); }
     std::size_t segment_of(std::uint64_t n) const { return S_->segment_index(n / B_); }
     bool constant(std::size_t k) const noexcept { return S_->segments_[k].from == S_->segments_[k].to; }
     std::uint64_t first_sample(std::size_t k) const { return samples_at(S_->segments_[k].begin); }
