@@ -243,7 +243,8 @@ TEST_CASE("Mixture.Targets.LongStagesAndRampsGiveTheFirstSampleThatReaches") {
         const bool strictly = rng() % 2;
         const std::uint64_t from = rng() % horizon;
         // Targets near from's (the mixer's questions) and anywhere up to the horizon's.
-        const std::uint64_t at_from = static_cast<std::uint64_t>(t.expected(d, from)), at_end = static_cast<std::uint64_t>(t.expected(d, horizon));
+        const std::uint64_t at_from = static_cast<std::uint64_t>(t.expected(d, from)),
+                            at_end = static_cast<std::uint64_t>(t.expected(d, horizon));
         const std::uint64_t x = rng() % 2 ? at_from + rng() % 3 : rng() % (at_end + 2);
         auto reaches = [&](std::uint64_t n) {
             const auto f = t.target(d, n);

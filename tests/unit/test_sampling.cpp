@@ -281,6 +281,54 @@ TEST_CASE("Stream.OneDocument.WindowsWithoutALayoutAreTheLayoutsWindows") {
     CHECK_THROWS_AS(dataset_stream(ft::synthetic_lengths{{16}}, no_windows, 0), config_error);  // 16 tokens: no window of 17
 }
 
+// A stream of a few documents (a mixture's domain of a few shards) lays each later epoch out from the
+// lengths in the epoch before's layout, not the dataset's: every epoch's samples must still be those
+// of that epoch laid out from the dataset, in windows and packed rows, under every shuffle (the
+// stream's order of them aside), in epochs visited out of order. Five documents take the dataset's
+// lengths each time.
+TEST_CASE("Stream.FewDocuments.EveryEpochHasTheLayoutOfTheDatasetsLengths") {
+    const std::vector<ft::synthetic_lengths> sets{{{50, 7, 300}}, {{1, 2, 3, 400}}, {{40, 0, 90}}, {{33, 120}}, {{10, 20, 30, 40, 50}}};
+    for (const auto& data : sets)
+        for (auto mode : {sample_mode::windows, sample_mode::packed})
+            for (auto shuffle : {shuffle_mode::none, shuffle_mode::global, shuffle_mode::shard_blocks}) {
+                CAPTURE(data.lengths.size());
+                CAPTURE(static_cast<int>(mode));
+                CAPTURE(static_cast<int>(shuffle));
+                const sampler_config c{.seq_len = 16, .global_batch = 4, .seed = 21, .mode = mode, .shuffle = shuffle};
+                const std::vector<std::uint64_t> blocks{0, 2};  // shard_blocks: two blocks
+                dataset_stream stream(data, c, 0, blocks);
+                plan_scratch scratch;
+                auto sorted = [](std::vector<std::vector<segment>> v) {
+                    auto key = [](const std::vector<segment>& x) {
+                        std::vector<std::uint64_t> k;
+                        for (const segment& g : x) k.insert(k.end(), {g.document, g.offset, g.length});
+                        return k;
+                    };
+                    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+                    return v;
+                };
+                for (std::uint64_t epoch : {0, 1, 2, 5, 3, 1, 6}) {
+                    CAPTURE(epoch);
+                    const detail::epoch_layout layout(data, shuffle, c.seed, epoch, blocks);
+                    std::vector<std::vector<segment>> want;
+                    if (mode == sample_mode::windows) {
+                        const detail::gpt_windows w(layout, c.seq_len);
+                        for (std::uint64_t i = 0; i < w.count(); ++i) w.segments(i, want.emplace_back());
+                    } else {
+                        const detail::packed_rows rows(layout, c.seq_len);
+                        for (std::uint64_t i = 0; i < rows.count(); ++i) rows.segments(i, want.emplace_back());
+                    }
+                    const std::uint64_t n = stream.samples_in_epoch(epoch);
+                    REQUIRE(n == want.size());
+                    std::vector<sample_plan> run(n);
+                    stream.plan_run(epoch, 0, n, run.data(), scratch);
+                    std::vector<std::vector<segment>> got;
+                    for (const auto& p : run) got.push_back(p.segments);
+                    CHECK(sorted(got) == sorted(want));
+                }
+            }
+}
+
 TEST_CASE("Windows.Gpt.EveryTokenIsATargetOncePerEpoch") {
     auto data = ft::hashed_lengths(300, 40);
     data.lengths[5] = 0;

@@ -331,9 +331,12 @@ public:
             const std::uint64_t end = samples_at(S_->segments_[k].end);
             const std::uint64_t guess = std::clamp(estimate_reaching(d, x, k), from, end);
             if (reached(guess)) return guess == from || !reached(guess - 1) ? guess : first_below(from, guess - 1, reached);
-            if (guess == end) from = end + 1;  // past this segment: the search below, from the next
-            else if (reached(guess + 1)) return guess + 1;
-            else from = guess + 2;  // neither reaches: nor does anything before (targets never decrease)
+            if (guess == end)
+                from = end + 1;  // past this segment: the search below, from the next
+            else if (reached(guess + 1))
+                return guess + 1;
+            else
+                from = guess + 2;  // neither reaches: nor does anything before (targets never decrease)
             if (from >= max_samples) return std::nullopt;
         }
         if (reached(from)) return from;
