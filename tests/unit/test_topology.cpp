@@ -13,6 +13,8 @@
 #include <feedline/storage/mmap_reader.hpp>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "test_support.hpp"
@@ -238,6 +240,37 @@ TEST_CASE("HostMemory.Fixtures.RamSwapSwappinessAndHugepages") {
     CHECK_FALSE(none.swappiness.has_value());
     CHECK(none.transparent_hugepages.empty());
     CHECK_FALSE(read_process_memory({empty.path().string()}).rss_anon.has_value());
+}
+
+// A pipeline's start asks for the host's memory once per source (each chooses its reader); under a
+// host_memory_memo the first reading answers them all, for its own root only, until the memo ends.
+TEST_CASE("HostMemory.Memo.OneReadingWhileItLivesForItsRootOnly") {
+    ft::scratch_dir a, b;
+    const auto meminfo = [](const ft::scratch_dir& d, std::uint64_t available_kib) {
+        std::filesystem::create_directories(d.path() / "proc");
+        std::ofstream(d.path() / "proc" / "meminfo") << "MemTotal: 1000000 kB\nMemAvailable: " << available_kib << " kB\n";
+    };
+    const topology_source at_a{a.path().string()}, at_b{b.path().string()};
+    meminfo(a, 1000);
+    meminfo(b, 7000);
+    {
+        const host_memory_memo once;
+        CHECK(read_host_memory(at_a).available == 1000ull * 1024);
+        meminfo(a, 2000);
+        meminfo(b, 8000);
+        CHECK(read_host_memory(at_a).available == 1000ull * 1024);  // the first reading
+        CHECK(read_host_memory(at_b).available == 8000ull * 1024);  // another root: read
+        CHECK(read_host_memory(at_a).available == 1000ull * 1024);
+        {
+            const host_memory_memo inner;
+            CHECK(read_host_memory(at_a).available == 2000ull * 1024);  // a memo of its own
+            meminfo(a, 3000);
+            CHECK(read_host_memory(at_a).available == 2000ull * 1024);
+        }
+        CHECK(read_host_memory(at_a).available == 1000ull * 1024);  // the outer memo's again
+    }
+    CHECK(read_host_memory(at_a).available == 3000ull * 1024);  // no memo: read
+    CHECK(host_memory_memo::active() == nullptr);
 }
 
 TEST_CASE("HostMemory.Live.ProcessMemorySplitsAnonymousFromFilePages") {

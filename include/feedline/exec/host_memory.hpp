@@ -69,7 +69,33 @@ inline void read_kib_fields(const topology_source& src, const char* path,
 
 }  // namespace detail
 
+// While one lives on this thread, read_host_memory() answers from its first reading (of one root: a
+// call under another reads as usual). A pipeline's start lets each source choose its reader, which
+// asks how much memory is available: 10,000 domains read /proc/meminfo, vm.swappiness and the
+// hugepage mode 10,000 times, 0.28 s of the first batch's 0.29 (bench_mixture). Nests; scoped to the
+// calls that want one answer.
+class host_memory_memo {
+public:
+    host_memory_memo() noexcept : outer_(active()) { active() = this; }
+    ~host_memory_memo() { active() = outer_; }
+    host_memory_memo(const host_memory_memo&) = delete;
+    host_memory_memo& operator=(const host_memory_memo&) = delete;
+
+    static host_memory_memo*& active() noexcept {
+        thread_local host_memory_memo* current = nullptr;
+        return current;
+    }
+    std::string root;  // the reading's
+    std::optional<host_memory> reading;
+
+private:
+    host_memory_memo* outer_;
+};
+
 inline host_memory read_host_memory(const topology_source& src = {}) {
+    host_memory_memo* memo = host_memory_memo::active();
+    if (memo != nullptr && memo->reading && memo->root != src.root) memo = nullptr;
+    if (memo != nullptr && memo->reading) return *memo->reading;
     host_memory m;
     detail::read_kib_fields(
         src, "/proc/meminfo",
@@ -85,6 +111,7 @@ inline host_memory read_host_memory(const topology_source& src = {}) {
         if (open != std::string::npos && close != std::string::npos && close > open)
             m.transparent_hugepages = s->substr(open + 1, close - open - 1);
     }
+    if (memo != nullptr) memo->root = src.root, memo->reading = m;
     return m;
 }
 
