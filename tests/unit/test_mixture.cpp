@@ -219,8 +219,6 @@ TEST_CASE("Mixture.Heap.PopsInKeyThenIdOrderUnderRandomPushesAndPops") {
     }
 }
 
-// The stream itself is pinned: states saved by earlier versions resume only if the mixer still draws
-// the same domains. The hash was recorded with the binary-heap mixer (c84ca35) and must not change.
 // Long stages and ramps (thousands of steps of 32 samples) and domains of small shares: first_reaching
 // starts from an estimate in floating point there (a ramp moves its share step by step, not
 // continuously), and must still give the first sample that reaches, as a plain bisection of the
@@ -269,6 +267,8 @@ TEST_CASE("Mixture.Targets.LongStagesAndRampsGiveTheFirstSampleThatReaches") {
     }
 }
 
+// The stream itself is pinned: states saved by earlier versions resume only if the mixer still draws
+// the same domains. The hash was recorded with the binary-heap mixer (c84ca35) and must not change.
 TEST_CASE("Mixture.Stream.TheDomainsDrawnAreThoseOfEarlierVersions") {
     std::mt19937_64 rng(5);
     const std::size_t D = 50;
@@ -300,6 +300,31 @@ std::vector<std::uint64_t> draw_by_the_rule(const std::shared_ptr<const mixture_
                                             std::uint64_t rebuild_at) {
     const std::size_t D = taken.size();
     const mixture_targets targets(schedule, batch);
+    // Domain d's deadline for its next sample, by bisecting the targets themselves (not
+    // first_reaching, which the mixer uses): kept until d draws.
+    std::vector<std::optional<std::uint64_t>> deadlines(D);
+    auto deadline_of = [&](std::uint32_t d) {
+        if (!deadlines[d]) {
+            auto reaches = [&](std::uint64_t n) {
+                const auto f = targets.target(d, n);
+                return f.num >= mixture_uint128{taken[d] + 1} * f.den;
+            };
+            std::uint64_t lo = 0, hi = mixture_schedule::max_samples - 1;
+            if (!reaches(hi)) {
+                deadlines[d] = ~std::uint64_t{0};  // never due
+            } else {
+                while (lo < hi) {
+                    const std::uint64_t mid = lo + (hi - lo) / 2;
+                    if (reaches(mid))
+                        hi = mid;
+                    else
+                        lo = mid + 1;
+                }
+                deadlines[d] = lo - 1;
+            }
+        }
+        return *deadlines[d];
+    };
     auto rule = [&](std::uint64_t slot) {
         std::uint32_t best = 0;
         std::uint64_t best_deadline = 0;
@@ -307,8 +332,7 @@ std::vector<std::uint64_t> draw_by_the_rule(const std::shared_ptr<const mixture_
         for (std::uint32_t d = 0; d < D; ++d) {
             const auto f = targets.target(d, slot + 1);
             if (!(f.num > mixture_uint128{taken[d]} * f.den)) continue;  // may not draw yet
-            const auto must = targets.first_reaching(d, taken[d] + 1, false);
-            const std::uint64_t deadline = must ? *must - 1 : ~std::uint64_t{0};
+            const std::uint64_t deadline = deadline_of(d);
             if (!any || deadline < best_deadline) best = d, best_deadline = deadline, any = true;
         }
         REQUIRE(any);
@@ -321,6 +345,7 @@ std::vector<std::uint64_t> draw_by_the_rule(const std::shared_ptr<const mixture_
         INFO("sample ", slot);
         REQUIRE(d == want);
         ++taken[d];
+        deadlines[d].reset();
     }
     return taken;
 }

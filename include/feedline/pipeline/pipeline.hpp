@@ -556,10 +556,12 @@ private:
     void start() {
         // What can throw comes before the ring exists: once started() is true, next() waits on producers.
         std::string reasons;
-        const host_memory_memo memory_once;  // every source's reader chosen against one reading
-        for (const auto& s : sources_) {
-            const std::string r = s.source->prepare(source_context::of(config_));
-            if (reasons.find(r) == std::string::npos) reasons += (reasons.empty() ? "" : "; ") + r;
+        {
+            host_memory_memo memory_once;  // every source's reader chosen against one reading (it fills it: not const)
+            for (const auto& s : sources_) {
+                const std::string r = s.source->prepare(source_context::of(config_));
+                if (reasons.find(r) == std::string::npos) reasons += (reasons.empty() ? "" : "; ") + r;
+            }
         }
         io_reason_ = std::move(reasons);
         std::vector<std::unique_ptr<sampler>> planners;

@@ -307,9 +307,10 @@ public:
     }
 
     // The first n >= from at which domain d's target reaches x (strictly: passes it), or nothing if it
-    // never does (before max_samples). Targets never decrease, so: `from` itself, or a binary search
-    // over the segments from the one holding `from`, then within one: closed form in the last
-    // segment, a search over its samples otherwise. The mixer asks from the current sample: the
+    // never does (before max_samples). Targets never decrease, so: when `from` is in a segment before
+    // the last, first the estimate there (below); then `from` itself, or a binary search over the
+    // segments from the one holding `from`, then within one: closed form in the last segment, the
+    // estimate and a search over its samples otherwise. The mixer asks from the current sample: the
     // segments before it are skipped, and in the last one (most of a run) that leaves one target and
     // the closed form, where a search from 0 took a target per segment halved, each in another
     // segment's cache lines.
@@ -426,7 +427,8 @@ private:
         if (!(denominator > 0)) return first;
         const double t = std::floor(2 * gap / denominator);
         if (!(t < static_cast<double>(max_samples) / B)) return max_samples;
-        const double before = 2 * B * a * t + c2 * (t * t - t), per_sample = 2 * (a * (L - t) + b * t) / L;
+        const double before = 2 * B * a * t + c2 * (t * t - t),
+                     per_sample = 2 * (a + (b - a) * t / L);  // not a (L - t) + b t: that cancels once a t passes 2^53
         const double r = per_sample > 0 ? std::clamp(std::ceil((gap - before) / per_sample), 0.0, B) : B;
         return first + static_cast<std::uint64_t>(t) * B_ + static_cast<std::uint64_t>(r);
     }

@@ -334,9 +334,14 @@ private:
         // lengths from the old epoch's layout, where the dataset's function went through its shard
         // table, a cache miss a shard (perf, 10,000 domains of 3 shards: 25 ns a window).
         std::array<std::uint64_t, lengths_kept_max> kept{};
-        const bool keep = layout_ && documents_ <= lengths_kept_max;
-        if (keep)
-            for (std::uint64_t k = 0; k < documents_; ++k) kept[layout_->document_at(k)] = layout_->length_at(k);
+        bool keep = layout_ && documents_ <= lengths_kept_max;
+        for (std::uint64_t k = 0; keep && k < documents_; ++k) {
+            const std::uint64_t d = layout_->document_at(k);  // a permutation of [0, documents_): checked, not assumed
+            if (d < documents_)
+                kept[d] = layout_->length_at(k);
+            else
+                keep = false;
+        }
         many_->rows.reset();
         layout_.reset();  // free the old epoch before building the new one: peak stays one layout
         const auto order = static_cast<shuffle_mode>(shuffle_);
