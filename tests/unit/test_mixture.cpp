@@ -35,6 +35,20 @@ std::vector<std::string> names(std::size_t n) {
     return r;
 }
 
+// The first n in [lo, hi] where `reaches` holds, given that it holds at hi and never stops holding:
+// a plain bisection, the tests' own answer to what first_reaching finds its way.
+template <class Reaches>
+std::uint64_t first_by_bisection(std::uint64_t lo, std::uint64_t hi, Reaches&& reaches) {
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        if (reaches(mid))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 // A random schedule: 1-4 stages over the first ~60 steps, weights from a few values including 0 (at
 // least one positive per stage), ramps of random length within their stage.
 std::shared_ptr<const mixture_schedule> random_schedule(std::mt19937_64& rng, std::size_t domains) {
@@ -254,16 +268,8 @@ TEST_CASE("Mixture.Targets.LongStagesAndRampsGiveTheFirstSampleThatReaches") {
             CHECK((!got || *got > horizon));
             continue;
         }
-        std::uint64_t lo = from, hi = horizon;
-        while (lo < hi) {
-            const std::uint64_t mid = lo + (hi - lo) / 2;
-            if (reaches(mid))
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
         REQUIRE(got.has_value());
-        CHECK(*got == lo);
+        CHECK(*got == first_by_bisection(from, horizon, reaches));
     }
 }
 
@@ -309,19 +315,8 @@ std::vector<std::uint64_t> draw_by_the_rule(const std::shared_ptr<const mixture_
                 const auto f = targets.target(d, n);
                 return f.num >= mixture_uint128{taken[d] + 1} * f.den;
             };
-            std::uint64_t lo = 0, hi = mixture_schedule::max_samples - 1;
-            if (!reaches(hi)) {
-                deadlines[d] = ~std::uint64_t{0};  // never due
-            } else {
-                while (lo < hi) {
-                    const std::uint64_t mid = lo + (hi - lo) / 2;
-                    if (reaches(mid))
-                        hi = mid;
-                    else
-                        lo = mid + 1;
-                }
-                deadlines[d] = lo - 1;
-            }
+            const std::uint64_t last = mixture_schedule::max_samples - 1;
+            deadlines[d] = reaches(last) ? first_by_bisection(0, last, reaches) - 1 : ~std::uint64_t{0};  // else never due
         }
         return *deadlines[d];
     };
