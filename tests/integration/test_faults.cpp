@@ -624,3 +624,87 @@ TEST_CASE("Faults.Resources.AMixtureOfMoreDomainsThanTheDescriptorLimitRunsUnder
         CHECK_MESSAGE(r.code == 0, backend, ": ", r.err);
     }
 }
+
+// Past the budget of mappings under vm.max_map_count (here set small): a mixture whose files need more
+// mappings than the process may make reads the files it cannot map with pread (a Megatron .idx into
+// memory), and delivers the same batches as with every file mapped, in windows and packed rows. The
+// run died on the first file past the kernel's limit ("mmap failed: Cannot allocate memory"): 10,000
+// domains of a few Megatron pairs or llm.c shards each pass the default 65,530.
+TEST_CASE("Faults.Resources.FilesPastTheMappingBudgetAreReadWithoutMappingsGivingTheSameBatches") {
+    ft::scratch_dir dir;
+    std::string llmc_domains, llmc_weights, megatron_domains, megatron_weights;
+    for (int k = 0; k < 30; ++k) {  // llm.c domains of one shard each, every shard its own tokens
+        const std::string name = "l" + std::to_string(k);
+        std::vector<std::int32_t> header(256, 0);
+        header[0] = 20240520;
+        header[1] = 1;
+        header[2] = 200;
+        std::vector<std::uint16_t> tokens(200);
+        for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(k * 1000 + i);
+        std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+        bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+        ft::write_text(dir / (name + ".bin"), bytes);
+        llmc_domains += std::string(k ? ", " : "") + R"({"name": ")" + name + R"(", "data": ")" + name + R"(.bin"})";
+        llmc_weights += std::string(k ? ", " : "") + "\"" + name + "\": " + std::to_string(1 + k % 5);
+    }
+    for (int k = 0; k < 12; ++k) {  // Megatron domains of two pairs each (a directory)
+        const std::string name = "m" + std::to_string(k);
+        std::filesystem::create_directories(dir / name);
+        for (int part = 0; part < 2; ++part) {
+            megatron_writer w(dir / (name + "/part_" + std::to_string(part)), token_dtype::uint16);
+            for (std::uint32_t d = 0; d < 6; ++d)
+                w.add_document(std::vector<std::uint32_t>(10 + 7 * d, static_cast<std::uint32_t>(k * 100 + part * 10 + d)));
+            w.finish();
+        }
+        megatron_domains += std::string(k ? ", " : "") + R"({"name": ")" + name + R"(", "data": ")" + name + R"("})";
+        megatron_weights += std::string(k ? ", " : "") + "\"" + name + "\": " + std::to_string(2 + k % 3);
+    }
+    ft::write_text(dir / "llmc.json",
+                   R"({"domains": [)" + llmc_domains + R"(], "stages": [{"at_step": 0, "weights": {)" + llmc_weights + "}}]}");
+    ft::write_text(dir / "megatron.json",
+                   R"({"domains": [)" + megatron_domains + R"(], "stages": [{"at_step": 0, "weights": {)" + megatron_weights + "}}]}");
+
+    detail::mapping_budget& budget = detail::mapping_budget::instance();
+    struct restore_limit {
+        std::uint64_t limit;
+        ~restore_limit() { detail::mapping_budget::instance().set_limit(limit); }
+    } restore{budget.limit()};
+    // Every batch's inputs and targets, and the stats and the mappings held at the end.
+    struct run_result {
+        std::vector<std::int32_t> tokens;
+        pipeline_stats stats;
+        std::uint64_t held = 0;
+    };
+    const auto run = [&](const std::string& spec, sample_mode mode) {
+        pipeline_config c{.batch_size = 8, .seq_len = 16, .seed = 5, .workers = 2, .device = device_kind::cpu, .max_steps = 40};
+        c.mode = mode;
+        c.shards.backend = io_backend::mmap;
+        pipeline p(spec, c);
+        run_result r;
+        for (auto& b : p) {
+            r.tokens.insert(r.tokens.end(), b.host_inputs().begin(), b.host_inputs().end());
+            r.tokens.insert(r.tokens.end(), b.host_targets().begin(), b.host_targets().end());
+        }
+        r.stats = p.stats();
+        r.held = budget.held();
+        return r;
+    };
+    for (const auto& [spec, mode] : {std::pair{dir / "llmc.json", sample_mode::windows}, std::pair{dir / "megatron.json", sample_mode::windows},
+                                     std::pair{dir / "megatron.json", sample_mode::packed}}) {
+        CAPTURE(spec);
+        CAPTURE(static_cast<int>(mode));
+        budget.set_limit(restore.limit);
+        const run_result mapped = run(spec, mode);
+        REQUIRE(mapped.tokens.size() == 40u * 8 * 16 * 2);
+        CHECK_FALSE(mapped.stats.unmapped_files.has_value());
+        const std::uint64_t limit = budget.held() + 5;  // room for 5 of the run's files
+        budget.set_limit(limit);
+        const run_result limited = run(spec, mode);
+        CHECK(limited.tokens == mapped.tokens);
+        CHECK(limited.held <= limit);
+        REQUIRE(limited.stats.unmapped_files.has_value());  // files refused a mapping, open while the run was
+        CHECK(*limited.stats.unmapped_files > 0);
+        CHECK(limited.stats.to_json().find("\"unmapped_files\"") != std::string::npos);
+        CHECK(budget.unmapped() == 0);  // the pipeline's files closed with it
+    }
+}

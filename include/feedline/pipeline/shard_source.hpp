@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -150,6 +151,10 @@ private:
         std::vector<mapped_piece> deferred;
         std::uint64_t deferred_step = ~std::uint64_t{0};
         std::uint64_t deferred_bytes = 0;
+        // The batch's windows of files refused a mapping (detail/mapping_budget.hpp), read with pread
+        // and converted from here with the others. Never grows past its reserve within a batch: the
+        // deferred pieces point into it.
+        std::vector<std::byte> unmapped;
         std::vector<std::size_t> row_first;             // write_viewed: each row's first request
         std::vector<std::span<const std::byte>> views;  // write_viewed: each request's bytes in the cache
         std::vector<std::uint8_t> read_row;             // write_viewed: 1 = read into raw, 2 = to read
@@ -226,6 +231,7 @@ private:
             const bool whole = convert_pieces(io_->deferred, slot, at);
             const mapped_piece failed = io_->deferred[whole ? 0 : at];
             io_->deferred.clear();
+            io_->unmapped.clear();
             io_->deferred_step = ~std::uint64_t{0};
             const std::uint64_t bytes = std::exchange(io_->deferred_bytes, 0);
             // A shard truncated under the job is a format_error, not a SIGBUS.
@@ -255,11 +261,12 @@ private:
             std::uint64_t bytes = 0;
             if (io_->deferred_step != plan.step) {  // left by a batch that failed before its finish()
                 io_->deferred.clear();
+                io_->unmapped.clear();
                 io_->deferred_bytes = 0;
                 io_->deferred_step = plan.step;
             }
             if (streams_are_shards_) {
-                bytes = stream_pieces(plan, rows);
+                bytes = stream_pieces(plan, rows, slot.seq_len);
             } else {
                 io_->raw.resize((slot.seq_len + 1) * item);  // requests need a destination; this path reads through view() instead
                 io_->requests.clear();
@@ -269,8 +276,10 @@ private:
                     std::uint64_t k = 0;  // the piece's first token within window r
                     for (std::size_t i = first; i < io_->requests.size(); ++i) {
                         const read_request& q = io_->requests[i];
-                        io_->deferred.push_back(
-                            {mapped_->view(*q.source->local_file(), q.offset, q.length), q.source, q.offset, r, data_->dtype(), k});
+                        const file& f = *q.source->local_file();
+                        const auto view = mapped_->view_if_mapped(f, q.offset, q.length);
+                        io_->deferred.push_back({view ? *view : read_unmapped(f, q.offset, q.length, plan, slot.seq_len), q.source, q.offset, r,
+                                                 data_->dtype(), k});
                         k += q.length / item;
                     }
                 }
@@ -372,7 +381,7 @@ private:
         // with no read requests, bounds checks or mapping look-ups per window (~15% of a worker's time
         // with 256 x 128 windows before). A shard's token range is checked against its file once, when
         // first mapped; a file that shrinks since is caught by the guard. Returns the bytes.
-        std::uint64_t stream_pieces(const batch_plan& plan, std::span<const std::uint32_t> rows) {
+        std::uint64_t stream_pieces(const batch_plan& plan, std::span<const std::uint32_t> rows, std::uint64_t seq_len) {
             const std::size_t item = dtype_size(data_->dtype());
             std::uint64_t bytes = 0;
             for (const std::uint32_t r : rows) {
@@ -391,10 +400,16 @@ private:
                         const std::uint64_t n = std::min(count, sh.tokens - first), offset = data_->token_byte_offset(first);
                         const std::byte* base = sh.mapped_bytes.get();
                         if (base == nullptr) {  // the view checks all its tokens are in the file
-                            base = mapped_->view(*sh.bin->local_file(), 0, data_->token_byte_offset(sh.tokens)).data();
-                            sh.mapped_bytes.set(base);
+                            const file& f = *sh.bin->local_file();
+                            if (const auto view = mapped_->view_if_mapped(f, 0, data_->token_byte_offset(sh.tokens))) {
+                                base = view->data();
+                                sh.mapped_bytes.set(base);
+                            }
                         }
-                        io_->deferred.push_back({{base + offset, n * item}, sh.bin, offset, r, data_->dtype(), k});
+                        const std::span<const std::byte> bytes_of =
+                            base != nullptr ? std::span<const std::byte>(base + offset, n * item)
+                                            : read_unmapped(*sh.bin->local_file(), offset, n * item, plan, seq_len);
+                        io_->deferred.push_back({bytes_of, sh.bin, offset, r, data_->dtype(), k});
                         k += n;
                         count -= n;
                         first += n;
@@ -403,6 +418,23 @@ private:
                 }
             }
             return bytes;
+        }
+
+        // [offset, offset + length) of a file refused a mapping, read with pread into this thread's
+        // batch buffer (reserved for a whole batch of windows at once: pieces point into it).
+        std::span<const std::byte> read_unmapped(const file& f, std::uint64_t offset, std::uint64_t length, const batch_plan& plan,
+                                                 std::uint64_t seq_len) {
+            std::vector<std::byte>& buffer = io_->unmapped;
+            const std::uint64_t most = plan.samples.size() * (seq_len + 1) * sizeof(std::uint32_t);  // every window, the widest dtype
+            if (buffer.capacity() < most) {
+                if (!buffer.empty()) throw std::logic_error("read_unmapped: the batch buffer would move under its pieces");
+                buffer.reserve(most);
+            }
+            if (buffer.size() + length > buffer.capacity()) throw std::logic_error("read_unmapped: more than a batch of windows");
+            const std::size_t at = buffer.size();
+            buffer.resize(at + length);
+            f.read_at(buffer.data() + at, length, offset);
+            return {buffer.data() + at, length};
         }
 
         // Software prefetch of the cache lines of `bytes`, at most the first prefetch_bytes of them:

@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 
+#include <feedline/detail/mapping_budget.hpp>
 #include <feedline/error.hpp>
 #include <feedline/exec/host_memory.hpp>
 #include <feedline/storage/remote_counters.hpp>
@@ -56,6 +57,9 @@ struct pipeline_stats {
     // previous stats line; only with a stats_jsonl log on a GPU).
     std::optional<std::uint64_t> host_ram_total_bytes, host_ram_available_bytes, swap_total_bytes, swap_used_bytes;
     std::optional<std::uint64_t> rss_anon_bytes, rss_file_bytes;
+    // Files this process reads now without a mapping, since its mappings reached their budget under
+    // vm.max_map_count (detail/mapping_budget.hpp): read with pread instead. Absent while there are none.
+    std::optional<std::uint64_t> unmapped_files;
     std::optional<double> gpu_utilization;
     std::optional<std::uint64_t> gpu_memory_used_bytes, gpu_memory_total_bytes;
     std::string gpu_telemetry;  // "nvml" when the GPU is sampled, else why not; empty without a GPU log
@@ -130,6 +134,7 @@ struct pipeline_stats {
         put("swap_used_bytes", swap_used_bytes);
         put("rss_anon_bytes", rss_anon_bytes);
         put("rss_file_bytes", rss_file_bytes);
+        put("unmapped_files", unmapped_files);
         put("gpu_utilization", gpu_utilization);
         put("gpu_memory_used_bytes", gpu_memory_used_bytes);
         put("gpu_memory_total_bytes", gpu_memory_total_bytes);
@@ -233,6 +238,7 @@ inline void fill_memory_telemetry(pipeline_stats& s) {
     s.rss_bytes = p.rss.value_or(0);
     s.rss_anon_bytes = p.rss_anon;
     s.rss_file_bytes = p.rss_file;
+    if (const std::uint64_t unmapped = mapping_budget::instance().unmapped()) s.unmapped_files = unmapped;
 }
 
 }  // namespace detail

@@ -178,21 +178,24 @@ public:
     // would make every worker (and every new pipeline) take its own minor fault on every page it
     // touches. Held in the file's own state, not on the heap behind a count: 40 bytes and an
     // allocation a file fewer (a mixture maps a file per domain as it first reads it). It lives as
-    // long as this file (it is never replaced). Thread-safe. Throws io_error.
-    const file_mapping& mapping(access_pattern pattern) const {
-        if (const file_mapping* m = mapping_if_made()) return *m;
+    // long as this file (it is never replaced). Null when the process's mapping budget had no room
+    // for it (detail/mapping_budget.hpp): asked once, the file then stays unmapped, and its readers
+    // read it with pread (read_at). Thread-safe. Throws io_error.
+    const file_mapping* mapping(access_pattern pattern) const {
         if (!state_) throw io_error(path_.empty() ? "(no file)" : path_, EBADF, "not open (moved from)");
+        if (const auto m = state_->mapped.load(std::memory_order_acquire); m != not_yet) return m == made ? &state_->mapping : nullptr;
         std::lock_guard lock(state_->mapping_mutex);
-        if (!state_->mapped.load(std::memory_order_relaxed)) {
+        if (state_->mapped.load(std::memory_order_relaxed) == not_yet) {
             state_->mapping = file_mapping(*this, pattern);
-            state_->mapped.store(true, std::memory_order_release);
+            state_->mapped.store(state_->mapping.refused() ? refused : made, std::memory_order_release);
         }
-        return state_->mapping;
+        return state_->mapped.load(std::memory_order_relaxed) == made ? &state_->mapping : nullptr;
     }
     // That mapping if it was made, without a lock: readers that look it up once per window (a
-    // mixture's thousands of files) keep no table of their own. Null before the first mapping().
+    // mixture's thousands of files) keep no table of their own. Null before the first mapping(), and
+    // when it was refused.
     const file_mapping* mapping_if_made() const noexcept {
-        return state_ && state_->mapped.load(std::memory_order_acquire) ? &state_->mapping : nullptr;
+        return state_ && state_->mapped.load(std::memory_order_acquire) == made ? &state_->mapping : nullptr;
     }
 
 private:
@@ -205,10 +208,11 @@ private:
 
     // The descriptor and what the pool knows of it, with the shared mapping (a separate lock: mapping
     // takes a lease).
+    enum mapping_state : std::uint8_t { not_yet, made, refused };
     struct shared_state : detail::pooled_descriptor {
-        detail::spin_lock mapping_mutex;  // held while the mapping is made (one mmap)
-        std::atomic<bool> mapped{false};  // `mapping` is made: read without the lock
-        file_mapping mapping;
+        detail::spin_lock mapping_mutex;                // held while the mapping is made (one mmap)
+        std::atomic<mapping_state> mapped{not_yet};     // read without the lock
+        file_mapping mapping;                           // made: the file's; refused: empty
     };
 
     // Records `fd` as state_'s open descriptor (state_->mutex held) and lists it with the pool; closes

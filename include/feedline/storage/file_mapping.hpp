@@ -13,6 +13,7 @@
 #include <span>
 #include <utility>
 
+#include <feedline/detail/mapping_budget.hpp>
 #include <feedline/error.hpp>
 
 namespace feedline {
@@ -21,36 +22,53 @@ namespace feedline {
 enum class access_pattern { sequential, random };
 
 // A read-only shared mapping of a whole file. Move-only; unmaps on destruction. An empty file maps
-// to an empty span (mmap refuses length 0).
+// to an empty span (mmap refuses length 0). Each takes a place in the process's mapping budget
+// (detail/mapping_budget.hpp); without one, or when the kernel has no room (ENOMEM), the file is not
+// mapped and refused() says so: its reader reads it without a mapping.
 class file_mapping {
 public:
     file_mapping() = default;
     // The whole of `f` (a storage/file.hpp file: a template only because that header holds one in
-    // each file). Its descriptor is leased for the call: the mapping outlives it. Throws io_error.
+    // each file). Its descriptor is leased for the call: the mapping outlives it. Throws io_error
+    // (not for want of room: refused()).
     template <class File>
     requires requires(const File& f) {
         f.use().fd();
         f.size();
         f.path();
     }
-    explicit file_mapping(const File& f, access_pattern pattern = access_pattern::random) : size_(f.size()) {
-        if (size_ == 0) return;
-        const auto held = f.use();
-        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, held.fd(), 0);
-        if (p == MAP_FAILED) throw io_error(f.path(), errno, "mmap failed");
+    explicit file_mapping(const File& f, access_pattern pattern = access_pattern::random) {
+        if (f.size() == 0) return;
+        if (!detail::mapping_budget::instance().take()) {
+            refuse();
+            return;
+        }
+        const auto held = f.use();  // may throw: the place given back below first
+        void* p = ::mmap(nullptr, f.size(), PROT_READ, MAP_SHARED, held.fd(), 0);
+        if (p == MAP_FAILED) {
+            const int err = errno;
+            detail::mapping_budget::instance().give_back();
+            if (err != ENOMEM) throw io_error(f.path(), err, "mmap failed");
+            detail::mapping_budget::instance().kernel_refused();  // past vm.max_map_count (or the address space)
+            refuse();
+            return;
+        }
         data_ = static_cast<const std::byte*>(p);
+        size_ = f.size();
         advise(pattern);
     }
     file_mapping(file_mapping&& o) noexcept
             : data_(std::exchange(o.data_, nullptr)),
               size_(std::exchange(o.size_, 0)),
-              advised_(o.advised_.load(std::memory_order_relaxed)) {}
+              advised_(o.advised_.load(std::memory_order_relaxed)),
+              refused_(std::exchange(o.refused_, false)) {}
     file_mapping& operator=(file_mapping&& o) noexcept {
         if (this != &o) {
             unmap();
             data_ = std::exchange(o.data_, nullptr);
             size_ = std::exchange(o.size_, 0);
             advised_.store(o.advised_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+            refused_ = std::exchange(o.refused_, false);
         }
         return *this;
     }
@@ -59,6 +77,8 @@ public:
     ~file_mapping() { unmap(); }
 
     std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+    // The file was not mapped for want of room (the mapping budget, or ENOMEM): bytes() is empty.
+    bool refused() const noexcept { return refused_; }
 
     // Hints the kernel's readahead: sequential scans read ahead aggressively, random sampling turns
     // readahead off so each fault reads only what is used. Never fails (hints are advisory). Not for a
@@ -86,14 +106,25 @@ public:
     access_pattern advised() const noexcept { return advised_.load(std::memory_order_relaxed); }
 
 private:
+    void refuse() noexcept {
+        refused_ = true;
+        detail::mapping_budget::instance().unmapped_file_opened();
+    }
     void unmap() noexcept {
-        if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+        if (data_ != nullptr) {
+            ::munmap(const_cast<std::byte*>(data_), size_);
+            detail::mapping_budget::instance().give_back();
+        }
+        if (refused_) detail::mapping_budget::instance().unmapped_file_closed();
         data_ = nullptr;
         size_ = 0;
+        refused_ = false;
     }
     const std::byte* data_ = nullptr;
     std::uint64_t size_ = 0;
     mutable std::atomic<access_pattern> advised_{access_pattern::random};
+    bool refused_ = false;  // in advised_'s padding: a file holds one (storage/file.hpp)
 };
+static_assert(sizeof(file_mapping) == 24);
 
 }  // namespace feedline

@@ -86,11 +86,12 @@ inline expanded_location expand_location(const std::string& location) {
 
 // A whole object in memory, for what is read all over (an index): a local file is mapped (a mapping
 // of its own, with the pattern's readahead hint, kept by the view: the file may close first), another
-// source read once into memory.
+// source, or a file the mapping budget has no room for (detail/mapping_budget.hpp), read once into
+// memory.
 inline byte_view load_whole(const byte_source& source, access_pattern pattern = access_pattern::sequential) {
     if (const file* f = source.local_file()) {
         auto mapping = std::make_shared<const file_mapping>(*f, pattern);
-        return {mapping->bytes(), mapping};
+        if (!mapping->refused()) return {mapping->bytes(), mapping};
     }
     auto buffer = std::make_shared<std::vector<std::byte>>(source.size());
     source.read_at(buffer->data(), buffer->size(), 0);
