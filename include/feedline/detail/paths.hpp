@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <feedline/detail/thread_scope.hpp>
 #include <feedline/error.hpp>
 #include <feedline/storage/file.hpp>
 
@@ -72,18 +73,8 @@ inline std::string cache_directory(const std::string& configured) {
 // (strcoll). Anything else, or a directory that cannot be listed, goes to glob(3). Files added to a
 // directory while its listing is held are not seen by later globs in the scope, as if they had come
 // after the open.
-class glob_listings {
+class glob_listings : public thread_scope<glob_listings> {
 public:
-    glob_listings() noexcept : outer_(active()) { active() = this; }
-    ~glob_listings() { active() = outer_; }
-    glob_listings(const glob_listings&) = delete;
-    glob_listings& operator=(const glob_listings&) = delete;
-
-    // The memo in force on this thread (nullptr: none).
-    static glob_listings*& active() noexcept {
-        thread_local glob_listings* current = nullptr;
-        return current;
-    }
     // What glob(3) would return for `pattern`, from the memo's listing of its directory; nullopt when
     // the pattern is not one it answers (glob(3) then does).
     std::optional<std::vector<std::string>> match(const std::string& pattern) {
@@ -135,7 +126,6 @@ private:
 
     std::unordered_map<std::string, std::optional<std::vector<std::string>>> dirs_;
     std::size_t listed_ = 0;
-    glob_listings* outer_;
 };
 
 inline std::vector<std::string> glob_paths(const std::string& pattern) {

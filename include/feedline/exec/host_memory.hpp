@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include <feedline/detail/thread_scope.hpp>
 #include <feedline/exec/topology.hpp>
 
 namespace feedline {
@@ -74,22 +75,10 @@ inline void read_kib_fields(const topology_source& src, const char* path,
 // asks how much memory is available: 10,000 domains read /proc/meminfo, vm.swappiness and the
 // hugepage mode 10,000 times, 0.28 s of the first batch's 0.29 (bench_mixture). Nests; scoped to the
 // calls that want one answer.
-class host_memory_memo {
+class host_memory_memo : public detail::thread_scope<host_memory_memo> {
 public:
-    host_memory_memo() noexcept : outer_(active()) { active() = this; }
-    ~host_memory_memo() { active() = outer_; }
-    host_memory_memo(const host_memory_memo&) = delete;
-    host_memory_memo& operator=(const host_memory_memo&) = delete;
-
-    static host_memory_memo*& active() noexcept {
-        thread_local host_memory_memo* current = nullptr;
-        return current;
-    }
     std::string root;  // the reading's
     std::optional<host_memory> reading;
-
-private:
-    host_memory_memo* outer_;
 };
 
 inline host_memory read_host_memory(const topology_source& src = {}) {
