@@ -761,6 +761,17 @@ TEST_CASE("Doctor.Diagnose.LogTelemetryAndPipelineStatsLines") {
     for (const auto& f : found)
         if (f.code == "remote-bound") CHECK(f.action.find("64 ms") != std::string::npos);
 
+    // Files past the mapping budget (vm.max_map_count) are read with pread: the stats line says how many.
+    std::istringstream unmapped(
+        R"({"unix_time": 1.0, "batches": 20, "stall_fraction": 0.001, "tokens_per_s": 1, "workers": 2, "unmapped_files": 5285})"
+        "\n");
+    const auto u = doctor::parse_log(unmapped, "stats.jsonl");
+    REQUIRE(u.unmapped_files.has_value());
+    const auto unmapped_found = doctor::diagnose(u);
+    CHECK(codes(unmapped_found) == std::set<std::string>{"files-unmapped"});
+    for (const auto& f : unmapped_found)
+        if (f.code == "files-unmapped") CHECK(f.action.find("5285 of the data's files") != std::string::npos);
+
     // A GPU ring that could not pin (pinned_bytes 0) copies from pageable memory; one that pinned does not.
     std::istringstream unpinned(
         R"json({"summary": true, "stall_fraction": 0, "pipeline": {"device": "pinned ring on CUDA device 0: 4 slots x 1 MiB, pageable (x)", "pinned_bytes": 0}})json");

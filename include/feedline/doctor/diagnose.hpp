@@ -40,6 +40,7 @@ struct observations {
     std::optional<double> params;  // the model's parameters (for MFU: 6 x params FLOPs per token)
     std::optional<bool> pinned_memory;
     std::optional<double> rss_anon_mib, rss_file_mib;  // the training process
+    std::optional<double> unmapped_files;              // files read with pread past the mapping budget (vm.max_map_count)
     std::optional<double> gpu_numa_node;               // the GPU's NUMA node
     std::vector<double> worker_numa_nodes;             // where the data workers run
     // Remote reads (s3://) of the pipeline: requests, retried attempts, and the median request latency.
@@ -251,6 +252,7 @@ inline void read_log_fields(const nlohmann::json& j, observations& o, const std:
     set(o.swap_used_mib, log_number(j, "swap_used_bytes", any, where, line), mib);
     set(o.rss_anon_mib, log_number(j, "rss_anon_bytes", any, where, line), mib);
     set(o.rss_file_mib, log_number(j, "rss_file_bytes", any, where, line), mib);
+    set(o.unmapped_files, log_number(j, "unmapped_files", any, where, line));
     set(o.remote_requests, log_number(j, "remote_requests", any, where, line));
     set(o.remote_retries, log_number(j, "remote_retries", any, where, line));
     set(o.remote_latency_p50_s, log_number(j, "remote_latency_p50_s", any, where, line));
@@ -660,6 +662,15 @@ inline std::vector<finding> diagnose(const observations& o) {
                        fmt::format("{:.0f} MiB of the process's RSS are mapped file pages (the dataset in the page cache, shared and "
                                    "reclaimable), against {:.0f} MiB of its own memory: not a leak, and not what the process costs",
                                    *o.rss_file_mib, *o.rss_anon_mib)});
+    if (o.unmapped_files && *o.unmapped_files > 0)
+        out.push_back({"files-unmapped",
+                       "action",
+                       {{"unmapped_files", *o.unmapped_files}},
+                       fmt::format("{:g} of the data's files are read with a syscall per window instead of from a mapping: the process "
+                                   "reached its budget of mappings under vm.max_map_count (each mapped shard is one); raise it "
+                                   "above twice the data's files (sysctl -w vm.max_map_count=262144), or pack the domains into fewer, "
+                                   "larger shards",
+                                   *o.unmapped_files)});
     if (o.gpu_numa_node) {
         std::set<double> away;
         for (double n : o.worker_numa_nodes)
