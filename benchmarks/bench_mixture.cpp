@@ -32,7 +32,10 @@
 //                   included) and waiting for a free slot (the consumer behind)
 //   late_workers_cpu, late_consumer_cpu  CPUs kept busy over the second half by the workers (spinning
 //                   included) and by the consumer (this thread): a rate below the workers' CPU says waits
-// and, once per D, whether it runs under `ulimit -n 256` (RLIMIT_NOFILE 256 in the child).
+//   unmapped_files  files read with pread at the end, for want of a mapping (--max-mappings)
+// and, once per D, whether it runs under `ulimit -n 256` (RLIMIT_NOFILE 256 in the child). With
+// --max-mappings N every run may map at most N files (detail/mapping_budget.hpp: what vm.max_map_count
+// allows a process), and the rest are read with pread: the cost of a mixture past the kernel's limit.
 // Last line: one JSON object with every D's medians.
 //
 //   build/release/bin/bench_mixture --dir /tmp/mixbench --tokens 40000000
@@ -174,7 +177,9 @@ planning_ns planning_ns_per_sample(const pipeline& p, const std::string& spec, s
 }
 
 // One measurement in this process: prints one JSON line.
-int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, std::uint64_t batches, unsigned workers) {
+int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, std::uint64_t batches, unsigned workers,
+            std::uint64_t max_mappings) {
+    if (max_mappings) detail::mapping_budget::instance().set_limit(detail::mapping_budget::instance().held() + max_mappings);
     const auto before = read_process_memory().rss_anon.value_or(0);
     const auto t0 = clock_type::now();
     pipeline p(mix,
@@ -210,6 +215,7 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
     }
     const auto end_cpu = cpu_now();
     const double late_s = n > half_at + 1 ? seconds_since(half) : 0;  // no second half: the CPU figures say 0
+    const std::uint64_t unmapped = detail::mapping_budget::instance().unmapped();
     const double late_consumer_cpu = late_s > 0 ? (end_cpu.second - half_cpu.second) / late_s : 0,
                  late_workers_cpu = late_s > 0 ? (end_cpu.first - half_cpu.first) / late_s - late_consumer_cpu : 0;
     const auto anon_end = read_process_memory().rss_anon.value_or(0);
@@ -227,12 +233,12 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
         "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"late_tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": "
         "%.1f, \"worst_draw_step_us\": %.1f, \"plan_us_per_batch\": %.2f, \"slot_wait_us_per_batch\": %.2f, "
         "\"late_workers_cpu\": %.2f, \"late_consumer_cpu\": %.2f, \"domains\": %zu, \"draw_ns_by_part\": %s, "
-        "\"sink\": %llu}\n",
+        "\"unmapped_files\": %llu, \"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
         (static_cast<double>(anon_end) - static_cast<double>(before)) / static_cast<double>(domains), static_cast<unsigned long long>(fds),
         rate, late_rate, planning.plan, planning.draw, planning.worst_draw_step_us, st.plan_s * per_batch_us, st.slot_wait_s * per_batch_us,
         late_workers_cpu, late_consumer_cpu, domains, nlohmann::json(planning.draw_by_part).dump().c_str(),
-        static_cast<unsigned long long>(sink));
+        static_cast<unsigned long long>(unmapped), static_cast<unsigned long long>(sink));
     return 0;
 }
 
@@ -274,7 +280,7 @@ int main(int argc, char** argv) {
     CLI::App app{"A mixture of many domains against a blend of two, the same data in all"};
     std::string dir = "/tmp/feedline-bench-mixture", one;
     std::vector<std::uint64_t> domains{2, 100, 1000, 10000};
-    std::uint64_t tokens = 40'000'000, batch = 32, seq_len = 256, batches = 3000, shards = 1;
+    std::uint64_t tokens = 40'000'000, batch = 32, seq_len = 256, batches = 3000, shards = 1, max_mappings = 0;
     unsigned workers = 2;
     int rounds = 3;
     app.add_option("--dir", dir, "where the domains' shards are written (kept: later runs reuse them)");
@@ -287,11 +293,12 @@ int main(int argc, char** argv) {
     app.add_option("--shards", shards, "llm.c shards per domain (the blend's two domains keep one each)")->check(CLI::Range(1, 1000));
     app.add_option("--workers", workers, "worker threads");
     app.add_option("--rounds", rounds, "rounds, alternating the domain counts");
+    app.add_option("--max-mappings", max_mappings, "files each run may map (0: what vm.max_map_count allows); the rest are read with pread");
     app.add_option("--one", one, "internal: measure this mixture file in this process and print one JSON line");
     CLI11_PARSE(app, argc, argv);
     if (!one.empty()) {
         try {
-            return measure(one, batch, seq_len, batches, workers);
+            return measure(one, batch, seq_len, batches, workers, max_mappings);
         } catch (const std::exception& e) {
             std::printf("%s\n", e.what());
             return 1;
@@ -308,7 +315,7 @@ int main(int argc, char** argv) {
     auto args = [&](std::uint64_t d) {
         return std::vector<std::string>{"--one",     d == 0 ? blend2 : files[d], "--batch",   std::to_string(batch),
                                         "--seq-len", std::to_string(seq_len),    "--batches", std::to_string(batches),
-                                        "--workers", std::to_string(workers)};
+                                        "--workers", std::to_string(workers),    "--max-mappings", std::to_string(max_mappings)};
     };
     domains.insert(domains.begin(), 0);
     // Warm the page cache: one untimed run of each.
@@ -325,7 +332,7 @@ int main(int argc, char** argv) {
             }
             for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "anon_end_bytes_per_domain", "descriptors",
                                   "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample", "worst_draw_step_us",
-                                  "plan_us_per_batch", "slot_wait_us_per_batch", "late_workers_cpu", "late_consumer_cpu"})
+                                  "plan_us_per_batch", "slot_wait_us_per_batch", "late_workers_cpu", "late_consumer_cpu", "unmapped_files"})
                 samples[d][k].push_back(j[k].get<double>());
             for (std::size_t i = 0; i < j["draw_ns_by_part"].size(); ++i)
                 samples[d]["draw_ns_part" + std::to_string(i)].push_back(j["draw_ns_by_part"][i].get<double>());
