@@ -291,6 +291,11 @@ TEST_CASE("Storage.DescriptorPool.MoreFilesThanTheLimitAreReadWithinItAndAReplac
                 }
             }
         }
+        // A new mapping of the replaced file is refused the same way, and gives back its place in the
+        // process's mapping budget (detail/mapping_budget.hpp).
+        const std::uint64_t mappings_held = detail::mapping_budget::instance().held();
+        CHECK_THROWS_AS(file_mapping{files[3]}, io_error);
+        CHECK(detail::mapping_budget::instance().held() == mappings_held);
         // The file that was not replaced reads its own bytes again.
         read_request r{&files[5], 0, 50, buf.data()};
         readers[0].read(std::span(&r, 1));

@@ -43,10 +43,17 @@ public:
             refuse();
             return;
         }
-        const auto held = f.use();  // may throw: the place given back below first
-        void* p = ::mmap(nullptr, f.size(), PROT_READ, MAP_SHARED, held.fd(), 0);
+        void* p = MAP_FAILED;
+        int err = 0;
+        try {
+            const auto held = f.use();  // may throw (the file replaced while its descriptor was closed)
+            p = ::mmap(nullptr, f.size(), PROT_READ, MAP_SHARED, held.fd(), 0);
+            err = errno;
+        } catch (...) {
+            detail::mapping_budget::instance().give_back();
+            throw;
+        }
         if (p == MAP_FAILED) {
-            const int err = errno;
             detail::mapping_budget::instance().give_back();
             if (err != ENOMEM) throw io_error(f.path(), err, "mmap failed");
             detail::mapping_budget::instance().kernel_refused();  // past vm.max_map_count (or the address space)
