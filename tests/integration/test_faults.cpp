@@ -689,8 +689,10 @@ TEST_CASE("Faults.Resources.FilesPastTheMappingBudgetAreReadWithoutMappingsGivin
         r.held = budget.held();
         return r;
     };
-    for (const auto& [spec, mode] : {std::pair{dir / "llmc.json", sample_mode::windows}, std::pair{dir / "megatron.json", sample_mode::windows},
-                                     std::pair{dir / "megatron.json", sample_mode::packed}}) {
+    for (const auto& [spec_, mode_] : {std::pair{dir / "llmc.json", sample_mode::windows}, std::pair{dir / "megatron.json", sample_mode::windows},
+                                       std::pair{dir / "megatron.json", sample_mode::packed}}) {
+        const std::string spec = spec_;  // not the bindings themselves: CAPTURE's lambda cannot name them (clang)
+        const sample_mode mode = mode_;
         CAPTURE(spec);
         CAPTURE(static_cast<int>(mode));
         budget.set_limit(restore.limit);
