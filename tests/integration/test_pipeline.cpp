@@ -843,6 +843,83 @@ TEST_CASE("Pipeline.Mixture.DomainsWhoseShardsShareADirectoryEachGetTheirOwnByGl
     }
 }
 
+// Every row of a mixture of many domains is a whole window of its own domain's token stream, with
+// every backend, and the same batches from each: T + 1 tokens that run on consecutively within a
+// shard and, where a window crosses shards, from one shard's last token to another's first (the epoch
+// lays a domain's shards out in a shuffled order); a one-shard domain's windows start at multiples of
+// T. A domain's tokens say where they are (400 x domain + position in its files), so a window read
+// from another domain's file, at another offset, or cut short at a shard's end shows. The workers
+// write a batch's rows of all domains in one call (source_worker::write_sources).
+TEST_CASE("Pipeline.Mixture.EveryRowIsAWholeWindowOfItsDomainsStream") {
+    ft::scratch_dir dir;
+    constexpr int domains = 150;
+    constexpr std::size_t T = 16;
+    std::string doms, weights;
+    std::vector<std::set<std::int32_t>> starts(domains), ends(domains);  // each shard's first token, last token + 1
+    for (int d = 0; d < domains; ++d) {
+        const std::string name = "d" + std::to_string(d);
+        const int shards = 1 + d % 3;
+        std::int32_t at = 400 * d;
+        for (int k = 0; k < shards; ++k) {
+            const int n = 20 + (d * 7 + k * 11) % 40;
+            std::vector<std::int32_t> header(256, 0);
+            header[0] = 20240520, header[1] = 1, header[2] = n;
+            std::vector<std::uint16_t> tokens(static_cast<std::size_t>(n));
+            starts[d].insert(at);
+            for (auto& t : tokens) t = static_cast<std::uint16_t>(at++);
+            ends[d].insert(at);
+            std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+            bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+            ft::write_text(dir / (name + "_" + std::to_string(k) + ".bin"), bytes);
+        }
+        const std::string sep = d == 0 ? "" : ", ";
+        doms += sep + "{\"name\": \"" + name + "\", \"data\": \"" + name + "_*.bin\"}";
+        weights += sep + "\"" + name + "\": " + std::to_string(1 + d % 4);
+    }
+    ft::write_text(dir / "mix.json", "{\"domains\": [" + doms + "], \"stages\": [{\"at_step\": 0, \"weights\": {" + weights + "}}]}");
+    std::vector<std::vector<std::int32_t>> first;  // the mmap run's inputs, batch by batch
+    std::vector<io_backend> backends{io_backend::mmap, io_backend::pread};
+    if (!io_uring_unavailable_reason()) backends.push_back(io_backend::io_uring);
+    std::uint64_t crossings = 0;
+    for (const io_backend backend : backends) {
+        CAPTURE(to_string(backend));
+        pipeline_config c = base(2);
+        c.batch_size = 32;
+        c.seq_len = T;
+        c.shards.backend = backend;
+        pipeline p(dir / "mix.json", c);
+        for (int step = 0; step < 50; ++step) {
+            auto b = p.next();
+            REQUIRE(b);
+            const auto in = b->host_inputs(), tg = b->host_targets(), rows = b->host_datasets();
+            for (std::size_t r = 0; r < 32; ++r) {
+                const auto d = static_cast<std::size_t>(rows[r]);
+                REQUIRE(d < static_cast<std::size_t>(domains));
+                std::vector<std::int32_t> window(in.begin() + static_cast<std::ptrdiff_t>(r * T), in.begin() + static_cast<std::ptrdiff_t>(r * T + T));
+                window.push_back(tg[r * T + T - 1]);
+                for (std::size_t t = 0; t < T; ++t) REQUIRE(tg[r * T + t] == window[t + 1]);
+                for (std::int32_t tok : window) {
+                    REQUIRE(tok >= *starts[d].begin());
+                    REQUIRE(tok < *ends[d].rbegin());
+                }
+                for (std::size_t t = 0; t + 1 < window.size(); ++t) {
+                    if (window[t + 1] == window[t] + 1 && !ends[d].count(window[t] + 1)) continue;
+                    REQUIRE(ends[d].count(window[t] + 1) == 1);  // on into a shard only from another's end
+                    REQUIRE(starts[d].count(window[t + 1]) == 1);
+                    ++crossings;
+                }
+                if (d % 3 == 0) REQUIRE((window[0] - 400 * static_cast<std::int32_t>(d)) % static_cast<std::int32_t>(T) == 0);
+            }
+            if (backend == io_backend::mmap)
+                first.emplace_back(in.begin(), in.end());
+            else
+                REQUIRE(std::equal(in.begin(), in.end(), first[static_cast<std::size_t>(step)].begin(),
+                                   first[static_cast<std::size_t>(step)].end()));
+        }
+    }
+    CHECK(crossings > 0);  // the data has windows that cross shards
+}
+
 // A data spec naming a mixture file: its domains' data mixed by its schedule. Every row says which
 // domain it came from; the counts stay within one sample of the schedule's targets; a resume at any
 // step, with other workers, gives the same batches; stats() has each domain's accounting; another

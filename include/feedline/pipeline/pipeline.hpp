@@ -89,12 +89,6 @@ inline worker_choice choose_workers(const pipeline_config& c, const topology& t,
 
 }  // namespace detail
 
-// A source with its blend weight.
-struct weighted_source {
-    double weight = 1;
-    std::shared_ptr<batch_source> source;
-};
-
 // Opens what a spec names: token shards, or JSONL/text tokenized with config.text. Throws io_error /
 // format_error naming the file, config_error for text without a tokenizer (or none built).
 inline std::shared_ptr<batch_source> open_source(const std::string& spec, const pipeline_config& config) {
@@ -632,6 +626,7 @@ private:
                 std::unique_ptr<source_worker> writer;
                 std::uint32_t bound;  // the source it writes for now
                 bool wrote;           // in this batch: finish() is due
+                bool shares = false;  // it accepts other sources (in `sharing`)
             };
             std::vector<made_writer> made;
             source_counters& counted = counters_[index];  // this thread's, whichever source its writers write for
@@ -651,7 +646,10 @@ private:
                     } else {
                         k = static_cast<std::uint32_t>(made.size());
                         made.push_back({sources_[d].source->make_worker(source_context::of(config_), counted), d, false});
-                        if (made.back().writer->accepts(source)) sharing.push_back(k);
+                        if (made.back().writer->accepts(source)) {
+                            sharing.push_back(k);
+                            made.back().shares = true;
+                        }
                     }
                     writer_of[d] = k;
                 }
@@ -734,6 +732,26 @@ private:
                     // source's own objects hold): each link is requested a few runs ahead, once the
                     // one before it has had time to arrive.
                     for (std::size_t j = 0; j < runs.size(); ++j) {
+                        // Runs whose sources one writer takes (a mixture's token shard domains: all of
+                        // them), from this one on, in one call: the writer stages their misses itself.
+                        if (const std::uint32_t k = writer_of[runs[j].dataset]; k != no_writer && made[k].shares) {
+                            std::size_t end = j + 1;
+                            while (end < runs.size() && writer_of[runs[end].dataset] == k) ++end;
+                            if (end - j > 1) {
+                                made_writer& m = made[k];
+                                if (!m.wrote) {
+                                    m.wrote = true;
+                                    wrote.push_back(k);
+                                }
+                                const std::uint32_t rows = runs[end - 1].first + runs[end - 1].rows - runs[j].first;
+                                m.bound = no_writer;  // unknown if it throws part of the way
+                                m.writer->write_sources(plan, std::span<const std::uint32_t>(by_dataset).subspan(runs[j].first, rows),
+                                                        sources_, counted, view);
+                                m.bound = runs[end - 1].dataset;
+                                j = end - 1;
+                                continue;
+                            }
+                        }
                         const auto ahead = [&](std::size_t links) -> const weighted_source* {
                             const std::size_t at = j + links * writer_lookahead;
                             return at < runs.size() ? &sources_[runs[at].dataset] : nullptr;

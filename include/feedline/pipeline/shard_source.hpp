@@ -155,6 +155,12 @@ private:
         // and converted from here with the others. Never grows past its reserve within a batch: the
         // deferred pieces point into it.
         std::vector<std::byte> unmapped;
+        // write_sources: the runs of one source each, and the dataset each writes from.
+        struct source_run {
+            std::uint32_t first, rows, dataset;
+            const token_dataset* data;
+        };
+        std::vector<source_run> runs;
         std::vector<std::size_t> row_first;             // write_viewed: each row's first request
         std::vector<std::span<const std::byte>> views;  // write_viewed: each request's bytes in the cache
         std::vector<std::uint8_t> read_row;             // write_viewed: 1 = read into raw, 2 = to read
@@ -194,11 +200,40 @@ private:
             return s != nullptr && s->backend_for(run_) == backend_;
         }
         void bind(const batch_source& other, source_counters& counters) override {
-            const auto& s = static_cast<const shard_source&>(other);
-            data_ = s.data_.get();
             counters_ = &counters;
-            streams_are_shards_ = s.streams_are_shards(run_);
-            mapped_ = data_->all_local() ? io_->mapped : nullptr;
+            bind_dataset(static_cast<const shard_source&>(other).data_.get());
+        }
+
+        // A mixture's token shard domains in one pass, each run of a domain's rows written as after a
+        // bind(), without the call per domain: the chain each run's write follows (the source, its
+        // dataset, the entry of the shard its first window starts in: a miss each at 10,000 domains)
+        // is requested a link per pass over the batch's runs, so a batch's misses overlap instead of
+        // following one another.
+        void write_sources(const batch_plan& plan, std::span<const std::uint32_t> rows, std::span<const weighted_source> sources,
+                           source_counters& counters, const slot_view& slot) override {
+            auto& runs = io_->runs;
+            runs.clear();
+            for (std::size_t first = 0, last = 0; first < rows.size(); first = last) {
+                const std::uint32_t d = plan.samples[rows[first]].dataset;
+                while (last < rows.size() && plan.samples[rows[last]].dataset == d) ++last;
+                runs.push_back({static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last - first), d, nullptr});
+                __builtin_prefetch(&sources[d]);
+            }
+            for (const auto& r : runs) __builtin_prefetch(sources[r.dataset].source.get());
+            for (auto& r : runs) {
+                r.data = static_cast<const shard_source&>(*sources[r.dataset].source).data_.get();  // accepts(): a shard_source
+                __builtin_prefetch(r.data);
+            }
+            for (const auto& r : runs) {
+                const sample_plan& first = plan.samples[rows[r.first]];
+                const bool names_shard = is_token_stream(r.data->format()) && !first.segments.empty();  // as prefetch_for_write
+                r.data->prefetch_shard(names_shard ? first.segments.front().document : 0);
+            }
+            counters_ = &counters;
+            for (const auto& r : runs) {
+                bind_dataset(r.data);
+                write(plan, rows.subspan(r.first, r.rows), slot);
+            }
         }
 
         void write(const batch_plan& plan, std::span<const std::uint32_t> rows, const slot_view& slot) override {
@@ -241,6 +276,12 @@ private:
         }
 
     private:
+        void bind_dataset(const token_dataset* data) {
+            data_ = data;
+            streams_are_shards_ = is_token_stream(data->format()) && windows_;  // shard_source::streams_are_shards
+            mapped_ = data->all_local() ? io_->mapped : nullptr;
+        }
+
         // Appends the read requests of one sample's segments (dest: consecutive from `dest`).
         std::uint64_t sample_requests(const sample_plan& sp, std::byte* dest) {
             return append_sample_requests(*data_, streams_are_shards_, sp, dest, io_->requests);
