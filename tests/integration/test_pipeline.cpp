@@ -920,6 +920,64 @@ TEST_CASE("Pipeline.Mixture.EveryRowIsAWholeWindowOfItsDomainsStream") {
     CHECK(crossings > 0);  // the data has windows that cross shards
 }
 
+// A domain's data may be a list of paths, globs or prefixes, opened together as one dataset of their
+// files in the order given: the same batches as the glob or directory that names those files. A list
+// of two kinds of data is a config_error naming the domain and its line.
+TEST_CASE("Pipeline.Mixture.ADomainsListOfDataIsOneDatasetOfItsFiles") {
+    ft::scratch_dir dir;
+    for (int k = 0; k < 3; ++k) {  // llm.c shards a_0..a_2 of one domain
+        const int n = 30 + 17 * k;
+        std::vector<std::int32_t> header(256, 0);
+        header[0] = 20240520, header[1] = 1, header[2] = n;
+        std::vector<std::uint16_t> tokens(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(1000 * k + i);
+        std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+        bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+        ft::write_text(dir / ("a_" + std::to_string(k) + ".bin"), bytes);
+    }
+    std::filesystem::create_directories(dir / "m");
+    for (int part = 0; part < 2; ++part) {  // a domain of two Megatron pairs
+        megatron_writer w(dir / ("m/part_" + std::to_string(part)), token_dtype::uint16);
+        for (std::uint32_t d = 0; d < 5; ++d) w.add_document(std::vector<std::uint32_t>(20 + 9 * d, 5000 + 100 * part + d));
+        w.finish();
+    }
+    ft::write_text(dir / "notes.jsonl", "{\"text\": \"a document\"}\n");
+    const auto write_mix = [&](const std::string& name, const std::string& a, const std::string& m) {
+        ft::write_text(dir / name, "{\"domains\": [\n  {\"name\": \"a\", \"data\": " + a + "},\n  {\"name\": \"m\", \"data\": " + m +
+                                       "}],\n \"stages\": [{\"at_step\": 0, \"weights\": {\"a\": 2, \"m\": 1}}]}");
+    };
+    write_mix("globs.json", "\"a_*.bin\"", "\"m\"");
+    write_mix("lists.json", "[\"a_0.bin\", \"a_1.bin\", \"a_2.bin\"]", "[\"m/part_0\", \"m/part_1\"]");
+    write_mix("partly.json", "[\"a_0.bin\", \"a_[12].bin\"]", "[\"m/part_0\", \"m/part_1.idx\"]");
+    pipeline by_glob(dir / "globs.json", base(2)), by_list(dir / "lists.json", base(2)), partly(dir / "partly.json", base(1));
+    std::set<int> domains_seen;
+    for (int step = 0; step < 30; ++step) {
+        auto a = by_glob.next(), b = by_list.next(), c = partly.next();
+        REQUIRE(a);
+        REQUIRE(b);
+        REQUIRE(c);
+        const auto in = a->host_inputs();
+        REQUIRE(std::equal(in.begin(), in.end(), b->host_inputs().begin(), b->host_inputs().end()));
+        REQUIRE(std::equal(in.begin(), in.end(), c->host_inputs().begin(), c->host_inputs().end()));
+        for (std::int32_t d : a->host_datasets()) domains_seen.insert(d);
+    }
+    CHECK(domains_seen == std::set<int>{0, 1});
+    for (std::size_t d = 0; d < 2; ++d) CHECK(by_list.sources()[d].source->describe() == by_glob.sources()[d].source->describe());
+    CHECK(by_list.sources()[0].source->describe().find("3 llmc shard(s)") != std::string::npos);
+    // Two kinds in one domain's list: refused before anything is read, naming the domain and its line.
+    write_mix("kinds.json", "[\"a_0.bin\", \"notes.jsonl\"]", "\"m\"");
+    try {
+        pipeline bad(dir / "kinds.json", base(1));
+        FAIL("a list of token shards and text was taken");
+    } catch (const config_error& e) {
+        const std::string what = e.what();
+        CHECK(what.find("domains[0].data") != std::string::npos);
+        CHECK(what.find("kinds.json:2") != std::string::npos);
+        CHECK(what.find("domain 'a'") != std::string::npos);
+        CHECK(what.find("two kinds") != std::string::npos);
+    }
+}
+
 // A data spec naming a mixture file: its domains' data mixed by its schedule. Every row says which
 // domain it came from; the counts stay within one sample of the schedule's targets; a resume at any
 // step, with other workers, gives the same batches; stats() has each domain's accounting; another

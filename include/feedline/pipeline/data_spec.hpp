@@ -100,11 +100,13 @@ inline source_type source_type_of(const std::string& spec) {
 
 inline source_kind detect_source(const std::string& spec) { return detail::source_type_of(spec).kind; }
 
-// A mixture named by a data spec: its schedule, where each domain was declared, and each domain's
-// data as a spec (weight 1: the schedule decides).
+// A mixture named by a data spec: its schedule, each domain's data (one spec, or a list of them opened
+// together as one source: the schedule weighs the domains), where each domain was declared
+// ("file:line"), and the file's path.
 struct mixture_spec {
     std::shared_ptr<const mixture_schedule> schedule;
-    std::vector<weighted_spec> domains;
+    std::vector<std::vector<std::string>> domains;
+    std::vector<std::string> declared_at;
     std::string path;
 };
 
@@ -138,20 +140,20 @@ inline std::optional<std::string> mixture_text(const std::vector<weighted_spec>&
 
 // The mixture a spec names, if it names one; `tokens_per_step` (global batch x seq_len) places stages
 // given by token count. Throws config_error (naming the field and the file's line) for a bad mixture
-// file, or a domain without exactly one data spec.
+// file, or a domain without data.
 inline std::optional<mixture_spec> read_mixture_spec(const std::vector<weighted_spec>& blend, std::uint64_t tokens_per_step) {
 #if FEEDLINE_HAS_JSON
     const auto text = detail::mixture_text(blend);
     if (!text) return std::nullopt;
     mixture_file f = parse_mixture(*text, blend[0].spec, tokens_per_step);
-    mixture_spec m{f.schedule, {}, blend[0].spec};
+    mixture_spec m{f.schedule, {}, std::move(f.declared_at), blend[0].spec};
     m.domains.reserve(f.data.size());
     for (std::size_t d = 0; d < f.data.size(); ++d) {
-        if (f.data[d].size() != 1)
-            throw config_error("domains[" + std::to_string(d) + "].data", f.declared_at[d] + ": domain '" + f.schedule->names()[d] +
-                                                                              "' needs its data: one path, glob or prefix (" +
-                                                                              std::to_string(f.data[d].size()) + " given)");
-        m.domains.push_back({1.0, detail::beside(blend[0].spec, f.data[d][0])});
+        if (f.data[d].empty())
+            throw config_error("domains[" + std::to_string(d) + "].data", m.declared_at[d] + ": domain '" + f.schedule->names()[d] +
+                                                                              "' needs its data: a path, glob or prefix, or a list of them");
+        for (std::string& spec : f.data[d]) spec = detail::beside(blend[0].spec, std::move(spec));
+        m.domains.push_back(std::move(f.data[d]));
     }
     return m;
 #else
@@ -171,10 +173,13 @@ inline data_kinds kinds_of(const std::vector<weighted_spec>& blend) {
 #if FEEDLINE_HAS_JSON
     if (const auto text = detail::mixture_text(blend)) {  // a mixture: its domains' data, as written
         const auto j = nlohmann::json::parse(*text, nullptr, false);
-        for (const auto& d : j["domains"])
-            if (d.is_object() && d.contains("data") && d["data"].is_string())
-                (detect_source(detail::beside(blend[0].spec, d["data"].get<std::string>())) == source_kind::text ? k.text : k.tokens) =
-                    true;
+        for (const auto& d : j["domains"]) {
+            if (!d.is_object() || !d.contains("data")) continue;
+            const auto& data = d["data"];
+            for (const auto& spec : data.is_array() ? data : nlohmann::json::array({data}))
+                if (spec.is_string())
+                    (detect_source(detail::beside(blend[0].spec, spec.get<std::string>())) == source_kind::text ? k.text : k.tokens) = true;
+        }
         return k;
     }
 #endif

@@ -115,6 +115,36 @@ inline std::vector<weighted_source> open_sources(std::vector<weighted_spec> spec
     return out;
 }
 
+// The same for a mixture's domains (weight 1: the schedule weighs them), each one spec or a list of
+// them opened together as one source of one kind (its type's open_list). Throws config_error naming
+// the domain and where it was declared for a list of two kinds, or of a kind that takes one spec.
+// Empties m.domains as it goes (as open_sources frees its specs); the rest of `m` stays.
+inline std::vector<weighted_source> open_domains(mixture_spec& m, const pipeline_config& config) {
+    glob_listings listings;  // not const: globs fill it
+    std::vector<weighted_source> out;
+    out.reserve(m.domains.size());
+    for (std::size_t d = 0; d < m.domains.size(); ++d) {
+        std::vector<std::string>& data = m.domains[d];
+        if (data.size() == 1) {
+            out.push_back({1.0, open_source(data[0], config)});
+        } else {
+            const source_type type = source_type_of(data[0]);
+            const auto fail = [&](const std::string& why) {
+                throw config_error("domains[" + std::to_string(d) + "].data",
+                                   m.declared_at[d] + ": domain '" + m.schedule->names()[d] + "' lists " + why);
+            };
+            for (std::size_t k = 1; k < data.size(); ++k)
+                if (const source_kind other = source_type_of(data[k]).kind; other != type.kind)
+                    fail("data of two kinds ('" + data[0] + "' is " + std::string(to_string(type.kind)) + ", '" + data[k] + "' " +
+                         std::string(to_string(other)) + "): a domain is one kind of data; make two domains");
+            if (!type.open_list) fail(std::string(to_string(type.kind)) + ", a kind that opens one spec a source: give one");
+            out.push_back({1.0, type.open_list(data, config)});
+        }
+        std::vector<std::string>().swap(data);
+    }
+    return out;
+}
+
 }  // namespace detail
 
 class pipeline {
@@ -876,7 +906,7 @@ private:
             : pipeline(start, (check_shape(config, blend.size()), read_mixture_spec(blend, tokens_per_step(config))), blend, config) {}
     pipeline(const remote_reads& start, std::optional<mixture_spec> mixture, const std::vector<weighted_spec>& blend,
              const pipeline_config& config)
-            : sources_(mixture ? detail::open_sources(std::move(mixture->domains), config) : detail::open_sources(blend, config)),
+            : sources_(mixture ? detail::open_domains(*mixture, config) : detail::open_sources(blend, config)),
               config_(config) {
         if (mixture) {
             mixture_ = mixture->schedule;

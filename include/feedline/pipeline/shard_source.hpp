@@ -551,7 +551,10 @@ inline const bool shard_source_registered =
                           .open = [](const std::string& spec, const pipeline_config&) -> std::shared_ptr<batch_source> {
                               return std::make_shared<shard_source>(spec);
                           },
-                          .fallback = true});
+                          .fallback = true,
+                          .open_list = [](const std::vector<std::string>& specs, const pipeline_config&) -> std::shared_ptr<batch_source> {
+                              return std::make_shared<shard_source>(std::make_shared<const token_dataset>(specs));
+                          }});
 
 }  // namespace detail
 

@@ -179,6 +179,9 @@ struct source_type {
     std::function<bool(const std::string& spec, const std::vector<std::string>& files)> claims;
     std::function<std::shared_ptr<batch_source>(const std::string& spec, const pipeline_config& config)> open;
     bool fallback = false;
+    // Several specs of this kind opened together as one source, their files in the order given (a
+    // mixture domain's list of data). Empty: the kind takes one spec a source.
+    std::function<std::shared_ptr<batch_source>(const std::vector<std::string>& specs, const pipeline_config& config)> open_list{};
 };
 
 // The kinds this build has, in registration order (detail/registry.hpp).

@@ -224,6 +224,9 @@ inline const bool text_source_registered =
                               },
                           .open = [](const std::string& spec, const pipeline_config& c) -> std::shared_ptr<batch_source> {
                               return std::make_shared<text_source>(std::vector<std::string>{spec}, c.text);
+                          },
+                          .open_list = [](const std::vector<std::string>& specs, const pipeline_config& c) -> std::shared_ptr<batch_source> {
+                              return std::make_shared<text_source>(specs, c.text);
                           }});
 
 }  // namespace detail

@@ -14,9 +14,9 @@
 //     ]
 //   }
 //
-// A domain is a name, or an object with its name and data (a path, glob, directory or Megatron prefix;
-// the parser takes a list too, but a pipeline opens one of them a domain and refuses more, naming the
-// domain and line: several files are a glob or a directory). A stage starts at a step ("at_step") or
+// A domain is a name, or an object with its name and data (a path, glob, directory or Megatron prefix,
+// or a list of them, opened together as one dataset: "data": ["a/*.bin", "b.bin"]; one kind of data a
+// domain). A stage starts at a step ("at_step") or
 // at a token count ("at_tokens": the first step by which that many tokens were delivered, for the
 // run's tokens per step); its weights are by domain
 // name, any positive scale, and a domain left out has weight 0 there. "ramp_steps" moves the weights
