@@ -109,18 +109,23 @@ private:
         if (stage == 1) {
             __builtin_prefetch(data_.get());  // what bind() and the write read first
         } else if (stage == 2) {
-            // Where the first window's bytes are mapped: the entry of the shard it starts in, which the
-            // write reads first. A token stream's window names its shard (a packed row's segment names a
-            // document: a wasted hint at worst); a Megatron segment, a document, its shard a search
-            // away: the first shard's entry, right for one shard.
-            const bool names_shard = is_token_stream(data_->format()) && !first.segments.empty();
-            data_->prefetch_shard(names_shard ? first.segments.front().document : 0);
+            prefetch_first_shard(*data_, first);
         }
     }
-
-    bool streams_are_shards(const source_context& c) const noexcept {
-        return is_token_stream(data_->format()) && c.mode == sample_mode::windows;
+    // Where a write's first window's bytes are mapped: the entry of the shard it starts in, which the
+    // write reads first. A token stream's window names its shard (a packed row's segment names a
+    // document: a wasted hint at worst); a Megatron segment, a document, its shard a search away: the
+    // first shard's entry, right for one shard.
+    static void prefetch_first_shard(const token_dataset& data, const sample_plan& first) noexcept {
+        const bool names_shard = is_token_stream(data.format()) && !first.segments.empty();
+        data.prefetch_shard(names_shard ? first.segments.front().document : 0);
     }
+
+    // Windows over llm.c or raw shards are cut from each shard as one token stream.
+    static bool streams_are_shards(const token_dataset& data, sample_mode mode) noexcept {
+        return is_token_stream(data.format()) && mode == sample_mode::windows;
+    }
+    bool streams_are_shards(const source_context& c) const noexcept { return streams_are_shards(*data_, c.mode); }
     reader_options reader_for(const source_context& c) const {
         return {.backend = c.shards.backend, .dataset_bytes = data_->total_tokens() * dtype_size(data_->dtype())};
     }
@@ -224,11 +229,7 @@ private:
                 r.data = static_cast<const shard_source&>(*sources[r.dataset].source).data_.get();  // accepts(): a shard_source
                 __builtin_prefetch(r.data);
             }
-            for (const auto& r : runs) {
-                const sample_plan& first = plan.samples[rows[r.first]];
-                const bool names_shard = is_token_stream(r.data->format()) && !first.segments.empty();  // as prefetch_for_write
-                r.data->prefetch_shard(names_shard ? first.segments.front().document : 0);
-            }
+            for (const auto& r : runs) prefetch_first_shard(*r.data, plan.samples[rows[r.first]]);
             counters_ = &counters;
             for (const auto& r : runs) {
                 bind_dataset(r.data);
@@ -278,7 +279,7 @@ private:
     private:
         void bind_dataset(const token_dataset* data) {
             data_ = data;
-            streams_are_shards_ = is_token_stream(data->format()) && windows_;  // shard_source::streams_are_shards
+            streams_are_shards_ = shard_source::streams_are_shards(*data, run_.mode);
             mapped_ = data->all_local() ? io_->mapped : nullptr;
         }
 
