@@ -94,6 +94,36 @@ TEST_CASE("Permutation.Map.EqualsOneAtATimeForEveryRunAndSize") {
     }
 }
 
+TEST_CASE("Permutation.MapEach.EqualsEachPermutationOneAtATime") {
+    // map_each runs many permutations' networks side by side (a mixture's step: a sample or two from
+    // each of dozens of domains): every image must be the one its own permutation gives, for small
+    // sizes that rarely walk and sizes just past a power of four that walk often, for permutations
+    // shared by several values and used once, and for any count around the lanes' width.
+    std::vector<feistel_permutation> perms;
+    for (std::uint64_t n : std::vector<std::uint64_t>{1, 2, 3, 6, 15, 17, 1000, 1562, 65537, (1ull << 20) + 3, 1'000'000'000'039ull})
+        for (std::uint64_t epoch = 0; epoch < 3; ++epoch) perms.emplace_back(n, detail::permutation_key(11, epoch, n));
+    std::mt19937_64 rng(5);
+    std::vector<std::uint32_t> scratch;
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17}, std::size_t{40}, std::size_t{300}}) {
+        std::vector<std::uint32_t> which(count);
+        std::vector<std::uint64_t> in(count), out(count + 1, 777);
+        for (std::size_t i = 0; i < count; ++i) {
+            which[i] = static_cast<std::uint32_t>(rng() % perms.size());
+            in[i] = rng() % perms[which[i]].size();
+        }
+        feistel_permutation::map_each(perms.data(), which.data(), in.data(), count, out.data(), scratch);
+        for (std::size_t i = 0; i < count; ++i)
+            REQUIRE_MESSAGE(out[i] == perms[which[i]](in[i]), "n = " << perms[which[i]].size() << ", value " << in[i]);
+        CHECK(out[count] == 777);  // nothing past the count is written
+    }
+    // One value outside its permutation: thrown before anything is written.
+    const std::vector<std::uint32_t> which{0, 3, 6};
+    const std::vector<std::uint64_t> in{0, 1, perms[6].size()};
+    std::vector<std::uint64_t> out(3, 777);
+    CHECK_THROWS_AS(feistel_permutation::map_each(perms.data(), which.data(), in.data(), 3, out.data(), scratch), std::out_of_range);
+    CHECK(out == std::vector<std::uint64_t>(3, 777));
+}
+
 TEST_CASE("Permutation.OutOfRange.ThrowsInsteadOfWalkingForever") {
     // Cycle walking from an index at or past n need never come back below n (bits above the
     // network's width stay; a cycle may lie wholly past n): such an index must fail, not hang.
@@ -1113,6 +1143,78 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
 // And next() itself, now the two halves in a row, must give what it gave before they were split: a
 // hash of 400 sequential steps per case, recorded by the same code compiled against the sampler before
 // the split. Run under ThreadSanitizer too (the streams' own locks).
+// A mixture's one-document streams (its one-shard domains) are planned without their locks: the
+// samples of short runs permuted together across streams, long runs (a heavy domain's) each on its
+// own (sampler::plan_drawn). Every sample must be what its stream alone plans for its epoch and
+// index, beside streams that lay their epochs out, with and without sample shuffling, in windows,
+// over several epochs of the small domains, planned on one thread and on four at once.
+TEST_CASE("Sampler.OneDocumentStreams.PlannedTogetherAsEachStreamAlonePlansThem") {
+    std::vector<ft::synthetic_lengths> sets;
+    for (std::uint64_t d = 0; d < 40; ++d) sets.push_back({{20 + 37 * ((d * 7919) % 23)}});  // one document of 20 to 834 tokens
+    sets.push_back(ft::hashed_lengths(12, 40, 5));                                       // laid out every epoch
+    sets.push_back({{5000}});
+    std::vector<double> weights;
+    for (std::size_t d = 0; d < sets.size(); ++d) weights.push_back(1.0 + static_cast<double>(d % 5));
+    weights.back() = 80;  // about a third of every step: runs of ten samples and more
+    const auto datasets = [&] {
+        std::vector<sampler_dataset> r;
+        for (const auto& s : sets) r.push_back({s.document_count(), [&s](std::uint64_t i) { return s.document_length(i); }, {}, false});
+        return r;
+    };
+    for (const bool shuffle_samples : {true, false}) {
+        CAPTURE(shuffle_samples);
+        const sampler_config config{.seq_len = 8, .global_batch = 32, .seed = 3, .shuffle_samples = shuffle_samples, .rank = 0, .world_size = 1};
+        constexpr int steps = 300;
+        sampler one(datasets(), weights, config);
+        std::vector<batch_plan> expected(steps);
+        for (auto& b : expected) one.next(b);
+        // Each stream alone, planned one sample at a time (plan(), under no other thread).
+        std::vector<dataset_stream> alone;
+        const auto data = datasets();
+        for (std::uint32_t d = 0; d < data.size(); ++d) alone.emplace_back(data[d], config, d);
+        std::set<std::uint64_t> small_domain_epochs;
+        std::size_t in_long_runs = 0;
+        for (const auto& b : expected)
+            for (const auto& p : b.samples) {
+                sample_plan own;
+                alone[p.dataset].plan(p.epoch, p.index, own);
+                REQUIRE(p.segments == own.segments);
+                if (p.dataset == 0) small_domain_epochs.insert(p.epoch);
+                if (p.dataset == sets.size() - 1) ++in_long_runs;
+            }
+        CHECK(small_domain_epochs.size() >= 3);  // the small domains went through several epochs
+        CHECK(in_long_runs > steps * 32 / 4);    // and the heavy one's runs were long
+
+        sampler shared(datasets(), weights, config);
+        std::mutex lock;
+        std::vector<batch_plan> got(steps);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 4; ++t)
+            threads.emplace_back([&] {
+                batch_plan b;
+                sampler_step_delta delta;
+                for (;;) {
+                    {
+                        const std::lock_guard hold(lock);
+                        if (shared.state().step >= steps) return;
+                        shared.next_drawn(b, delta);
+                    }
+                    shared.plan_drawn(b);
+                    got[b.step] = b;
+                }
+            });
+        for (auto& t : threads) t.join();
+        for (int step = 0; step < steps; ++step) {
+            CAPTURE(step);
+            REQUIRE(got[step].samples.size() == expected[step].samples.size());
+            for (std::size_t i = 0; i < got[step].samples.size(); ++i) {
+                REQUIRE(got[step].samples[i].dataset == expected[step].samples[i].dataset);
+                REQUIRE(got[step].samples[i].segments == expected[step].samples[i].segments);
+            }
+        }
+    }
+}
+
 TEST_CASE("Sampler.Threads.StepsDrawnUnderALockAndPlannedOnFourThreadsEqualNext") {
     const std::vector<ft::synthetic_lengths> sets{ft::hashed_lengths(30, 50, 11), ft::hashed_lengths(9, 40, 12),
                                                   ft::hashed_lengths(60, 30, 13), ft::hashed_lengths(5, 70, 14)};

@@ -112,6 +112,11 @@ struct plan_scratch {
     std::vector<std::uint64_t> shuffled;
     std::vector<std::uint32_t> pending;
     std::vector<std::uint64_t> keys;  // sampler::plan_drawn's sort: (dataset, row) in one integer
+    // sampler::plan_drawn's samples of one-document streams, permuted together after the others: each
+    // (stream, epoch)'s permutation, and each sample's permutation, index and row.
+    std::vector<feistel_permutation> permutations;
+    std::vector<std::uint32_t> which, rows;
+    std::vector<std::uint64_t> indices;
 };
 
 struct batch_plan {
@@ -219,6 +224,24 @@ public:
             detail::gpt_windows(*layout_, seq_len_).segments(s, out.segments);
         else
             many_->rows->segments(s, out.segments);
+    }
+
+    // Whether its samples are one-document windows (a mixture's one-shard domains): a sample's window
+    // then follows from its epoch and index alone, through fields set at construction and never
+    // written again, so sampler::plan_drawn plans them without the stream's lock, and permutes the
+    // samples of a step's many such streams together (feistel_permutation::map_each).
+    bool plans_without_layout() const noexcept { return one_document(); }
+    bool shuffles_samples() const noexcept { return shuffle_samples_; }
+    // Such a stream's sample order in `epoch`: the permutation plan() uses.
+    feistel_permutation samples_of_epoch(std::uint64_t epoch) const { return {samples_, detail::permutation_key(seed_, epoch, 0)}; }
+    // Fills `out` as plan(epoch, index, out) does on such a stream, given the index's place in the
+    // epoch's order (`shuffled`: samples_of_epoch(epoch)(index), or the index when it shuffles none).
+    void plan_one_document(std::uint64_t epoch, std::uint64_t index, std::uint64_t shuffled, sample_plan& out) const {
+        out.dataset = id_;
+        out.epoch = epoch;
+        out.index = index;
+        out.segments.clear();
+        out.segments.push_back(window_of_one_document(shuffled));
     }
 
     // Held around plan() by threads that plan samples of one stream at once (sampler::plan_drawn):
@@ -752,10 +775,49 @@ public:
         };
         if (!some_lay_out_) ahead = order.size();  // one-document windows all: nothing to request
         for (std::size_t k = 0; k < layout_lookahead && ahead < order.size(); ++k) request_next_layout();
+        plan_scratch& one = b.runs;
+        one.permutations.clear();
+        one.which.clear();
+        one.rows.clear();
+        one.indices.clear();
         for (std::size_t at = 0; at < order.size();) {
             if (ahead < order.size()) request_next_layout();
             const std::uint32_t d = b.samples[order[at]].dataset;
             dataset_stream& s = streams_[d];
+            if (s.plans_without_layout()) {
+                // Without the lock. A long run of consecutive samples (a blend's) is permuted at once
+                // with its permutation's keys shared; the samples of short runs (a mixture's, a row or
+                // two a domain) are permuted together below, each with its (stream, epoch)'s keys.
+                while (at < order.size() && b.samples[order[at]].dataset == d) {
+                    const sample_plan& head = b.samples[order[at]];
+                    std::size_t n = 1;
+                    while (at + n < order.size() && b.samples[order[at + n]].dataset == d &&
+                           b.samples[order[at + n]].epoch == head.epoch && b.samples[order[at + n]].index == head.index + n)
+                        ++n;
+                    if (!s.shuffles_samples()) {
+                        for (std::size_t i = 0; i < n; ++i) {
+                            sample_plan& p = b.samples[order[at + i]];
+                            s.plan_one_document(p.epoch, p.index, p.index, p);
+                        }
+                    } else if (n >= shared_keys_run) {
+                        one.shuffled.resize(n);
+                        s.samples_of_epoch(head.epoch).map(head.index, n, one.shuffled.data(), one.pending);
+                        for (std::size_t i = 0; i < n; ++i) {
+                            sample_plan& p = b.samples[order[at + i]];
+                            s.plan_one_document(p.epoch, p.index, one.shuffled[i], p);
+                        }
+                    } else {
+                        one.permutations.push_back(s.samples_of_epoch(head.epoch));
+                        for (std::size_t i = 0; i < n; ++i) {
+                            one.which.push_back(static_cast<std::uint32_t>(one.permutations.size() - 1));
+                            one.indices.push_back(head.index + i);
+                            one.rows.push_back(order[at + i]);
+                        }
+                    }
+                    at += n;
+                }
+                continue;
+            }
             const std::lock_guard hold(s.planning_lock());
             // A dataset's samples in a step follow each other in its epoch (drawn in row order): each
             // such run planned at once (plan_run: the permutation batched, ~3x the rate), where one
@@ -776,6 +838,14 @@ public:
                 }
                 at += n;
             }
+        }
+        if (one.rows.empty()) return;
+        one.shuffled.resize(one.rows.size());
+        feistel_permutation::map_each(one.permutations.data(), one.which.data(), one.indices.data(), one.rows.size(), one.shuffled.data(),
+                                      one.pending);
+        for (std::size_t i = 0; i < one.rows.size(); ++i) {
+            sample_plan& p = b.samples[one.rows[i]];
+            streams_[p.dataset].plan_one_document(p.epoch, p.index, one.shuffled[i], p);
         }
     }
 
@@ -1330,6 +1400,8 @@ private:
     sampler_state state_;
     std::vector<std::uint32_t> touched_;  // the datasets the last plan_step drew from, in the order first drawn
     static constexpr std::uint32_t no_dataset = ~std::uint32_t{0};
+    // plan_drawn: one-document runs of at least this many samples are permuted on their own (map).
+    static constexpr std::size_t shared_keys_run = 4;
     static constexpr std::size_t layout_lookahead = 4;  // runs between plan_drawn's request for a layout and its use
     bool some_lay_out_ = false;                         // a stream lays out its epochs (prefetch_layout has work)
     std::vector<std::uint32_t> drawn_set_;              // draw_step's hash set of them (no_dataset: an empty entry)
