@@ -176,6 +176,7 @@ struct mixture_file {
     std::shared_ptr<const mixture_schedule> schedule;
     std::vector<std::vector<std::string>> data;
     std::vector<std::string> declared_at;
+    std::vector<std::uint32_t> declared_line;  // the line alone, for what outlives the file's parse (mixture_spec)
 };
 
 // A mixture of 10,000 domains over a few stages is about 1 MB.
@@ -226,6 +227,7 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
     names.reserve(domains->size());  // exactly: the schedule keeps them (10,000 domains, no doubling)
     out.data.reserve(domains->size());
     out.declared_at.reserve(domains->size());
+    out.declared_line.reserve(domains->size());
     for (std::size_t d = 0; d < domains->size(); ++d) {
         const auto& e = (*domains)[d];
         const std::string at = "/domains/" + std::to_string(d), field = "domains[" + std::to_string(d) + "]";
@@ -267,6 +269,7 @@ inline mixture_file parse_mixture(std::string_view text, const std::string& name
                      std::to_string(lines.line("/domains/" + std::to_string(it->second))) + ")");
         out.data.push_back(std::move(data));
         out.declared_at.push_back(where(at));
+        out.declared_line.push_back(static_cast<std::uint32_t>(lines.line(at)));
     }
     const auto stages = j.find("stages");
     if (stages == j.end() || !stages->is_array() || stages->empty())

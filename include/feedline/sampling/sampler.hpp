@@ -843,9 +843,13 @@ public:
         one.shuffled.resize(one.rows.size());
         feistel_permutation::map_each(one.permutations.data(), one.which.data(), one.indices.data(), one.rows.size(), one.shuffled.data(),
                                       one.pending);
+        // As plan_one_document, from the sampler's window length (every stream's): the streams, cold at
+        // 10,000 domains, are not read again.
+        const std::uint64_t seq_len = config_.seq_len;
         for (std::size_t i = 0; i < one.rows.size(); ++i) {
-            sample_plan& p = b.samples[one.rows[i]];
-            streams_[p.dataset].plan_one_document(p.epoch, p.index, one.shuffled[i], p);
+            auto& segments = b.samples[one.rows[i]].segments;
+            segments.clear();
+            segments.push_back({0, one.shuffled[i] * seq_len, seq_len + 1});
         }
     }
 
