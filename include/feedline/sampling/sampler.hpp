@@ -146,8 +146,9 @@ struct sampler_dataset {
 
 // One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
 // Keeps a reference to the dataset: it must outlive the stream. Not thread-safe, except plan() and
-// plan_run() under planning_lock(), and samples_in_epoch: those may run on several threads at once (a blend's workers
-// plan their steps' samples outside the shared planner's lock: sampler::plan_drawn).
+// plan_run() under planning_lock(), samples_in_epoch, and the const calls (samples_of_epoch,
+// plan_one_document: lock-free for one-document streams): those may run on several threads at once (a
+// blend's workers plan their steps' samples outside the shared planner's lock: sampler::plan_drawn).
 // A mixture holds one per domain, so it keeps only what planning reads (80 bytes; the epoch's layout
 // and the documents' lengths too, unless it is one document read as windows): bench_mixture measures
 // the memory per domain.
@@ -740,8 +741,8 @@ public:
     // workers): next_drawn, under the lock, advances the state and says which dataset, epoch and index
     // each sample of the step takes (the sequential part: the blend's rule or the mixer); plan_drawn,
     // outside it, fills their segments. plan_drawn calls may run at once on several threads, and beside
-    // next_drawn: each stream plans under its own lock, and a sample's segments depend only on its
-    // dataset, epoch and index. Together they give what next(b, delta) gives. A single dataset plans
+    // next_drawn: each stream plans under its own lock (a one-document stream needs none), and a
+    // sample's segments depend only on its dataset, epoch and index. Together they give what next(b, delta) gives. A single dataset plans
     // whole in next_drawn: its step is a few runs of one stream (and pipelines give each worker a
     // sampler of its own for the windows of one small dataset).
     void next_drawn(batch_plan& b, sampler_step_delta& delta) {
