@@ -146,8 +146,8 @@ struct sampler_dataset {
 
 // One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
 // Keeps a reference to the dataset: it must outlive the stream. Not thread-safe, except plan() and
-// plan_run() under planning_lock(), samples_in_epoch, and the const calls (samples_of_epoch,
-// plan_one_document: lock-free for one-document streams): those may run on several threads at once (a
+// plan_run() under planning_lock(), samples_in_epoch, samples_of_epoch and plan_one_document (the
+// last two without the lock, for one-document streams): those may run on several threads at once (a
 // blend's workers plan their steps' samples outside the shared planner's lock: sampler::plan_drawn).
 // A mixture holds one per domain, so it keeps only what planning reads (80 bytes; the epoch's layout
 // and the documents' lengths too, unless it is one document read as windows): bench_mixture measures
@@ -174,7 +174,7 @@ public:
             if (seq_len_ == 0) throw config_error("seq_len", "must be at least 1");
             tokens_ = data.length(0);
             samples_ = tokens_ > seq_len_ ? (tokens_ - 1) / seq_len_ : 0;  // as detail::gpt_windows::count
-            sample_key_ = detail::permutation_key(seed_, 0, 0);
+            epoch_key_.set(0, detail::permutation_key(seed_, 0, 0));
         } else {
             many_ = std::make_unique<many_documents>(std::move(data.length), std::move(data.block_starts));
             select_epoch(0);
@@ -234,7 +234,18 @@ public:
     bool plans_without_layout() const noexcept { return one_document(); }
     bool shuffles_samples() const noexcept { return shuffle_samples_; }
     // Such a stream's sample order in `epoch`: the permutation plan() uses.
-    feistel_permutation samples_of_epoch(std::uint64_t epoch) const { return {samples_, detail::permutation_key(seed_, epoch, 0)}; }
+    // Without the lock (only fields fixed at construction, and the epoch's key when it is the one
+    // last selected); a one-document stream whose epoch moved on records the new one's key when its
+    // lock is free, for the next samples of that epoch.
+    feistel_permutation samples_of_epoch(std::uint64_t epoch) {
+        if (const auto key = epoch_key_.key_of(epoch)) return {samples_, *key};
+        const std::uint64_t key = detail::permutation_key(seed_, epoch, 0);
+        if (one_document() && lock_.try_lock()) {
+            epoch_key_.set(epoch, key);
+            lock_.unlock();
+        }
+        return {samples_, key};
+    }
     // Fills `out` as plan(epoch, index, out) does on such a stream, given the index's place in the
     // epoch's order (`shuffled`: samples_of_epoch(epoch)(index), or the index when it shuffles none).
     void plan_one_document(std::uint64_t epoch, std::uint64_t index, std::uint64_t shuffled, sample_plan& out) const {
@@ -322,7 +333,7 @@ private:
             __builtin_prefetch(reinterpret_cast<const void*>(line));
     }
 
-    feistel_permutation sample_permutation() const { return {samples_, sample_key_}; }
+    feistel_permutation sample_permutation() const { return {samples_, epoch_key_.key()}; }
 
     struct length_source {
         const std::function<std::uint64_t(std::uint64_t)>* f;
@@ -349,12 +360,10 @@ private:
 
     void select_epoch(std::uint64_t epoch) {
         if (one_document()) {
-            if (epoch != epoch_) sample_key_ = detail::permutation_key(seed_, epoch, 0);
-            epoch_ = epoch;
+            if (epoch != epoch_key_.epoch()) epoch_key_.set(epoch, detail::permutation_key(seed_, epoch, 0));
             return;
         }
-        if (layout_ && epoch == epoch_) return;
-        epoch_ = epoch;
+        if (layout_ && epoch == epoch_key_.epoch()) return;
         // A few documents (a mixture's domain of a few shards, laid out again every few windows): their
         // lengths from the old epoch's layout, where the dataset's function went through its shard
         // table, a cache miss a shard (perf, 10,000 domains of 3 shards: 25 ns a window).
@@ -382,7 +391,7 @@ private:
             many_->rows = std::make_unique<detail::packed_rows>(*layout_, seq_len_);
             samples_ = many_->rows->count();
         }
-        sample_key_ = detail::permutation_key(seed_, epoch, 0);
+        epoch_key_.set(epoch, detail::permutation_key(seed_, epoch, 0));
     }
 
     // What only a stream that lays its epochs out needs (several documents, or packed rows): the
@@ -400,11 +409,43 @@ private:
     std::uint64_t seq_len_;
     std::uint64_t seed_;
     std::uint64_t documents_ = 0, tokens_ = 0;
-    std::uint64_t epoch_ = 0, samples_ = 0;
-    // The epoch's sample order is feistel_permutation(samples_, sample_key_), made where it is used
-    // (six mixes, a few ns) instead of kept: its round keys are 64 of a stream's bytes, and a mixture
-    // keeps a stream per domain.
-    std::uint64_t sample_key_ = 0;
+    std::uint64_t samples_ = 0;
+    // The epoch last selected, and its samples' key: their order is feistel_permutation(samples_,
+    // key), made where it is used (six mixes, a few ns) instead of kept, since its round keys are 64 of
+    // a stream's bytes and a mixture keeps a stream per domain. Written under the planning lock; read
+    // under it, or without it by plan_drawn's one-document path (samples_of_epoch), where deriving the
+    // key again for every sample (three chained mixes) cost 10,000 domains 5% of their planning.
+    // A seqlock: the epoch doubled, odd while it and the key are being rewritten.
+    class keyed_epoch {
+    public:
+        keyed_epoch() = default;
+        keyed_epoch(keyed_epoch&& o) noexcept
+                : seq_(o.seq_.load(std::memory_order_relaxed)), key_(o.key_.load(std::memory_order_relaxed)) {}
+        keyed_epoch& operator=(keyed_epoch&&) = delete;
+        // Under the lock.
+        std::uint64_t epoch() const noexcept { return seq_.load(std::memory_order_relaxed) >> 1; }
+        std::uint64_t key() const noexcept { return key_.load(std::memory_order_relaxed); }
+        void set(std::uint64_t epoch, std::uint64_t key) noexcept {
+            seq_.store(seq_.load(std::memory_order_relaxed) | 1, std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_release);
+            key_.store(key, std::memory_order_relaxed);
+            seq_.store(epoch << 1, std::memory_order_release);
+        }
+        // Without the lock: the key, if `epoch` is the epoch set (a torn read gives nothing; a key
+        // read between two rewrites that both set `epoch` is that epoch's: keys follow from epochs).
+        std::optional<std::uint64_t> key_of(std::uint64_t epoch) const noexcept {
+            const std::uint64_t before = seq_.load(std::memory_order_acquire);
+            if (before != epoch << 1) return std::nullopt;
+            const std::uint64_t key = key_.load(std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (seq_.load(std::memory_order_relaxed) != before) return std::nullopt;
+            return key;
+        }
+
+    private:
+        std::atomic<std::uint64_t> seq_{0}, key_{0};
+    };
+    keyed_epoch epoch_key_;
     std::uint32_t id_;
     std::uint8_t mode_, shuffle_;  // sample_mode, shuffle_mode: a byte each, so that the stream is 80 bytes
     bool shuffle_samples_;
