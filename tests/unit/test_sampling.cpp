@@ -1145,13 +1145,15 @@ TEST_CASE("State.Serialisation.RoundTripsAndRejectsCorruption") {
 // the split. Run under ThreadSanitizer too (the streams' own locks).
 // A mixture's one-document streams (its one-shard domains) are planned without their locks: the
 // samples of short runs permuted together across streams, long runs (a heavy domain's) each on its
-// own (sampler::plan_drawn). Every sample must be what its stream alone plans for its epoch and
-// index, beside streams that lay their epochs out, with and without sample shuffling, in windows,
-// over several epochs of the small domains, planned on one thread and on four at once.
+// own (sampler::plan_drawn); short runs of a laid-out stream with long epochs join them and are then
+// placed in their epochs under the lock. Every sample must be what its stream alone plans for its
+// epoch and index, with and without sample shuffling, in windows, over several epochs of the small
+// domains, planned on one thread and on four at once.
 TEST_CASE("Sampler.OneDocumentStreams.PlannedTogetherAsEachStreamAlonePlansThem") {
     std::vector<ft::synthetic_lengths> sets;
     for (std::uint64_t d = 0; d < 40; ++d) sets.push_back({{20 + 37 * ((d * 7919) % 23)}});  // one document of 20 to 834 tokens
-    sets.push_back(ft::hashed_lengths(12, 40, 5));                                       // laid out every epoch
+    sets.push_back(ft::hashed_lengths(12, 40, 5));   // laid out every epoch, planned under its lock
+    sets.push_back(ft::hashed_lengths(60, 60, 6));   // laid out, and epochs long enough to be permuted with the others
     sets.push_back({{5000}});
     std::vector<double> weights;
     for (std::size_t d = 0; d < sets.size(); ++d) weights.push_back(1.0 + static_cast<double>(d % 5));

@@ -19,6 +19,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -117,6 +118,7 @@ struct plan_scratch {
     std::vector<feistel_permutation> permutations;
     std::vector<std::uint32_t> which, rows;
     std::vector<std::uint64_t> indices;
+    std::vector<std::uint32_t> laid_out;  // which of them are of streams that lay their epochs out
 };
 
 struct batch_plan {
@@ -254,6 +256,21 @@ public:
         out.index = index;
         out.segments.clear();
         out.segments.push_back(window_of_one_document(shuffled));
+    }
+
+    // Whether its samples are GPT windows: their count is the same every epoch (fixed at
+    // construction), so samples_of_epoch needs no lock for them either.
+    bool plans_windows() const noexcept { return mode() == sample_mode::windows; }
+    // Fills `out` as plan(epoch, index, out) does on a stream of windows, given the index's place in
+    // the epoch's order (samples_of_epoch(epoch)(index)). Under planning_lock().
+    void plan_window(std::uint64_t epoch, std::uint64_t index, std::uint64_t shuffled, sample_plan& out) {
+        if (one_document()) return plan_one_document(epoch, index, shuffled, out);
+        select_epoch(epoch);
+        out.dataset = id_;
+        out.epoch = epoch;
+        out.index = index;
+        out.segments.clear();
+        detail::gpt_windows(*layout_, seq_len_).segments(shuffled, out.segments);
     }
 
     // Held around plan() by threads that plan samples of one stream at once (sampler::plan_drawn):
@@ -822,6 +839,7 @@ public:
         one.which.clear();
         one.rows.clear();
         one.indices.clear();
+        one.laid_out.clear();
         for (std::size_t at = 0; at < order.size();) {
             if (ahead < order.size()) request_next_layout();
             const std::uint32_t d = b.samples[order[at]].dataset;
@@ -860,23 +878,37 @@ public:
                 }
                 continue;
             }
-            const std::lock_guard hold(s.planning_lock());
             // A dataset's samples in a step follow each other in its epoch (drawn in row order): each
             // such run planned at once (plan_run: the permutation batched, ~3x the rate), where one
             // at a time took half of a two-dataset blend's time (perf, bench_mixture's baseline).
+            // Short runs of windows (a domain of a few shards) are permuted with the one-document
+            // streams' samples below, then placed in their epochs under the lock.
+            const bool defer_short = s.plans_windows() && s.shuffles_samples() && s.samples_per_epoch() >= deferred_from_samples;
+            std::unique_lock<detail::spin_lock> hold(s.planning_lock(), std::defer_lock);
             while (at < order.size() && b.samples[order[at]].dataset == d) {
                 const sample_plan& head = b.samples[order[at]];
                 std::size_t n = 1;
                 while (at + n < order.size() && b.samples[order[at + n]].dataset == d && b.samples[order[at + n]].epoch == head.epoch &&
                        b.samples[order[at + n]].index == head.index + n)
                     ++n;
-                if (n == 1) {
-                    sample_plan& p = b.samples[order[at]];
-                    s.plan(p.epoch, p.index, p);
+                if (defer_short && n < shared_keys_run) {
+                    one.permutations.push_back(s.samples_of_epoch(head.epoch));
+                    for (std::size_t i = 0; i < n; ++i) {
+                        one.laid_out.push_back(static_cast<std::uint32_t>(one.rows.size()));
+                        one.which.push_back(static_cast<std::uint32_t>(one.permutations.size() - 1));
+                        one.indices.push_back(head.index + i);
+                        one.rows.push_back(order[at + i]);
+                    }
                 } else {
-                    s.plan_run(
-                        head.epoch, head.index, n, [&, from = at](std::size_t i) -> sample_plan& { return b.samples[order[from + i]]; },
-                        b.runs);
+                    if (!hold.owns_lock()) hold.lock();
+                    if (n == 1) {
+                        sample_plan& p = b.samples[order[at]];
+                        s.plan(p.epoch, p.index, p);
+                    } else {
+                        s.plan_run(
+                            head.epoch, head.index, n, [&, from = at](std::size_t i) -> sample_plan& { return b.samples[order[from + i]]; },
+                            b.runs);
+                    }
                 }
                 at += n;
             }
@@ -888,10 +920,25 @@ public:
         // As plan_one_document, from the sampler's window length (every stream's): the streams, cold at
         // 10,000 domains, are not read again.
         const std::uint64_t seq_len = config_.seq_len;
-        for (std::size_t i = 0; i < one.rows.size(); ++i) {
+        for (std::size_t i = 0, next_laid = 0; i < one.rows.size(); ++i) {
+            if (next_laid < one.laid_out.size() && one.laid_out[next_laid] == i) {
+                ++next_laid;
+                continue;
+            }
             auto& segments = b.samples[one.rows[i]].segments;
             segments.clear();
             segments.push_back({0, one.shuffled[i] * seq_len, seq_len + 1});
+        }
+        // The laid-out streams' samples, each stream's (consecutive here) under one hold of its lock.
+        const auto& laid = one.laid_out;
+        for (std::size_t k = 0; k < laid.size();) {
+            const std::uint32_t d = b.samples[one.rows[laid[k]]].dataset;
+            dataset_stream& s = streams_[d];
+            const std::lock_guard hold(s.planning_lock());
+            for (; k < laid.size() && b.samples[one.rows[laid[k]]].dataset == d; ++k) {
+                sample_plan& p = b.samples[one.rows[laid[k]]];
+                s.plan_window(p.epoch, p.index, one.shuffled[laid[k]], p);
+            }
         }
     }
 
@@ -1448,6 +1495,10 @@ private:
     static constexpr std::uint32_t no_dataset = ~std::uint32_t{0};
     // plan_drawn: one-document runs of at least this many samples are permuted on their own (map).
     static constexpr std::size_t shared_keys_run = 4;
+    // plan_drawn: short runs of a laid-out stream of windows are permuted with the others from epochs of
+    // this many samples: a smaller permutation rarely walks, and there the second pass over its cold
+    // layout cost more than the lanes saved (10,000 domains of 3 shards, 15 windows an epoch: 0.96x).
+    static constexpr std::uint64_t deferred_from_samples = 64;
     static constexpr std::size_t layout_lookahead = 4;  // runs between plan_drawn's request for a layout and its use
     bool some_lay_out_ = false;                         // a stream lays out its epochs (prefetch_layout has work)
     std::vector<std::uint32_t> drawn_set_;              // draw_step's hash set of them (no_dataset: an empty entry)
