@@ -113,8 +113,9 @@ struct plan_scratch {
     std::vector<std::uint64_t> shuffled;
     std::vector<std::uint32_t> pending;
     std::vector<std::uint64_t> keys;  // sampler::plan_drawn's sort: (dataset, row) in one integer
-    // sampler::plan_drawn's samples of one-document streams, permuted together after the others: each
-    // (stream, epoch)'s permutation, and each sample's permutation, index and row.
+    // sampler::plan_drawn's samples of one-document streams and short runs of windows, permuted
+    // together after the others: each (stream, epoch)'s permutation, and each sample's permutation,
+    // index and row.
     std::vector<feistel_permutation> permutations;
     std::vector<std::uint32_t> which, rows;
     std::vector<std::uint64_t> indices;
@@ -235,10 +236,11 @@ public:
     // samples of a step's many such streams together (feistel_permutation::map_each).
     bool plans_without_layout() const noexcept { return one_document(); }
     bool shuffles_samples() const noexcept { return shuffle_samples_; }
-    // Such a stream's sample order in `epoch`: the permutation plan() uses.
-    // Without the lock (only fields fixed at construction, and the epoch's key when it is the one
-    // last selected); a one-document stream whose epoch moved on records the new one's key when its
-    // lock is free, for the next samples of that epoch.
+    // The sample order in `epoch` of a stream of windows (one-document or laid out): the permutation
+    // plan() uses. Without the lock (the count is fixed at construction for windows, and the epoch's
+    // key is read from the seqlock when it is the one last selected); a one-document stream whose
+    // epoch moved on records the new one's key when its lock is free, for the next samples of that
+    // epoch (a laid-out stream records it as it lays the epoch out).
     feistel_permutation samples_of_epoch(std::uint64_t epoch) {
         if (const auto key = epoch_key_.key_of(epoch)) return {samples_, *key};
         const std::uint64_t key = detail::permutation_key(seed_, epoch, 0);
@@ -840,6 +842,15 @@ public:
         one.rows.clear();
         one.indices.clear();
         one.laid_out.clear();
+        // The run starting at order[at]: samples of its dataset that follow each other in one epoch.
+        const auto run_from = [&](std::size_t at) {
+            const sample_plan& head = b.samples[order[at]];
+            std::size_t n = 1;
+            while (at + n < order.size() && b.samples[order[at + n]].dataset == head.dataset &&
+                   b.samples[order[at + n]].epoch == head.epoch && b.samples[order[at + n]].index == head.index + n)
+                ++n;
+            return n;
+        };
         for (std::size_t at = 0; at < order.size();) {
             if (ahead < order.size()) request_next_layout();
             const std::uint32_t d = b.samples[order[at]].dataset;
@@ -850,10 +861,7 @@ public:
                 // two a domain) are permuted together below, each with its (stream, epoch)'s keys.
                 while (at < order.size() && b.samples[order[at]].dataset == d) {
                     const sample_plan& head = b.samples[order[at]];
-                    std::size_t n = 1;
-                    while (at + n < order.size() && b.samples[order[at + n]].dataset == d &&
-                           b.samples[order[at + n]].epoch == head.epoch && b.samples[order[at + n]].index == head.index + n)
-                        ++n;
+                    const std::size_t n = run_from(at);
                     if (!s.shuffles_samples()) {
                         for (std::size_t i = 0; i < n; ++i) {
                             sample_plan& p = b.samples[order[at + i]];
@@ -887,10 +895,7 @@ public:
             std::unique_lock<detail::spin_lock> hold(s.planning_lock(), std::defer_lock);
             while (at < order.size() && b.samples[order[at]].dataset == d) {
                 const sample_plan& head = b.samples[order[at]];
-                std::size_t n = 1;
-                while (at + n < order.size() && b.samples[order[at + n]].dataset == d && b.samples[order[at + n]].epoch == head.epoch &&
-                       b.samples[order[at + n]].index == head.index + n)
-                    ++n;
+                const std::size_t n = run_from(at);
                 if (defer_short && n < shared_keys_run) {
                     one.permutations.push_back(s.samples_of_epoch(head.epoch));
                     for (std::size_t i = 0; i < n; ++i) {
