@@ -1,7 +1,8 @@
 // bench_mixture: a mixture of many domains against a blend of two, the same data in all.
 //
-// The same total of tokens (--tokens, llm.c uint16 shards, page cache warm) split into D domains of
-// --shards shards each (default 1; a window may run on into a domain's next shard), for every D of
+// The same total of tokens (--tokens, uint16, page cache warm) split into D domains of --shards shards
+// each (default 1; a window may run on into a domain's next shard): llm.c shards, or with --format
+// megatron Megatron pairs (.bin and .idx, documents of 1-1,000 tokens), for every D of
 // --domains (default 2,100,1000,10000), each with a mixture file of random
 // weights over two stages (a switch at a third of the run, with a ramp). Each D runs in a child process
 // of its own (memory and descriptors are per process), rounds alternated over the Ds; per D:
@@ -67,12 +68,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// D domains of `shards` llm.c shards each, tokens / D tokens a domain, and mix.json: random weights
-// 1-100, then at a third of `steps` a ramp of steps / 10 to other random weights (a tenth of them 0).
-// The shards are kept for later runs (mix.json, written after them, says they are whole); mix.json is
-// written again for every run, its stages placed for this run's steps (the weights are the same).
-std::string make_mixture(const std::string& root, std::uint64_t domains, std::uint64_t shards, std::uint64_t tokens, std::uint64_t steps) {
-    const std::string dir = root + "/d" + std::to_string(domains) + (shards > 1 ? "s" + std::to_string(shards) : "");
+// D domains of `shards` shards each (llm.c shards, or Megatron pairs: `megatron`), tokens / D tokens
+// a domain, and mix.json: random weights 1-100, then at a third of `steps` a ramp of steps / 10 to
+// other random weights (a tenth of them 0). The shards are kept for later runs (mix.json, written
+// after them, says they are whole); mix.json is written again for every run, its stages placed for
+// this run's steps (the weights are the same).
+std::string make_mixture(const std::string& root, std::uint64_t domains, std::uint64_t shards, std::uint64_t tokens, std::uint64_t steps,
+                         bool megatron) {
+    const std::string dir =
+        root + "/d" + std::to_string(domains) + (shards > 1 ? "s" + std::to_string(shards) : "") + (megatron ? "m" : "");
     const std::string mix = dir + "/mix.json";
     const bool have_data = fs::exists(mix);
     fs::create_directories(dir);
@@ -85,13 +89,29 @@ std::string make_mixture(const std::string& root, std::uint64_t domains, std::ui
         for (std::uint64_t k = 0; k < shards && !have_data; ++k) {
             const std::string file = shards > 1 ? name + "_" + std::to_string(k) + ".bin" : name + ".bin";
             for (auto& t : body) t = static_cast<std::uint16_t>(rng() % 50000);
+            if (megatron) {  // documents of 1-1,000 tokens: a window crosses a few
+                megatron_writer w(dir + "/" + file.substr(0, file.size() - 4), token_dtype::uint16);
+                for (std::uint64_t at = 0; at < per;) {
+                    const std::uint64_t n = std::min<std::uint64_t>(per - at, 1 + rng() % 1000);
+                    w.add_document(std::span<const std::uint16_t>(body.data() + at, n));
+                    at += n;
+                }
+                w.finish();
+                continue;
+            }
             std::int32_t header[256] = {20240520, 1, static_cast<std::int32_t>(per)};
             std::ofstream out(dir + "/" + file, std::ios::binary);
             out.write(reinterpret_cast<const char*>(header), sizeof header);
             out.write(reinterpret_cast<const char*>(body.data()), static_cast<std::streamsize>(body.size() * 2));
             if (!out) throw io_error(dir + "/" + file, errno, "cannot write");
         }
-        doms.push_back({{"name", name}, {"data", shards > 1 ? name + "_*.bin" : name + ".bin"}});  // a glob: its shards in order
+        nlohmann::json data = shards > 1 ? name + "_*.bin" : name + ".bin";  // a glob: its shards in order
+        if (megatron) {                                                       // prefixes
+            data = nlohmann::json::array();
+            for (std::uint64_t k = 0; k < shards; ++k) data.push_back(shards > 1 ? name + "_" + std::to_string(k) : name);
+            if (shards == 1) data = data[0];
+        }
+        doms.push_back({{"name", name}, {"data", data}});
         first[name] = 1 + weights() % 100;
         second[name] = weights() % 10 == 0 ? 0 : 1 + weights() % 100;
     }
@@ -278,7 +298,7 @@ nlohmann::json child(const std::string& self, const std::vector<std::string>& ar
 
 int main(int argc, char** argv) {
     CLI::App app{"A mixture of many domains against a blend of two, the same data in all"};
-    std::string dir = "/tmp/feedline-bench-mixture", one;
+    std::string dir = "/tmp/feedline-bench-mixture", one, format = "llmc";
     std::vector<std::uint64_t> domains{2, 100, 1000, 10000};
     std::uint64_t tokens = 40'000'000, batch = 32, seq_len = 256, batches = 3000, shards = 1, max_mappings = 0;
     unsigned workers = 2;
@@ -291,6 +311,8 @@ int main(int argc, char** argv) {
     app.add_option("--seq-len", seq_len, "tokens per sample");
     app.add_option("--batches", batches, "batches per measurement");
     app.add_option("--shards", shards, "llm.c shards per domain (the blend's two domains keep one each)")->check(CLI::Range(1, 1000));
+    app.add_option("--format", format, "the domains' shards: llm.c shards, or Megatron pairs (documents of 1-1,000 tokens)")
+        ->check(CLI::IsMember({"llmc", "megatron"}));
     app.add_option("--workers", workers, "worker threads");
     app.add_option("--rounds", rounds, "rounds, alternating the domain counts");
     app.add_option("--max-mappings", max_mappings, "files each run may map (0: what vm.max_map_count allows); the rest are read with pread");
@@ -307,11 +329,12 @@ int main(int argc, char** argv) {
 
     const std::string self = fs::canonical("/proc/self/exe").string();
     std::map<std::uint64_t, std::string> files;
-    for (std::uint64_t d : domains) files[d] = make_mixture(dir, d, shards, tokens, batches);
-    // The baseline: the 2-domain data as a plain blend (0 stands for it below).
-    const std::string two = make_mixture(dir, 2, 1, tokens, batches);  // two files, whatever --shards
-    const std::string blend2 =
-        "1 " + fs::path(two).parent_path().string() + "/d0.bin 1 " + fs::path(two).parent_path().string() + "/d1.bin";
+    const bool megatron = format == "megatron";
+    for (std::uint64_t d : domains) files[d] = make_mixture(dir, d, shards, tokens, batches, megatron);
+    // The baseline: the 2-domain data as a plain blend (0 stands for it below), in the same format.
+    const std::string two = make_mixture(dir, 2, 1, tokens, batches, megatron);  // two shards, whatever --shards
+    const std::string at = fs::path(two).parent_path().string(), ext = megatron ? "" : ".bin";
+    const std::string blend2 = "1 " + at + "/d0" + ext + " 1 " + at + "/d1" + ext;
     auto args = [&](std::uint64_t d) {
         return std::vector<std::string>{"--one",     d == 0 ? blend2 : files[d], "--batch",   std::to_string(batch),
                                         "--seq-len", std::to_string(seq_len),    "--batches", std::to_string(batches),
