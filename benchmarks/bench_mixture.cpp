@@ -89,7 +89,7 @@ std::string make_mixture(const std::string& root, std::uint64_t domains, std::ui
         for (std::uint64_t k = 0; k < shards && !have_data; ++k) {
             const std::string file = shards > 1 ? name + "_" + std::to_string(k) + ".bin" : name + ".bin";
             for (auto& t : body) t = static_cast<std::uint16_t>(rng() % 50000);
-            if (megatron) {  // documents of 1-1,000 tokens: a window crosses a few
+            if (megatron) {  // documents of 1-1,000 tokens: a 256-token window crosses one or two
                 megatron_writer w(dir + "/" + file.substr(0, file.size() - 4), token_dtype::uint16);
                 for (std::uint64_t at = 0; at < per;) {
                     const std::uint64_t n = std::min<std::uint64_t>(per - at, 1 + rng() % 1000);
@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
     app.add_option("--batch", batch, "samples per batch");
     app.add_option("--seq-len", seq_len, "tokens per sample");
     app.add_option("--batches", batches, "batches per measurement");
-    app.add_option("--shards", shards, "llm.c shards per domain (the blend's two domains keep one each)")->check(CLI::Range(1, 1000));
+    app.add_option("--shards", shards, "shards (llm.c files or Megatron pairs) per domain (the blend's two domains keep one each)")->check(CLI::Range(1, 1000));
     app.add_option("--format", format, "the domains' shards: llm.c shards, or Megatron pairs (documents of 1-1,000 tokens)")
         ->check(CLI::IsMember({"llmc", "megatron"}));
     app.add_option("--workers", workers, "worker threads");
