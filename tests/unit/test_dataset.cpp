@@ -59,6 +59,64 @@ TEST_CASE("Dataset.Specs.DirectoryGlobAndPrefixListAgree") {
     CHECK_THROWS_AS(by_list.document(9), std::out_of_range);
 }
 
+// locate() answers a batch of documents at once as document() does one by one, in any order and with
+// repeats, across shards; document_length() agrees; a bad index is refused before anything is read.
+TEST_CASE("Dataset.Specs.LocateAgreesWithDocumentForABatch") {
+    ft::scratch_dir dir;
+    token_dataset ds(three_shards(dir));
+    const std::vector<std::uint64_t> docs{8, 0, 4, 4, 1, 7, 3, 2, 6, 5, 0};
+    std::vector<document_span> got(docs.size());
+    ds.locate(docs, got);
+    for (std::size_t k = 0; k < docs.size(); ++k) {
+        CAPTURE(docs[k]);
+        const document_span want = ds.document(docs[k]);
+        CHECK(got[k].shard == want.shard);
+        CHECK(got[k].first_token == want.first_token);
+        CHECK(got[k].length == want.length);
+        CHECK(ds.document_length(docs[k]) == want.length);
+    }
+    CHECK(got[0].shard == 2);  // document 8: shard 2's third, 7 tokens after its first 3
+    CHECK(got[0].first_token == 3);
+    CHECK(got[0].length == 7);
+    const std::vector<std::uint64_t> bad{1, 9};
+    CHECK_THROWS_AS(ds.locate(bad, got), std::out_of_range);
+}
+
+// An .idx cut short while its dataset holds it mapped: locate() of a document whose entries were cut
+// off is a format_error naming the .idx and the first of its entries past the new end (its length's,
+// else its pointer's), not a SIGBUS; one whose entries are still there reads as before.
+TEST_CASE("Dataset.Specs.LocateOfAnIndexTruncatedWhileMappedIsAFormatError") {
+    ft::scratch_dir dir;
+    const std::string prefix = dir / "big";
+    megatron_writer w(prefix, token_dtype::uint16);
+    for (std::uint32_t d = 0; d < 3000; ++d) w.add_document(std::vector<std::uint32_t>(1 + d % 7, d % 50000));
+    w.finish();
+    token_dataset ds(prefix);
+    // 34-byte header, lengths [34, 12034), pointers [12034, 36034), then the document index.
+    const std::uint64_t length_of_last = 34 + 4 * 2999, pointer_of_last = 12034 + 8 * 2999;
+    const std::vector<std::uint64_t> first{0, 1}, last{2999, 1};  // the first faults first
+    std::vector<document_span> got(2);
+    ds.locate(last, got);
+    CHECK(got[0].length == 1 + 2999 % 7);
+    for (const auto [size, offset] : {std::pair<off_t, std::uint64_t>{16384, pointer_of_last}, {4096, length_of_last}}) {
+        CAPTURE(size);
+        REQUIRE(::truncate((prefix + ".idx").c_str(), size) == 0);
+        if (size == 16384) {  // document 1's entries are still in the file
+            ds.locate(first, got);
+            CHECK(got[1].length == 2);
+        }
+        try {
+            ds.locate(last, got);
+            FAIL("no error from a truncated .idx");
+        } catch (const format_error& e) {
+            CHECK(e.file() == prefix + ".idx");
+            CHECK(e.offset() == offset);
+            CHECK(std::string(e.what()).find("shrank") != std::string::npos);
+        }
+        CHECK_THROWS_AS(ds.document(2999), format_error);  // one at a time: the same guard
+    }
+}
+
 // Globs expanded while a glob_listings lives read each directory once and give what glob(3) gives,
 // in its order: prefixes of other names (a_1 and a_10), ?, [...], hidden names, a subdirectory, a
 // doubled slash, a dangling link, nothing matched, a pattern relative to the working directory; the

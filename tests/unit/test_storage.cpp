@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <feedline/detail/descriptor_limit.hpp>
+#include <feedline/detail/prefetch.hpp>
 #include <feedline/storage/fetch_ahead.hpp>
 #include <feedline/storage/reader.hpp>
 
@@ -102,6 +103,25 @@ void random_agreement(Reader& reader, std::uint64_t seed) {
 }
 
 }  // namespace
+
+// The prefetch the lookahead chains use is an instruction, not a load: a wasted or stale hint (a
+// pointer into a page unmapped meanwhile, one without access, null) costs nothing and never faults.
+TEST_CASE("Storage.Prefetch.AHintAtAnyAddressNeverFaults") {
+    const long page = ::sysconf(_SC_PAGESIZE);
+    void* gone = ::mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* locked = ::mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(gone != MAP_FAILED);
+    REQUIRE(locked != MAP_FAILED);
+    REQUIRE(::munmap(gone, page) == 0);
+    int hits = 0;
+    for (const void* p : {static_cast<const void*>(nullptr), static_cast<const void*>(gone), static_cast<const void*>(locked),
+                          static_cast<const void*>(&hits)}) {
+        detail::prefetch(p);
+        ++hits;
+    }
+    CHECK(hits == 4);
+    ::munmap(locked, page);
+}
 
 TEST_CASE("Storage.Pread.RandomRequestsReturnFileBytes") {
     pread_reader r;

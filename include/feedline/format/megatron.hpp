@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/detail/prefetch.hpp>
 #include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
 #include <feedline/output/atomic_file.hpp>
@@ -96,13 +97,55 @@ public:
     std::uint64_t document_index_size() const noexcept { return documents_; }
     bool has_modes() const noexcept { return has_modes_; }
 
-    // Throw format_error only when the mapped file shrank under the view.
+    // Sequence i's entries, for i < sequence_count() (unchecked). Throw format_error only when the mapped
+    // file shrank under the view.
     std::uint32_t length(std::uint64_t i) const {
         std::int32_t v;
         load(&v, lengths_offset() + 4 * i, 4);
         return static_cast<std::uint32_t>(v);
     }
     std::uint64_t pointer(std::uint64_t i) const { return static_cast<std::uint64_t>(i64(pointers_offset() + 8 * i)); }
+    // Both of sequence i's entries, under one guard (what reading it takes).
+    struct sequence_entry {
+        std::uint64_t pointer = 0;  // bytes into the .bin
+        std::uint32_t length = 0;   // tokens
+    };
+    sequence_entry sequence(std::uint64_t i) const {
+        sequence_entry e;
+        if (!detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept { e = sequence_in(guard, i); })) throw shrank_under(i);
+        return e;
+    }
+    // The error for a read of sequence i's entries that faulted: the file shrank under the view. Names
+    // the first of the two entries past the file's end now (its length's, else its pointer's).
+    format_error shrank_under(std::uint64_t i) const {
+        struct stat st {};
+        const bool lengths_gone = ::stat(path_.c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) < lengths_offset() + 4 * (i + 1);
+        return detail::file_shrank_error(path_, lengths_gone ? lengths_offset() + 4 * i : pointers_offset() + 8 * i);
+    }
+    // sequence(i), read under a guard the caller holds (detail::guarded_reads): a batch's entries under
+    // one recovery point, each a pair of plain loads instead of a guarded copy apiece.
+    sequence_entry sequence_in(detail::sigbus_guard& guard, std::uint64_t i) const noexcept {
+        const std::byte* len = bytes_.data() + lengths_offset() + 4 * i;
+        const std::byte* ptr = bytes_.data() + pointers_offset() + 8 * i;
+        std::int32_t l;
+        std::int64_t p;
+        guard.covering(len, sizeof l);
+        detail::copy_from_mapping(&l, len, sizeof l);
+        guard.covering(ptr, sizeof p);
+        detail::copy_from_mapping(&p, ptr, sizeof p);
+        return {static_cast<std::uint64_t>(p), static_cast<std::uint32_t>(l)};
+    }
+    // Requests sequence i's entries into the cache (a batch's random entries miss; their misses overlap
+    // when all are requested before the first is read).
+    void prefetch_sequence(std::uint64_t i) const noexcept {
+        detail::prefetch(bytes_.data() + lengths_offset() + 4 * i);
+        detail::prefetch(bytes_.data() + pointers_offset() + 8 * i);
+    }
+    // Requests the view's own fields (what prefetch_sequence and sequence_in read first).
+    void prefetch_self() const noexcept {
+        detail::prefetch(&bytes_);
+        detail::prefetch(&sequences_);
+    }
     std::uint64_t document_index(std::uint64_t j) const { return static_cast<std::uint64_t>(i64(documents_offset() + 8 * j)); }
     std::uint64_t total_tokens() const noexcept { return total_tokens_; }
     // One past the last byte of the .bin any sequence covers (Megatron writes sequences back to back,

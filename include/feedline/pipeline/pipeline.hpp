@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <feedline/detail/futex.hpp>
+#include <feedline/detail/prefetch.hpp>
 #include <feedline/detail/spin_then_lock.hpp>
 #include <feedline/detail/thread_name.hpp>
 #include <feedline/exec/host_memory.hpp>
@@ -791,10 +792,10 @@ private:
                             const std::size_t at = j + links * writer_lookahead;
                             return at < runs.size() ? &sources_[runs[at].dataset] : nullptr;
                         };
-                        if (const auto* e = ahead(4)) __builtin_prefetch(e);
+                        if (const auto* e = ahead(4)) detail::prefetch(e);
                         if (const auto* e = ahead(3)) {
-                            __builtin_prefetch(e->source.get());
-                            __builtin_prefetch(&writer_of[runs[j + 3 * writer_lookahead].dataset]);
+                            detail::prefetch(e->source.get());
+                            detail::prefetch(&writer_of[runs[j + 3 * writer_lookahead].dataset]);
                         }
                         const auto first_of = [&](std::size_t links) -> const sample_plan& {
                             return plan.samples[by_dataset[runs[j + links * writer_lookahead].first]];

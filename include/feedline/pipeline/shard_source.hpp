@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/detail/prefetch.hpp>
 #include <feedline/format/dataset.hpp>
 #include <feedline/pipeline/defaults.hpp>
 #include <feedline/pipeline/source.hpp>
@@ -90,15 +91,16 @@ private:
 
     // The read requests of one sample's tokens, into `dest` on (the file's dtype), appended to `out`:
     // what a worker reads, and what the pipeline fetches ahead for it. Returns the bytes.
+    // `located`, when given, holds the segments' documents, located already (token_dataset::locate).
     static std::uint64_t append_sample_requests(const token_dataset& data, bool streams_are_shards, const sample_plan& sp, std::byte* dest,
-                                                std::vector<read_request>& out) {
+                                                std::vector<read_request>& out, const document_span* located = nullptr) {
         const std::size_t item = dtype_size(data.dtype());
         std::uint64_t bytes = 0;
         for (const segment& s : sp.segments) {
             if (streams_are_shards)
                 data.append_stream_requests(static_cast<std::uint32_t>(s.document), s.offset, s.length, dest, out);
             else
-                data.append_requests(data.document(s.document), s.offset, s.length, dest, out);
+                data.append_requests(located != nullptr ? *located++ : data.document(s.document), s.offset, s.length, dest, out);
             dest += s.length * item;
             bytes += s.length * item;
         }
@@ -107,7 +109,7 @@ private:
 
     void prefetch_for_write(unsigned stage, const sample_plan& first) const noexcept override {
         if (stage == 1) {
-            __builtin_prefetch(data_.get());  // what bind() and the write read first
+            detail::prefetch(data_.get());  // what bind() and the write read first
         } else if (stage == 2) {
             prefetch_first_shard(*data_, first);
         }
@@ -170,6 +172,11 @@ private:
         std::vector<std::span<const std::byte>> views;  // write_viewed: each request's bytes in the cache
         std::vector<std::uint8_t> read_row;             // write_viewed: 1 = read into raw, 2 = to read
         std::vector<read_request> to_read;
+        // The documents of the batch's segments, in order, located at once (locate_rows), and the next
+        // one a sample's requests take.
+        std::vector<std::uint64_t> documents;
+        std::vector<document_span> located;
+        std::size_t next_located = 0;
     };
     // The backend a worker reads with: the one named, or what prepare() resolved `auto` to.
     io_backend backend_for(const source_context& c) const {
@@ -222,14 +229,20 @@ private:
                 const std::uint32_t d = plan.samples[rows[first]].dataset;
                 while (last < rows.size() && plan.samples[rows[last]].dataset == d) ++last;
                 runs.push_back({static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last - first), d, nullptr});
-                __builtin_prefetch(&sources[d]);
+                detail::prefetch(&sources[d]);
             }
-            for (const auto& r : runs) __builtin_prefetch(sources[r.dataset].source.get());
+            for (const auto& r : runs) detail::prefetch(sources[r.dataset].source.get());
             for (auto& r : runs) {
                 r.data = static_cast<const shard_source&>(*sources[r.dataset].source).data_.get();  // accepts(): a shard_source
-                __builtin_prefetch(r.data);
+                detail::prefetch(r.data);
             }
             for (const auto& r : runs) prefetch_first_shard(*r.data, plan.samples[rows[r.first]]);
+            // A domain of a Megatron pair: on along the chain to its first document's .idx entries.
+            if (!runs.empty() && !streams_are_shards(*runs.front().data, run_.mode))
+                for (int stage = 1; stage <= 2; ++stage)
+                    for (const auto& r : runs)
+                        if (const auto& first = plan.samples[rows[r.first]]; !first.segments.empty())
+                            r.data->prefetch_document(first.segments.front().document, stage);
             counters_ = &counters;
             for (const auto& r : runs) {
                 bind_dataset(r.data);
@@ -283,9 +296,23 @@ private:
             mapped_ = data->all_local() ? io_->mapped : nullptr;
         }
 
-        // Appends the read requests of one sample's segments (dest: consecutive from `dest`).
+        // Locates the documents of the segments of `rows`' samples in one pass, for the sample_requests()
+        // that follow in the same order (a token stream's windows name shards: nothing to locate).
+        void locate_rows(const batch_plan& plan, std::span<const std::uint32_t> rows) {
+            io_->documents.clear();
+            io_->next_located = 0;
+            if (streams_are_shards_) return;
+            for (const std::uint32_t r : rows)
+                for (const segment& s : plan.samples[r].segments) io_->documents.push_back(s.document);
+            io_->located.resize(io_->documents.size());
+            data_->locate(io_->documents, io_->located);
+        }
+        // Appends the read requests of one sample's segments (dest: consecutive from `dest`); samples in
+        // the order locate_rows() saw them.
         std::uint64_t sample_requests(const sample_plan& sp, std::byte* dest) {
-            return append_sample_requests(*data_, streams_are_shards_, sp, dest, io_->requests);
+            const document_span* located = streams_are_shards_ ? nullptr : io_->located.data() + io_->next_located;
+            if (!streams_are_shards_) io_->next_located += sp.segments.size();
+            return append_sample_requests(*data_, streams_are_shards_, sp, dest, io_->requests, located);
         }
 
         // Windows through an mmap reader: tokens go from the page cache straight into the slot (one
@@ -312,6 +339,7 @@ private:
             } else {
                 io_->raw.resize((slot.seq_len + 1) * item);  // requests need a destination; this path reads through view() instead
                 io_->requests.clear();
+                locate_rows(plan, rows);
                 for (const std::uint32_t r : rows) {
                     const std::size_t first = io_->requests.size();
                     bytes += sample_requests(plan.samples[r], io_->raw.data());
@@ -369,6 +397,7 @@ private:
             io_->raw.resize(rows.size() * row_bytes);
             io_->requests.clear();
             io_->row_first.clear();
+            locate_rows(plan, rows);
             std::uint64_t bytes = 0;
             for (std::size_t i = 0; i < rows.size(); ++i) {
                 io_->row_first.push_back(io_->requests.size());
@@ -487,7 +516,7 @@ private:
             const auto first = reinterpret_cast<std::uintptr_t>(bytes.data()) & ~std::uintptr_t(line - 1);
             const auto last =
                 reinterpret_cast<std::uintptr_t>(bytes.data() + std::min<std::size_t>(bytes.size(), defaults::prefetch_bytes) - 1);
-            for (std::uintptr_t a = first; a <= last; a += line) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+            for (std::uintptr_t a = first; a <= last; a += line) detail::prefetch(reinterpret_cast<const void*>(a));
         }
 
         // Every segment of the rows' samples into io_->raw (the file's dtype), with one batched read: row
@@ -497,6 +526,7 @@ private:
             const std::uint64_t row = windows_ ? T + 1 : T;
             io_->raw.resize(rows.size() * row * item);
             io_->requests.clear();
+            locate_rows(plan, rows);
             std::uint64_t bytes = 0;
             for (std::size_t i = 0; i < rows.size(); ++i) bytes += sample_requests(plan.samples[rows[i]], io_->raw.data() + i * row * item);
             io_->reader.read(io_->requests);

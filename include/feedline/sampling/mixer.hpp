@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/detail/prefetch.hpp>
 #include <feedline/detail/quaternary_heap.hpp>
 #include <feedline/error.hpp>
 #include <feedline/sampling/mixture_schedule.hpp>
@@ -240,12 +241,12 @@ private:
     // miss that turns out wasted, a job filed meanwhile before the one requested, costs nothing).
     void prefetch_ahead() noexcept {
         const std::size_t mask = slots_.size() - 1;
-        if (const std::uint32_t w = slots_[(drawn_ + 1) & mask].waiting; w != no_domain) __builtin_prefetch(&domains_[w]);
+        if (const std::uint32_t w = slots_[(drawn_ + 1) & mask].waiting; w != no_domain) detail::prefetch(&domains_[w]);
         if (const std::uint32_t w = slots_[drawn_ & mask].waiting; w != no_domain) {
             const std::uint64_t deadline = deadline_of(w);  // its record: requested a draw ago
-            if (deadline - drawn_ < slots_.size()) __builtin_prefetch(&slots_[deadline & (slots_.size() - 1)].due);
+            if (deadline - drawn_ < slots_.size()) detail::prefetch(&slots_[deadline & (slots_.size() - 1)].due);
         }
-        if (const std::size_t slot = first_due(); slot != no_slot) __builtin_prefetch(&domains_[slots_[slot].due]);
+        if (const std::size_t slot = first_due(); slot != no_slot) detail::prefetch(&domains_[slots_[slot].due]);
     }
     // The due wheel's first slot holding a list, from the current slot on (no_slot: none). Its jobs'
     // deadline is that slot: every deadline filed there is at least the current slot and less than a

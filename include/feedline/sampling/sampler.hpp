@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <feedline/detail/prefetch.hpp>
 #include <feedline/detail/spin_lock.hpp>
 #include <feedline/error.hpp>
 #include <feedline/sampling/mixer.hpp>
@@ -309,6 +310,8 @@ public:
             for (std::size_t i = 0; i < count; ++i) at(i).segments.push_back(window_of_one_document(shuffled[i]));
         } else if (mode() == sample_mode::windows) {
             const detail::gpt_windows windows(*layout_, seq_len_);
+            for (int stage = 0; stage < 2; ++stage)
+                for (std::size_t i = 0; i < count; ++i) windows.prefetch(shuffled[i], stage);
             for (std::size_t i = 0; i < count; ++i) windows.segments(shuffled[i], at(i).segments);
         } else {
             const detail::packed_rows& rows = *many_->rows;
@@ -338,9 +341,9 @@ public:
     // every line of 32 streams at once fills the core's miss buffers, and the draw then waits on its
     // own prefetches (perf).
     void prefetch_counts() const noexcept {
-        __builtin_prefetch(&mode_);
-        __builtin_prefetch(&tokens_);
-        __builtin_prefetch(&samples_);
+        detail::prefetch(&mode_);
+        detail::prefetch(&tokens_);
+        detail::prefetch(&samples_);
     }
 
 private:
@@ -349,7 +352,7 @@ private:
     static void prefetch_lines(const void* at, std::size_t bytes) noexcept {
         const auto begin = reinterpret_cast<std::uintptr_t>(at), end = begin + bytes;
         for (std::uintptr_t line = begin & ~std::uintptr_t{63}; line < end; line += 64)
-            __builtin_prefetch(reinterpret_cast<const void*>(line));
+            detail::prefetch(reinterpret_cast<const void*>(line));
     }
 
     feistel_permutation sample_permutation() const { return {samples_, epoch_key_.key()}; }
@@ -1408,9 +1411,9 @@ private:
                 for (std::uint64_t i = 0; i < g; ++i) {
                     const std::uint32_t d = step_domains_[i] = mix_next(st, before + i);
                     streams_[d].prefetch_counts();
-                    __builtin_prefetch(&st.index[d]);
-                    __builtin_prefetch(&st.epoch[d]);
-                    __builtin_prefetch(&st.taken[d]);
+                    detail::prefetch(&st.index[d]);
+                    detail::prefetch(&st.epoch[d]);
+                    detail::prefetch(&st.taken[d]);
                 }
             }
             for (std::uint64_t i = 0; i < g; ++i) {

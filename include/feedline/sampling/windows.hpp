@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include <feedline/detail/prefetch.hpp>
 #include <feedline/error.hpp>
 #include <feedline/names.hpp>
 #include <feedline/sampling/permutation.hpp>
@@ -171,6 +172,23 @@ public:
         return static_cast<std::uint64_t>(std::upper_bound(prefix_ + first + 1, prefix_ + last + 1, p) - prefix_) - 1;
     }
 
+    // A batch's look-ups in two requests ahead of them: the random windows of a dataset of many
+    // documents miss in the bucket table, then in the prefix sums and the order table, each miss
+    // after the one before (perf: ~25% of a worker's time in a blend of two Megatron pairs of 40,000
+    // documents each). Stage 0 requests token p's bucket; stage 1, once the batch's buckets are in,
+    // the entries its search starts at.
+    void prefetch_position(std::uint64_t p, int stage) const noexcept {
+        if (bucket_ == nullptr) return;
+        const std::uint64_t b = p >> bucket_shift_;
+        if (stage == 0) {
+            detail::prefetch(bucket_ + b);
+            return;
+        }
+        const std::uint64_t first = bucket_[b];
+        detail::prefetch(prefix_ + first + 1);
+        if (order_ != nullptr) detail::prefetch(order_ + first);
+    }
+
     // Appends the segments covering stream tokens [begin, begin + count). O(log documents + segments).
     void segments(std::uint64_t begin, std::uint64_t count, std::vector<segment>& out) const {
         if (count == 0) return;
@@ -283,6 +301,8 @@ public:
     // dropped (as Megatron does).
     std::uint64_t count() const noexcept { return layout_->tokens() > seq_len_ ? (layout_->tokens() - 1) / seq_len_ : 0; }
     void segments(std::uint64_t sample, std::vector<segment>& out) const { layout_->segments(sample * seq_len_, seq_len_ + 1, out); }
+    // Requests what segments(sample) reads, in two stages (epoch_layout::prefetch_position).
+    void prefetch(std::uint64_t sample, int stage) const noexcept { layout_->prefetch_position(sample * seq_len_, stage); }
 
 private:
     const epoch_layout* layout_;

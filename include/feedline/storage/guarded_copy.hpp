@@ -74,7 +74,10 @@ inline void unblock_sigbus() noexcept {
 // Installs feedline's SIGBUS handler once per process. SA_NODEFER keeps SIGBUS unblocked inside the
 // handler, so jumping out with sigsetjmp(env, 0) (no mask saved: no syscall per copy) leaves the
 // thread's signal mask as it was. Never throws; if sigaction fails, faults keep their old meaning.
+// Once installed, one load: guarded_reads() calls it every time, and call_once is a library call.
 inline void install_sigbus_handler() noexcept {
+    static std::atomic<bool> installed{false};
+    if (installed.load(std::memory_order_acquire)) return;
     static std::once_flag once;
     std::call_once(once, [] {
         struct sigaction action {};
@@ -82,6 +85,7 @@ inline void install_sigbus_handler() noexcept {
         action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
         sigemptyset(&action.sa_mask);
         ::sigaction(SIGBUS, &action, &previous_sigbus_action);
+        installed.store(true, std::memory_order_release);
     });
 }
 

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <feedline/detail/prefetch.hpp>
+
 namespace feedline::detail {
 
 // A piece of a cached word: its id and byte length.
@@ -67,7 +69,7 @@ public:
         const auto hash_of = [&](std::size_t start, std::size_t end) {
             if (end - start > max_bytes) return std::uint64_t(0);
             const std::uint64_t h = hash(s.substr(start, end - start));
-            if (!slots_.empty()) __builtin_prefetch(&slots_[h & (slots_.size() - 1)]);
+            if (!slots_.empty()) detail::prefetch(&slots_[h & (slots_.size() - 1)]);
             return h;
         };
         std::size_t start = 0, end = cut(0);
