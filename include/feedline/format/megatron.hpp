@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <feedline/detail/paths.hpp>
 #include <feedline/detail/prefetch.hpp>
 #include <feedline/detail/shard_manifest.hpp>
 #include <feedline/format/dtype.hpp>
@@ -115,6 +116,8 @@ public:
         if (!detail::guarded_reads([&](detail::sigbus_guard& guard) noexcept { e = sequence_in(guard, i); })) throw shrank_under(i);
         return e;
     }
+    // The .idx's path, as errors name it.
+    const std::string& path() const noexcept { return path_; }
     // The error for a read of sequence i's entries that faulted: the file shrank under the view. Names
     // the first of the two entries past the file's end now (its length's, else its pointer's).
     format_error shrank_under(std::uint64_t i) const {
@@ -238,9 +241,11 @@ public:
     // open, the names must still lead to them (a pack publishing the prefix meanwhile is waited out, up
     // to about two seconds, never paired across), and the index must cover the .bin exactly (a .bin
     // longer than its index says was not written with it).
-    explicit megatron_shard(const std::string& prefix) : megatron_shard(prefix, open_pair(prefix)) {}
+    explicit megatron_shard(const std::string& prefix) : megatron_shard(open_pair(prefix)) {}
 
-    const std::string& prefix() const noexcept { return prefix_; }
+    // The prefix it was opened by (its .bin's name, less the suffix: a mixture holds a pair per domain,
+    // and kept paths were a fifth of a domain's bytes).
+    std::string prefix() const { return detail::strip_suffix(bin_->name(), ".bin"); }
     const megatron_index_view& index() const noexcept { return index_; }
     const byte_source& bin() const noexcept { return *bin_; }
     token_dtype dtype() const noexcept { return index_.dtype(); }
@@ -250,15 +255,11 @@ private:
 
     // The .idx is loaded (a local one mapped) and its source closed with `pair`: a shard holds one
     // descriptor, its .bin's.
-    megatron_shard(const std::string& prefix, source_pair pair)
-            : prefix_(prefix),
-              idx_path_(pair.first->name()),
-              bin_(std::move(pair.second)),
-              idx_(load_whole(*pair.first)),
-              index_(idx_.bytes, idx_path_, bin_->size()) {
+    explicit megatron_shard(source_pair pair)
+            : bin_(std::move(pair.second)), idx_(load_whole(*pair.first)), index_(idx_.bytes, pair.first->name(), bin_->size()) {
         if (index_.data_end() != bin_->size())
             throw format_error(bin_->name(), index_.data_end(),
-                               "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + idx_path_ + ") ends at byte " +
+                               "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + index_.path() + ") ends at byte " +
                                    std::to_string(index_.data_end()) +
                                    ": the two were not written together (a re-pack replaced one of them?)");
     }
@@ -290,8 +291,6 @@ private:
         }
     }
 
-    std::string prefix_;
-    std::string idx_path_;
     std::unique_ptr<byte_source> bin_;
     byte_view idx_;
     megatron_index_view index_;
