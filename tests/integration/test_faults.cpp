@@ -6,6 +6,7 @@
 
 #include <feedline/pipeline.hpp>
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -324,6 +325,42 @@ TEST_CASE("Faults.Running.AShardOrIndexTruncatedUnderARunningPipelineIsAFormatEr
                 CHECK(e.offset() >= 4096);
             }
             CHECK_THROWS_AS(p.next(), format_error);  // the error stays; the destructor joins the workers
+        }
+    }
+}
+
+// An .idx rewritten in place under a running job (same size, its byte pointers now past the .bin's
+// end) cannot make a worker read outside what was opened: the windows it names are a typed error
+// naming the .bin or the .idx, whatever the backend, never a view outside the mapping. (The mmap
+// backend locates a window's bytes in the .bin's mapping from the entries alone.)
+TEST_CASE("Faults.Running.AnIndexRewrittenInPlaceToPointPastTheBinIsATypedError") {
+    for (const io_backend backend : usable_backends()) {
+        CAPTURE(to_string(backend));
+        ft::scratch_dir dir;
+        const std::string prefix = write_big_shard(dir / "data", 0);
+        const auto bin_size = static_cast<std::int64_t>(std::filesystem::file_size(prefix + ".bin"));
+        pipeline p(prefix, with_backend(backend));
+        for (int i = 0; i < 3; ++i) REQUIRE(p.next());
+        {
+            megatron_shard pair(prefix);
+            const megatron_index_view& idx = pair.index();
+            std::vector<std::int64_t> past(idx.sequence_count(), bin_size + 4096);
+            const int fd = ::open((prefix + ".idx").c_str(), O_WRONLY);
+            REQUIRE(fd >= 0);
+            const auto n = static_cast<ssize_t>(past.size() * sizeof past[0]);
+            REQUIRE(::pwrite(fd, past.data(), past.size() * sizeof past[0], static_cast<off_t>(idx.pointers_offset())) == n);
+            ::close(fd);
+        }
+        std::uint64_t batches = 0;
+        try {
+            while (p.next() && ++batches < 200000) {
+            }
+            FAIL("no error after " << batches << " batches from an .idx pointing past its .bin");
+        } catch (const format_error& e) {
+            CHECK((e.file() == prefix + ".bin" || e.file() == prefix + ".idx"));
+            if (backend == io_backend::mmap) CHECK(std::string(e.what()).find("rewritten in place") != std::string::npos);
+        } catch (const io_error& e) {
+            CHECK((e.file() == prefix + ".bin" || e.file() == prefix + ".idx"));
         }
     }
 }

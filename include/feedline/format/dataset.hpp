@@ -260,6 +260,8 @@ public:
             index.prefetch_sequence(d);
     }
     const shard_info& shard(std::size_t i) const { return shards_.at(i); }
+    // Megatron shard i's .bin size when opened, which its index covers exactly (validated then).
+    std::uint64_t megatron_bin_end(std::size_t i) const { return std::get<0>(shards_.at(i).opened)->index().data_end(); }
     // Shard i's Megatron prefix or llm.c (raw) file, as given.
     std::string shard_path(std::size_t i) const {
         const std::string& bin = shards_.at(i).bin->name();
