@@ -98,7 +98,9 @@ TEST_CASE("Dataset.Specs.LocateOfAnIndexTruncatedWhileMappedIsAFormatError") {
     std::vector<document_span> got(2);
     ds.locate(last, got);
     CHECK(got[0].length == 1 + 2999 % 7);
-    for (const auto [size, offset] : {std::pair<off_t, std::uint64_t>{16384, pointer_of_last}, {4096, length_of_last}}) {
+    for (const auto& cut : {std::pair<off_t, std::uint64_t>{16384, pointer_of_last}, {4096, length_of_last}}) {
+        const off_t size = cut.first;  // not a structured binding: CAPTURE's lambda cannot name one (clang)
+        const std::uint64_t offset = cut.second;
         CAPTURE(size);
         REQUIRE(::truncate((prefix + ".idx").c_str(), size) == 0);
         if (size == 16384) {  // document 1's entries are still in the file
