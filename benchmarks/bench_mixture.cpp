@@ -12,6 +12,10 @@
 //                   anything, per domain (mapped file pages are the page cache's, not counted)
 //   anon_end_bytes_per_domain  the same after the last batch: what the run grew as it met the
 //                   domains (each worker's writers, the descriptor pool's list)
+//   marginal_bytes_per_domain  (in the summary, for each D past the smallest measured) the anonymous
+//                   memory after the first batch that D domains took beyond the smallest D's, per domain
+//                   more: what a domain costs, without what a pipeline holds whatever its domains (the
+//                   ring's slots, each worker's scratch: about 1.1 MB, 110 bytes a domain at 10,000)
 //   descriptors     file descriptors open after the first batch
 //   tokens_per_s    from the first batch to the last of --batches
 //   vs_blend2       tokens_per_s against a plain blend of the 2-domain case's two shards (fixed
@@ -253,12 +257,13 @@ int measure(const std::string& mix, std::uint64_t batch, std::uint64_t seq_len, 
         "\"descriptors\": %llu, \"tokens_per_s\": %.0f, \"late_tokens_per_s\": %.0f, \"plan_ns_per_sample\": %.1f, \"draw_ns_per_sample\": "
         "%.1f, \"worst_draw_step_us\": %.1f, \"plan_us_per_batch\": %.2f, \"slot_wait_us_per_batch\": %.2f, "
         "\"late_workers_cpu\": %.2f, \"late_consumer_cpu\": %.2f, \"domains\": %zu, \"draw_ns_by_part\": %s, "
-        "\"unmapped_files\": %llu, \"sink\": %llu}\n",
+        "\"unmapped_files\": %llu, \"anon_bytes\": %.0f, \"sink\": %llu}\n",
         open_s, first_s, (static_cast<double>(anon) - static_cast<double>(before)) / static_cast<double>(domains),
         (static_cast<double>(anon_end) - static_cast<double>(before)) / static_cast<double>(domains), static_cast<unsigned long long>(fds),
         rate, late_rate, planning.plan, planning.draw, planning.worst_draw_step_us, st.plan_s * per_batch_us, st.slot_wait_s * per_batch_us,
         late_workers_cpu, late_consumer_cpu, domains, nlohmann::json(planning.draw_by_part).dump().c_str(),
-        static_cast<unsigned long long>(unmapped), static_cast<unsigned long long>(sink));
+        static_cast<unsigned long long>(unmapped), static_cast<double>(anon) - static_cast<double>(before),
+        static_cast<unsigned long long>(sink));
     return 0;
 }
 
@@ -355,7 +360,7 @@ int main(int argc, char** argv) {
             }
             for (const char* k : {"open_s", "first_batch_s", "anon_bytes_per_domain", "anon_end_bytes_per_domain", "descriptors",
                                   "tokens_per_s", "late_tokens_per_s", "plan_ns_per_sample", "draw_ns_per_sample", "worst_draw_step_us",
-                                  "plan_us_per_batch", "slot_wait_us_per_batch", "late_workers_cpu", "late_consumer_cpu", "unmapped_files"})
+                                  "plan_us_per_batch", "slot_wait_us_per_batch", "late_workers_cpu", "late_consumer_cpu", "unmapped_files", "anon_bytes"})
                 samples[d][k].push_back(j[k].get<double>());
             for (std::size_t i = 0; i < j["draw_ns_by_part"].size(); ++i)
                 samples[d]["draw_ns_part" + std::to_string(i)].push_back(j["draw_ns_by_part"][i].get<double>());
@@ -381,6 +386,22 @@ int main(int argc, char** argv) {
                     get("vs_blend2"), get("late_tokens_per_s"), get("late_vs_blend2"), get("plan_ns_per_sample"), get("draw_ns_per_sample"),
                     get("worst_draw_step_us"), ok ? "runs" : row["ulimit_256_error"].get<std::string>().c_str());
         out[d == 0 ? std::string("blend2") : std::to_string(d)] = row;
+    }
+    // What each domain past the smallest count costs: the fixed part (ring, scratch) cancels.
+    std::uint64_t smallest = 0;
+    for (std::uint64_t d : domains)
+        if (d != 0 && samples[d].count("anon_bytes") && (smallest == 0 || d < smallest)) smallest = d;
+    if (smallest != 0) {
+        std::printf("marginal anonymous memory per domain, beyond %llu domains':", static_cast<unsigned long long>(smallest));
+        for (std::uint64_t d : domains) {
+            if (d <= smallest || !samples[d].count("anon_bytes")) continue;
+            auto& row = out[std::to_string(d)];
+            const double marginal = (row["anon_bytes"].get<double>() - out[std::to_string(smallest)]["anon_bytes"].get<double>()) /
+                                    static_cast<double>(d - smallest);
+            row["marginal_bytes_per_domain"] = marginal;
+            std::printf("  %llu domains %.0f B", static_cast<unsigned long long>(d), marginal);
+        }
+        std::printf("\n");
     }
     std::printf("draw ns/sample by part of the schedule (first stage, ramp, last stage):");
     for (std::uint64_t d : domains) {

@@ -226,10 +226,12 @@ TEST_CASE("Windows.Layout.PositionOfTokenAgreesWithABinarySearchForSkewedLengths
         }
 }
 
-// Tables of up to four documents sit in the layout itself (a mixture's domain of a few shards is then
-// one object the planner can request ahead, and packed rows over a one-document dataset cost no block
-// of their own); larger ones in blocks of their own. Both answer alike.
-TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
+// A stream's layout is one allocation, its tables right after it (epoch_layout::make: a mixture keeps
+// one per domain of a few shards or a Megatron pair); a layout made elsewhere keeps them in a block of
+// its own. Both answer alike, with the buckets past 16 documents and a plain search below, and hold
+// exactly their tables' bytes: prefix sums, the order when shuffled, and at most one bucket a
+// document (plus one).
+TEST_CASE("EpochLayout.OneAllocationHoldsTheLayoutAndExactlyItsTables") {
     const std::vector<ft::synthetic_lengths> cases{{{}},
                                                    {{0}},
                                                    {{7}},
@@ -238,7 +240,9 @@ TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
                                                    {{0, 9, 2}},
                                                    {{6, 0, 1, 8}},
                                                    {{4000, 1, 70000, 3}},
-                                                   {{5, 1, 9, 2, 7, 3, 8, 4, 6, 10, 2, 5}}};
+                                                   {{5, 1, 9, 2, 7, 3, 8, 4, 6, 10, 2, 5}},
+                                                   {{5, 1, 9, 2, 7, 3, 8, 4, 6, 10, 2, 5, 1, 1, 1, 300, 2}},
+                                                   {{5, 1, 9, 2, 7, 3, 8, 4, 6, 10, 2, 5, 1, 1, 1, 300, 2, 0, 0, 17, 64, 65, 1, 2}}};
     for (const auto& data : cases)
         for (auto mode : {shuffle_mode::none, shuffle_mode::global, shuffle_mode::shard_blocks}) {
             const std::uint64_t n = data.lengths.size();
@@ -246,10 +250,17 @@ TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
             CAPTURE(n);
             CAPTURE(static_cast<int>(mode));
             detail::epoch_layout layout(data, mode, 3, 2, std::vector<std::uint64_t>{0});
+            const auto made = detail::epoch_layout::make(data, mode, 3, 2, std::vector<std::uint64_t>{0});
             REQUIRE(layout.documents() == n);
+            REQUIRE(made->documents() == n);
+            CHECK(made->tokens() == layout.tokens());
             CHECK(layout.tokens() == std::accumulate(data.lengths.begin(), data.lengths.end(), std::uint64_t{0}));
             std::vector<std::uint64_t> order;
-            for (std::uint64_t k = 0; k < n; ++k) order.push_back(layout.document_at(k));
+            for (std::uint64_t k = 0; k < n; ++k) {
+                order.push_back(layout.document_at(k));
+                CHECK(made->document_at(k) == layout.document_at(k));
+                CHECK(made->length_at(k) == layout.length_at(k));
+            }
             std::sort(order.begin(), order.end());
             for (std::uint64_t k = 0; k < n; ++k) CHECK(order[k] == k);
             // Every token's document, against the brute stream.
@@ -258,11 +269,17 @@ TEST_CASE("EpochLayout.SmallEpochsKeepTheirTablesInline") {
             for (std::uint64_t p = 0; p < layout.tokens(); ++p) {
                 std::vector<segment> segs;
                 layout.segments(p, 1, segs);
-                REQUIRE(segs.size() == 1);
+                made->segments(p, 1, segs);
+                REQUIRE(segs.size() == 2);
                 CHECK(std::make_pair(segs[0].document, segs[0].offset) == stream[p]);
+                CHECK(std::make_pair(segs[1].document, segs[1].offset) == stream[p]);
             }
-            if (n <= 4 && mode != shuffle_mode::shard_blocks) CHECK(layout.memory_bytes() == sizeof(detail::epoch_layout));
-            if (n >= 12) CHECK(layout.memory_bytes() > sizeof(detail::epoch_layout));  // 13 prefix sums alone are 104 bytes
+            if (mode != shuffle_mode::shard_blocks) {
+                const std::size_t prefix = 8 * (n + 1), order = mode == shuffle_mode::global ? 4 * n : 0, buckets = n > 16 ? 4 * (n + 1) : 0;
+                const std::size_t tables = (prefix + order + buckets + 7) / 8 * 8;
+                CHECK(layout.memory_bytes() == sizeof(detail::epoch_layout) + tables);
+                CHECK(made->memory_bytes() == sizeof(detail::epoch_layout) + tables);
+            }
         }
 }
 
@@ -312,7 +329,8 @@ TEST_CASE("Stream.OneDocument.WindowsWithoutALayoutAreTheLayoutsWindows") {
 }
 
 // A stream of a few documents (a mixture's domain of a few shards) lays each later epoch out from the
-// lengths in the epoch before's layout, not the dataset's: every epoch's samples must still be those
+// lengths in the epoch before's layout, not the dataset's, and every stream takes the shard blocks
+// from there too (it keeps no copy of its own): every epoch's samples must still be those
 // of that epoch laid out from the dataset, in windows and packed rows, under every shuffle (the
 // stream's order of them aside), in epochs visited out of order. Five documents take the dataset's
 // lengths each time.

@@ -193,7 +193,7 @@ public:
     explicit token_dataset(const std::vector<std::string>& specs) : token_dataset(detail::resolve_dataset_spec(specs)) {}
     explicit token_dataset(const std::string& spec) : token_dataset(std::vector<std::string>{spec}) {}
     explicit token_dataset(detail::resolved_spec spec)
-            : format_(spec.format), data_offset_(spec.format == dataset_format::llmc ? llmc_layout::header_bytes : 0) {
+            : format_(spec.format), data_offset_(spec.format == dataset_format::llmc ? std::uint32_t{llmc_layout::header_bytes} : 0) {
         // One descriptor per shard while it is used (+1 while a Megatron .idx is mapped); the pool
         // closes idle ones past the limit (detail/descriptor_pool.hpp).
         detail::raise_descriptor_limit(spec.shards.size());
@@ -227,7 +227,8 @@ public:
             shards_.push_back(std::move(info));
         }
         all_local_ = std::all_of(shards_.begin(), shards_.end(), [](const shard_info& s) { return s.bin->local_file() != nullptr; });
-        if (format_ == dataset_format::megatron) {
+        // A pair alone needs no table: its documents are its shard's (a mixture's domain, 32 bytes on the heap).
+        if (format_ == dataset_format::megatron && shards_.size() > 1) {
             document_starts_.reserve(shards_.size() + 1);
             document_starts_.push_back(0);
             for (auto& s : shards_) document_starts_.push_back(document_starts_.back() + s.documents);
@@ -285,7 +286,7 @@ public:
     // scanning the tokens for the delimiter (O(tokens) once; 8 bytes per document).
     std::uint64_t document_count() const {
         if (is_token_stream(format_)) ensure_llmc_index();
-        return is_token_stream(format_) ? document_starts_.size() : document_starts_.back();
+        return is_token_stream(format_) ? document_starts_.size() : megatron_documents();
     }
     // Bytes held by llm.c's document index (0 for Megatron, whose .idx is mapped, or before it is built).
     std::uint64_t index_bytes() const noexcept {
@@ -304,7 +305,10 @@ public:
         std::vector<std::uint64_t> out;
         std::uint64_t n = document_count();
         if (format_ == dataset_format::megatron) {
-            out.assign(document_starts_.begin(), document_starts_.end() - 1);
+            if (shards_.size() == 1)
+                out.push_back(0);
+            else
+                out.assign(document_starts_.begin(), document_starts_.end() - 1);
         } else {
             // The first document starting in each shard that has one (a document may run on into
             // the next shards).
@@ -413,13 +417,14 @@ public:
 private:
     // Megatron document d's shard and its sequence there. Throws std::out_of_range for a bad index.
     std::pair<std::uint32_t, std::uint64_t> megatron_sequence(std::uint64_t d) const {
-        if (d >= document_starts_.back())
-            throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(document_starts_.back()));
+        if (d >= megatron_documents()) throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(megatron_documents()));
         if (shards_.size() == 1) return {0, d};
         const auto it = std::upper_bound(document_starts_.begin(), document_starts_.end(), d);
         const auto shard = static_cast<std::uint32_t>(it - document_starts_.begin() - 1);
         return {shard, d - document_starts_[shard]};
     }
+
+    std::uint64_t megatron_documents() const noexcept { return shards_.size() == 1 ? shards_[0].documents : document_starts_.back(); }
 
     void check_dtype(token_dtype t, const std::string& path) {
         if (shards_.empty()) {
@@ -470,18 +475,20 @@ private:
         llmc_indexed_.store(true, std::memory_order_release);
     }
 
+    // The small fields first, packed: a mixture holds a dataset per domain (72 bytes).
     dataset_format format_;
-    token_dtype dtype_ = token_dtype::uint16;
     std::uint32_t delimiter_ = llmc_layout::gpt2_eot;
+    token_dtype dtype_ = token_dtype::uint16;
     bool all_local_ = true;
-    std::uint64_t total_tokens_ = 0;
-    mutable std::vector<shard_info> shards_;
-    std::uint64_t data_offset_ = 0;  // bytes before token 0 in every shard file (llm.c's header)
     // Held while llm.c's index is built (once, O(tokens)) or the delimiter set. One byte, not a
-    // std::mutex's 40: a mixture holds a dataset per domain (detail/spin_lock.hpp).
+    // std::mutex's 40 (detail/spin_lock.hpp).
     mutable detail::spin_lock index_mutex_;
     mutable std::atomic<bool> llmc_indexed_{false};
-    // Megatron: the first global document of each shard, then the total (set at open). llm.c and raw:
+    std::uint32_t data_offset_ = 0;  // bytes before token 0 in every shard file (llm.c's header)
+    std::uint64_t total_tokens_ = 0;
+    mutable std::vector<shard_info> shards_;
+    // Megatron: the first global document of each shard, then the total (set at open; empty for one
+    // shard). llm.c and raw:
     // where each document starts in the shards' concatenated stream (ensure_llmc_index). One vector
     // for either: a mixture holds a dataset per domain.
     mutable std::vector<std::uint64_t> document_starts_;

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <feedline/detail/paths.hpp>
@@ -59,37 +60,25 @@ public:
     // and ends at S. `bin_size` (when known) also bounds every sequence. Throws format_error naming
     // `path`, the byte offset and what was expected.
     megatron_index_view(std::span<const std::byte> bytes, std::string path, std::optional<std::uint64_t> bin_size = std::nullopt)
-            : bytes_(bytes), path_(std::move(path)) {
-        using namespace megatron_layout;
-        if (bytes_.size() < header_size)
-            fail(bytes_.size(),
-                 "truncated index: " + std::to_string(bytes_.size()) + " bytes, the header alone needs " + std::to_string(header_size));
-        std::array<char, header_size> header{};
-        load(header.data(), 0, header_size);
-        if (std::memcmp(header.data(), magic.data(), magic.size()) != 0)
-            fail(0, "wrong magic: expected \"MMIDIDX\\0\\0\" (a Megatron-LM .idx file)");
-        if (auto v = u64(version_offset); v != version) fail(version_offset, "unknown version " + std::to_string(v) + " (expected 1)");
-        auto code = static_cast<std::uint8_t>(header[dtype_offset]);
-        auto dt = detail::dtype_from_megatron_code(code);
-        if (!dt) fail(dtype_offset, "unknown dtype code " + std::to_string(code) + " (expected 1-8)");
-        dtype_ = *dt;
-        sequences_ = u64(sequence_count_offset);
-        documents_ = u64(document_count_offset);
-        // Guard the size arithmetic against counts that would overflow (a corrupt header).
-        const std::uint64_t limit = std::uint64_t(1) << 56;
-        if (sequences_ > limit || documents_ > limit)
-            fail(sequences_ > limit ? sequence_count_offset : document_count_offset,
-                 "implausible count (sequences " + std::to_string(sequences_) + ", documents " + std::to_string(documents_) + ")");
-        const std::uint64_t expected = header_size + sequences_ * 12 + documents_ * 8;
-        if (bytes_.size() == expected + sequences_ && sequences_ > 0)
-            has_modes_ = true;  // multimodal datasets append one int8 mode per sequence
-        else if (bytes_.size() != expected)
-            fail(std::min<std::uint64_t>(bytes_.size(), expected),
-                 "sizes do not add up: " + std::to_string(sequences_) + " sequences and " + std::to_string(documents_) +
-                     " document indices need " + std::to_string(expected) + " bytes, the file has " + std::to_string(bytes_.size()) +
-                     (bytes_.size() < expected ? " (truncated)" : ""));
-        if (documents_ == 0) fail(document_count_offset, "document index is empty (it must hold at least the leading 0)");
-        validate(bin_size);
+            : bytes_(bytes), own_path_(new const std::string(std::move(path))) {
+        try {
+            check(bin_size);
+        } catch (...) {
+            delete own_path_;
+            throw;
+        }
+    }
+    // The same for a pair's .idx (megatron_shard), named in errors after its pair's .bin, <prefix>.bin
+    // to <prefix>.idx, instead of a path of its own: a mixture keeps a pair per domain, and a second
+    // path was 48 of its bytes on the heap. `pair_bin` must outlive the view.
+    megatron_index_view(std::span<const std::byte> bytes, const byte_source& pair_bin, std::optional<std::uint64_t> bin_size)
+            : bytes_(bytes), pair_bin_(&pair_bin), named_by_bin_(true) {
+        check(bin_size);
+    }
+    megatron_index_view(const megatron_index_view&) = delete;
+    megatron_index_view& operator=(const megatron_index_view&) = delete;
+    ~megatron_index_view() {
+        if (!named_by_bin_) delete own_path_;
     }
 
     token_dtype dtype() const noexcept { return dtype_; }
@@ -117,13 +106,14 @@ public:
         return e;
     }
     // The .idx's path, as errors name it.
-    const std::string& path() const noexcept { return path_; }
+    std::string path() const { return named_by_bin_ ? detail::strip_suffix(pair_bin_->name(), ".bin") + ".idx" : *own_path_; }
     // The error for a read of sequence i's entries that faulted: the file shrank under the view. Names
     // the first of the two entries past the file's end now (its length's, else its pointer's).
     format_error shrank_under(std::uint64_t i) const {
         struct stat st {};
-        const bool lengths_gone = ::stat(path_.c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) < lengths_offset() + 4 * (i + 1);
-        return detail::file_shrank_error(path_, lengths_gone ? lengths_offset() + 4 * i : pointers_offset() + 8 * i);
+        const std::string path = this->path();
+        const bool lengths_gone = ::stat(path.c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) < lengths_offset() + 4 * (i + 1);
+        return detail::file_shrank_error(path, lengths_gone ? lengths_offset() + 4 * i : pointers_offset() + 8 * i);
     }
     // sequence(i), read under a guard the caller holds (detail::guarded_reads): a batch's entries under
     // one recovery point, each a pair of plain loads instead of a guarded copy apiece.
@@ -160,9 +150,9 @@ public:
     std::uint64_t documents_offset() const noexcept { return pointers_offset() + 8 * sequences_; }
 
 private:
-    [[noreturn]] void fail(std::uint64_t offset, const std::string& what) const { throw format_error(path_, offset, what); }
+    [[noreturn]] void fail(std::uint64_t offset, const std::string& what) const { throw format_error(path(), offset, what); }
     void load(void* dest, std::uint64_t off, std::size_t n) const {
-        if (!detail::guarded_copy(dest, bytes_.data() + off, n)) throw detail::file_shrank_error(path_, off);
+        if (!detail::guarded_copy(dest, bytes_.data() + off, n)) throw detail::file_shrank_error(path(), off);
     }
     std::uint64_t u64(std::uint64_t off) const {
         std::uint64_t v;
@@ -173,6 +163,40 @@ private:
         std::int64_t v;
         load(&v, off, 8);
         return v;
+    }
+
+    // Everything the constructors validate (above).
+    void check(std::optional<std::uint64_t> bin_size) {
+        using namespace megatron_layout;
+        if (bytes_.size() < header_size)
+            fail(bytes_.size(),
+                 "truncated index: " + std::to_string(bytes_.size()) + " bytes, the header alone needs " + std::to_string(header_size));
+        std::array<char, header_size> header{};
+        load(header.data(), 0, header_size);
+        if (std::memcmp(header.data(), magic.data(), magic.size()) != 0)
+            fail(0, "wrong magic: expected \"MMIDIDX\\0\\0\" (a Megatron-LM .idx file)");
+        if (auto v = u64(version_offset); v != version) fail(version_offset, "unknown version " + std::to_string(v) + " (expected 1)");
+        auto code = static_cast<std::uint8_t>(header[dtype_offset]);
+        auto dt = detail::dtype_from_megatron_code(code);
+        if (!dt) fail(dtype_offset, "unknown dtype code " + std::to_string(code) + " (expected 1-8)");
+        dtype_ = *dt;
+        sequences_ = u64(sequence_count_offset);
+        documents_ = u64(document_count_offset);
+        // Guard the size arithmetic against counts that would overflow (a corrupt header).
+        const std::uint64_t limit = std::uint64_t(1) << 56;
+        if (sequences_ > limit || documents_ > limit)
+            fail(sequences_ > limit ? sequence_count_offset : document_count_offset,
+                 "implausible count (sequences " + std::to_string(sequences_) + ", documents " + std::to_string(documents_) + ")");
+        const std::uint64_t expected = header_size + sequences_ * 12 + documents_ * 8;
+        if (bytes_.size() == expected + sequences_ && sequences_ > 0)
+            has_modes_ = true;  // multimodal datasets append one int8 mode per sequence
+        else if (bytes_.size() != expected)
+            fail(std::min<std::uint64_t>(bytes_.size(), expected),
+                 "sizes do not add up: " + std::to_string(sequences_) + " sequences and " + std::to_string(documents_) +
+                     " document indices need " + std::to_string(expected) + " bytes, the file has " + std::to_string(bytes_.size()) +
+                     (bytes_.size() < expected ? " (truncated)" : ""));
+        if (documents_ == 0) fail(document_count_offset, "document index is empty (it must hold at least the leading 0)");
+        validate(bin_size);
     }
 
     // One pass over the arrays, copied out in chunks (one guarded copy per chunk, not per entry).
@@ -225,10 +249,17 @@ private:
     }
 
     std::span<const std::byte> bytes_;
-    std::string path_;
-    token_dtype dtype_ = token_dtype::uint16;
+    // A view's own path (on the heap, owned: views alone are few), or for a pair's its .bin, whose
+    // name leads to it (named_by_bin_, in the padding below): one word either way, where a string in
+    // the view was 32 bytes and a pair's a heap block more.
+    union {
+        const std::string* own_path_;
+        const byte_source* pair_bin_;
+    };
     std::uint64_t sequences_ = 0, documents_ = 0, total_tokens_ = 0, data_end_ = 0;
+    token_dtype dtype_ = token_dtype::uint16;
     bool has_modes_ = false;
+    bool named_by_bin_ = false;
 };
 
 // One Megatron shard opened for reading: <prefix>.idx held in memory (mapped, for a local file) and
@@ -256,7 +287,7 @@ private:
     // The .idx is loaded (a local one mapped) and its source closed with `pair`: a shard holds one
     // descriptor, its .bin's.
     explicit megatron_shard(source_pair pair)
-            : bin_(std::move(pair.second)), idx_(load_whole(*pair.first)), index_(idx_.bytes, pair.first->name(), bin_->size()) {
+            : bin_(std::move(pair.second)), idx_(load_index(*pair.first)), index_(index_bytes(), *bin_, bin_->size()) {
         if (index_.data_end() != bin_->size())
             throw format_error(bin_->name(), index_.data_end(),
                                "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + index_.path() + ") ends at byte " +
@@ -291,8 +322,27 @@ private:
         }
     }
 
+    // The .idx's bytes, held here rather than behind a shared owner (load_whole's byte_view: a control
+    // block and a second span, 56 bytes a pair on the heap, and a mixture keeps a pair per domain): a
+    // local file's own mapping, or a copy of another source's object (or of a file the mapping budget
+    // has no room for).
+    using index_storage = std::variant<file_mapping, std::vector<std::byte>>;
+    static index_storage load_index(const byte_source& source) {
+        if (const file* f = source.local_file()) {
+            file_mapping mapped(*f, access_pattern::sequential);
+            if (!mapped.refused()) return index_storage(std::in_place_index<0>, std::move(mapped));
+        }
+        std::vector<std::byte> copy(source.size());
+        source.read_at(copy.data(), copy.size(), 0);
+        return index_storage(std::in_place_index<1>, std::move(copy));
+    }
+    std::span<const std::byte> index_bytes() const noexcept {
+        if (const auto* mapped = std::get_if<0>(&idx_)) return mapped->bytes();
+        return std::get<1>(idx_);
+    }
+
     std::unique_ptr<byte_source> bin_;
-    byte_view idx_;
+    index_storage idx_;
     megatron_index_view index_;
 };
 

@@ -180,8 +180,11 @@ public:
             samples_ = tokens_ > seq_len_ ? (tokens_ - 1) / seq_len_ : 0;  // as detail::gpt_windows::count
             epoch_key_.set(0, detail::permutation_key(seed_, 0, 0));
         } else {
-            many_ = std::make_unique<many_documents>(std::move(data.length), std::move(data.block_starts));
-            select_epoch(0);
+            many_ = std::make_unique<many_documents>(std::move(data.length));
+            // The shard blocks' starts go into the layout (shuffle_mode::shard_blocks), and each
+            // epoch's from the one before: the stream keeps no copy (a mixture keeps a stream per
+            // domain, and a vector apart cost a domain of a Megatron pair 24 bytes and an allocation).
+            select_epoch(0, data.block_starts);
             tokens_ = layout_->tokens();
         }
         if (samples_ == 0)
@@ -330,12 +333,12 @@ public:
     void prefetch() const noexcept { prefetch_lines(this, sizeof *this); }
     // Whether it lays its epochs out (several documents, or packed rows): one-document windows do not.
     bool lays_out_epochs() const noexcept { return !one_document(); }
-    // Asks for the epoch layout's lines (its tables inside it, up to a few documents: a mixture's
-    // domains of a few shards), a few runs before plan_drawn plans this stream: its address is read
+    // Asks for the epoch layout's lines (its tables right after it, all of them up to about eight
+    // documents: a mixture's domains of a few shards or a Megatron pair), a few runs before plan_drawn plans this stream: its address is read
     // without the lock, never what is there (another thread may be replacing it). After prefetch(), in
     // time for the stream's line to have come.
     void prefetch_layout() const noexcept {
-        if (const detail::epoch_layout* l = layout_.get_unlocked()) prefetch_lines(l, sizeof *l);
+        if (const detail::epoch_layout* l = layout_.get_unlocked()) prefetch_lines(l, detail::epoch_layout::prefetched_bytes);
     }
     // Only what drawing a step reads (samples_at_least; GPT windows' samples_in_epoch): asking for
     // every line of 32 streams at once fills the core's miss buffers, and the draw then waits on its
@@ -376,11 +379,13 @@ private:
     sample_mode mode() const noexcept { return static_cast<sample_mode>(mode_); }
     // GPT windows over a dataset of one document (a mixture's one-shard llm.c domains, thousands of
     // them) need no layout: the epoch is that document, and window s is its tokens [s * seq_len,
-    // s * seq_len + seq_len + 1). Keeping none saves each such domain 184 bytes and planning a miss.
+    // s * seq_len + seq_len + 1). Keeping none saves each such domain a layout (80 bytes and up) and
+    // planning a miss.
     bool one_document() const noexcept { return mode() == sample_mode::windows && documents_ == 1; }
     segment window_of_one_document(std::uint64_t s) const noexcept { return {0, s * seq_len_, seq_len_ + 1}; }
 
-    void select_epoch(std::uint64_t epoch) {
+    // `first_blocks`: the shard blocks' starts for the first layout (later ones take the layout's).
+    void select_epoch(std::uint64_t epoch, std::span<const std::uint64_t> first_blocks = {}) {
         if (one_document()) {
             if (epoch != epoch_key_.epoch()) epoch_key_.set(epoch, detail::permutation_key(seed_, epoch, 0));
             return;
@@ -398,13 +403,18 @@ private:
             else
                 keep = false;
         }
+        std::vector<std::uint64_t> kept_blocks;
+        if (layout_) {
+            const auto b = layout_->block_starts();
+            kept_blocks.assign(b.begin(), b.end());
+        }
+        const std::span<const std::uint64_t> blocks = layout_ ? std::span<const std::uint64_t>(kept_blocks) : first_blocks;
         many_->rows.reset();
         layout_.reset();  // free the old epoch before building the new one: peak stays one layout
         const auto order = static_cast<shuffle_mode>(shuffle_);
-        const std::span<const std::uint64_t> blocks(many_->block_starts);
         layout_.reset(
-            keep ? std::make_unique<detail::epoch_layout>(kept_lengths{kept.data(), documents_}, order, seed_, epoch, blocks)
-                 : std::make_unique<detail::epoch_layout>(length_source{&many_->lengths, documents_}, order, seed_, epoch, blocks));
+            keep ? detail::epoch_layout::make(kept_lengths{kept.data(), documents_}, order, seed_, epoch, blocks)
+                 : detail::epoch_layout::make(length_source{&many_->lengths, documents_}, order, seed_, epoch, blocks));
         if (mode() == sample_mode::windows) {
             // The same every epoch: set once (the constructor's layout), so samples_in_epoch reads it
             // without the lock. A dataset without one sample never gets past the constructor.
@@ -417,14 +427,12 @@ private:
     }
 
     // What only a stream that lays its epochs out needs (several documents, or packed rows): the
-    // documents' lengths, the shard blocks' first documents (empty: none) and the epoch's rows. Behind
-    // one pointer, null for a one-document stream of windows: a mixture keeps a stream per domain, and
-    // these cost 48 of its bytes.
+    // documents' lengths and the epoch's rows (the shard blocks' first documents are in the layout).
+    // Behind one pointer, null for a one-document stream of windows: a mixture keeps a stream per
+    // domain (40 bytes, one of the allocator's 48-byte chunks).
     struct many_documents {
-        many_documents(std::function<std::uint64_t(std::uint64_t)> l, std::vector<std::uint64_t> b)
-                : lengths(std::move(l)), block_starts(std::move(b)) {}
+        explicit many_documents(std::function<std::uint64_t(std::uint64_t)> l) : lengths(std::move(l)) {}
         std::function<std::uint64_t(std::uint64_t)> lengths;
-        std::vector<std::uint64_t> block_starts;
         std::unique_ptr<detail::packed_rows> rows;  // packed mode (windows need only the layout and seq_len)
     };
 

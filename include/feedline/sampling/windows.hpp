@@ -13,9 +13,11 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <new>  // std::launder
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include <feedline/detail/prefetch.hpp>
@@ -106,51 +108,101 @@ public:
     template <document_lengths D>
     epoch_layout(const D& data, shuffle_mode mode, std::uint64_t seed, std::uint64_t epoch,
                  std::span<const std::uint64_t> block_starts = {})
+            : epoch_layout(data, mode, seed, epoch, block_starts, nullptr) {}
+
+    // The same in one allocation: the layout, then its tables (what a dataset_stream keeps; a mixture
+    // keeps one per domain of several documents, where a layout and a block of tables apart cost two
+    // chunk headers and a pointer chased, and tables inside a fixed-size layout carried unused room).
+    template <document_lengths D>
+    static std::unique_ptr<epoch_layout> make(const D& data, shuffle_mode mode, std::uint64_t seed, std::uint64_t epoch,
+                                              std::span<const std::uint64_t> block_starts = {}) {
+        check_size(data.document_count());
+        const std::size_t tables = table_bytes(data.document_count(), mode);
+        void* at = ::operator new(sizeof(epoch_layout) + tables);
+        try {
+            return std::unique_ptr<epoch_layout>(
+                    ::new (at) epoch_layout(data, mode, seed, epoch, block_starts, static_cast<std::byte*>(at) + sizeof(epoch_layout)));
+        } catch (...) {
+            ::operator delete(at);
+            throw;
+        }
+    }
+    // For make()'s layouts, whose tables share their allocation (and any other: the global allocator's).
+    static void operator delete(void* p) noexcept { ::operator delete(p); }
+
+private:
+    // `tables`: table_bytes(documents, mode) bytes for the tables, or null for a block of their own.
+    template <document_lengths D>
+    epoch_layout(const D& data, shuffle_mode mode, std::uint64_t seed, std::uint64_t epoch, std::span<const std::uint64_t> block_starts,
+                 std::byte* tables)
             : documents_(data.document_count()), mode_(mode) {
         if (mode == shuffle_mode::global) {
-            perm_ = std::make_unique<feistel_permutation>(documents_, permutation_key(seed, epoch, 1));
+            shuffle_ = std::make_unique<shuffle_state>();
+            shuffle_->perm = feistel_permutation(documents_, permutation_key(seed, epoch, 1));
         } else if (mode == shuffle_mode::shard_blocks) {
-            blocks_ = std::make_unique<block_order>();
-            auto& starts = blocks_->starts;
+            shuffle_ = std::make_unique<shuffle_state>();
+            auto& starts = shuffle_->starts;
             starts.assign(block_starts.begin(), block_starts.end());
             if (starts.empty() || starts.front() != 0) starts.insert(starts.begin(), 0);
             starts.push_back(documents_);
             const std::uint64_t nblocks = starts.size() - 1;
-            blocks_->perm = feistel_permutation(nblocks, permutation_key(seed, epoch, 2));
+            shuffle_->perm = feistel_permutation(nblocks, permutation_key(seed, epoch, 2));
             // Position of each (shuffled) block's first document in epoch order.
-            blocks_->positions.resize(nblocks + 1, 0);
+            shuffle_->positions.resize(nblocks + 1, 0);
             for (std::uint64_t b = 0; b < nblocks; ++b) {
-                std::uint64_t src = blocks_->perm(b);
-                blocks_->positions[b + 1] = blocks_->positions[b] + (starts[src + 1] - starts[src]);
+                std::uint64_t src = shuffle_->perm(b);
+                shuffle_->positions[b + 1] = shuffle_->positions[b] + (starts[src + 1] - starts[src]);
             }
-            blocks_->seed = seed;
-            blocks_->epoch = epoch;
+            shuffle_->seed = seed;
+            shuffle_->epoch = epoch;
         }
         // The epoch order is kept as a table (4 bytes per document, as long as ids fit), so a window's
         // document costs a load instead of a permutation's ~25 mixing rounds: with 100,000 documents
         // and 256 x 128 windows, planning took ~290 ns per window before, ~165 with the table.
-        const bool ordered = mode_ != shuffle_mode::none && documents_ <= order_table_max;
-        std::byte* table = storage((documents_ + 1) * sizeof(std::uint64_t) + (ordered ? documents_ * sizeof(std::uint32_t) : 0), 0);
-        prefix_ = std::launder(reinterpret_cast<std::uint64_t*>(table));
-        if (ordered) order_ = std::launder(reinterpret_cast<std::uint32_t*>(table + (documents_ + 1) * sizeof(std::uint64_t)));
+        // A block of their own is freed by this layout's destructor; until the body is done, by `apart`.
+        std::unique_ptr<std::byte[]> apart;
+        if (tables == nullptr) {
+            check_size(documents_);
+            apart = std::make_unique_for_overwrite<std::byte[]>(table_bytes(documents_, mode_));
+            tables = apart.get();
+        }
+        // Trivial types in a byte array: C++20 creates them implicitly.
+        prefix_ = std::launder(reinterpret_cast<std::uint64_t*>(tables));
+        if (ordered(documents_, mode_))
+            order_ = std::launder(reinterpret_cast<std::uint32_t*>(tables + (documents_ + 1) * sizeof(std::uint64_t)));
+        if (bucketed(documents_))
+            bucket_ = std::launder(reinterpret_cast<std::uint32_t*>(tables + (documents_ + 1) * sizeof(std::uint64_t) +
+                                                                    (order_ != nullptr ? documents_ * sizeof(std::uint32_t) : 0)));
         prefix_[0] = 0;
         for (std::uint64_t k = 0; k < documents_; ++k) {
             const std::uint64_t d = permuted_document(k);
             if (order_ != nullptr) order_[k] = static_cast<std::uint32_t>(d);
             prefix_[k + 1] = prefix_[k] + data.document_length(d);
         }
-        if (order_ != nullptr) perm_.reset();  // the table answers from here on
+        if (order_ != nullptr && mode_ == shuffle_mode::global) shuffle_.reset();  // the table answers from here on
         build_buckets();
+        tables_apart_ = apart.release() != nullptr;
     }
-    // Its tables point into small_ when they fit there.
+
+public:
+    // Its tables may sit right after it.
     epoch_layout(const epoch_layout&) = delete;
     epoch_layout& operator=(const epoch_layout&) = delete;
+    ~epoch_layout() {
+        if (tables_apart_) delete[] reinterpret_cast<std::byte*>(prefix_);
+    }
 
     // Up to this many documents, their epoch order is a table of 4-byte ids.
     static constexpr std::uint64_t order_table_max = 0xFFFFFFFFull;
 
     std::uint64_t documents() const noexcept { return documents_; }
     std::uint64_t tokens() const noexcept { return prefix_[documents_]; }
+    // shuffle_mode::shard_blocks: the first document of each block, as given (with a leading 0); what
+    // the next epoch's layout is made from (a stream keeps them nowhere else). Empty in other modes.
+    std::span<const std::uint64_t> block_starts() const noexcept {
+        if (mode_ != shuffle_mode::shard_blocks || !shuffle_) return {};
+        return {shuffle_->starts.data(), shuffle_->starts.size() - 1};
+    }
 
     // The dataset document at epoch position k. O(1) (O(log shards) in shard_blocks mode). Without the
     // order table (past 2^32 documents) a k past the epoch reaches the permutation, which throws
@@ -203,84 +255,84 @@ public:
         }
     }
 
+    // What a planner requests of a layout it is about to read (dataset_stream::prefetch_layout), from
+    // its address alone: the layout and the first of its tables, all of them up to about ten
+    // documents (a mixture's domain of a Megatron pair or a few shards).
+    static constexpr std::size_t prefetched_bytes = 192;
+
     std::size_t memory_bytes() const noexcept {
-        return sizeof *this + heap_bytes_ + (perm_ ? sizeof *perm_ : 0) +
-               (blocks_ ? sizeof *blocks_ + (blocks_->starts.capacity() + blocks_->positions.capacity()) * 8 : 0);
+        return sizeof *this + table_bytes(documents_, mode_) +
+               (shuffle_ ? sizeof *shuffle_ + (shuffle_->starts.capacity() + shuffle_->positions.capacity()) * 8 : 0);
     }
 
 private:
     std::uint64_t permuted_document(std::uint64_t k) const {
         switch (mode_) {
             case shuffle_mode::none: return k;
-            case shuffle_mode::global: return (*perm_)(k);
+            case shuffle_mode::global: return shuffle_->perm(k);
             case shuffle_mode::shard_blocks: {
-                const auto& positions = blocks_->positions;
+                const auto& positions = shuffle_->positions;
                 auto b = static_cast<std::uint64_t>(std::upper_bound(positions.begin(), positions.end(), k) - positions.begin() - 1);
-                std::uint64_t src = blocks_->perm(b);
-                std::uint64_t size = blocks_->starts[src + 1] - blocks_->starts[src];
-                feistel_permutation within(size, permutation_key(blocks_->seed, blocks_->epoch, 3 + src));
-                return blocks_->starts[src] + within(k - positions[b]);
+                std::uint64_t src = shuffle_->perm(b);
+                std::uint64_t size = shuffle_->starts[src + 1] - shuffle_->starts[src];
+                feistel_permutation within(size, permutation_key(shuffle_->seed, shuffle_->epoch, 3 + src));
+                return shuffle_->starts[src] + within(k - positions[b]);
             }
         }
         return k;
     }
 
-    // shuffle_mode::shard_blocks: the blocks' order. Kept apart, so the other modes (a mixture's
-    // thousands of domains) do not carry it.
-    struct block_order {
-        feistel_permutation perm;
+    // The epoch's shuffle, kept apart so that a layout is 48 bytes: shuffle_mode::global, the
+    // documents' permutation (only while order_ is built, unless ids do not fit it); shard_blocks,
+    // the blocks' order and where each lies.
+    struct shuffle_state {
+        feistel_permutation perm;                      // global: the documents'; shard_blocks: the blocks'
         std::vector<std::uint64_t> starts, positions;  // first document of each block: in the dataset, in the epoch
         std::uint64_t seed = 0, epoch = 0;
     };
 
     std::uint64_t documents_;
-    shuffle_mode mode_;
-    unsigned bucket_shift_ = 0;
-    // Global shuffle: the documents' order, kept only while building order_, or when ids do not fit it
-    // (72 bytes a layout otherwise: a mixture has thousands).
-    std::unique_ptr<feistel_permutation> perm_;
-    std::unique_ptr<block_order> blocks_;
-    // The tables below live in small_ when they fit (an epoch of up to four documents costs no
-    // allocation), else in heap_ and bucket_heap_.
+    std::unique_ptr<shuffle_state> shuffle_;
+    // The tables, one block (right after the layout, from make(); else their own): prefix sums, then
+    // the order, then the buckets.
     std::uint64_t* prefix_ = nullptr;  // documents_ + 1 prefix sums of the lengths in epoch order
     std::uint32_t* order_ = nullptr;   // document_at's answers (null when ids do not fit 4 bytes, or unshuffled)
     // bucket_[b]: the epoch position holding token b << bucket_shift_ (one past the end: the last
     // position), so bucket b's tokens lie in positions [bucket_[b], bucket_[b + 1]]. Null when
-    // positions do not fit 4 bytes (a plain binary search then).
+    // positions do not fit 4 bytes, or for a few documents (a plain binary search then).
     std::uint32_t* bucket_ = nullptr;
-    std::unique_ptr<std::byte[]> heap_, bucket_heap_;
-    std::size_t heap_bytes_ = 0, small_used_ = 0;
-    // 96 bytes: the tables of up to four documents (a mixture's domain of a few shards), so that the
-    // layout is one object of 184 bytes (three or four lines) that the planner can request ahead
-    // (dataset_stream::prefetch_layout) instead of a chain to tables of their own. A large dataset's
-    // tables are on the heap either way; a layout of five or more documents carries the 64 bytes
-    // unused.
-    alignas(std::uint64_t) std::byte small_[96];
+    shuffle_mode mode_;
+    bool tables_apart_ = false;  // the tables are a block of their own (new[]), not right after the layout
+    std::uint8_t bucket_shift_ = 0;  // below 64
 
-    // `bytes` for a table, 8-aligned: the rest of small_ when they fit, else a block of their own
-    // (`which`: 0 the prefix sums and order, 1 the buckets). Trivial types in a byte array: C++20
-    // creates them implicitly.
-    std::byte* storage(std::size_t bytes, int which) {
-        bytes = (bytes + 7) & ~std::size_t{7};
-        if (bytes <= sizeof small_ - small_used_) {
-            std::byte* at = small_ + small_used_;
-            small_used_ += bytes;
-            return at;
-        }
-        auto& block = which == 0 ? heap_ : bucket_heap_;
-        block = std::make_unique_for_overwrite<std::byte[]>(bytes);
-        heap_bytes_ += bytes;
-        return block.get();
+    static bool ordered(std::uint64_t documents, shuffle_mode mode) noexcept {
+        return mode != shuffle_mode::none && documents <= order_table_max;
+    }
+    // Up to this many documents, a binary search over the prefix sums (at most three cache lines, all
+    // requested with the layout) costs what the buckets would, without their bytes.
+    static constexpr std::uint64_t unbucketed_max = 16;
+    static bool bucketed(std::uint64_t documents) noexcept { return documents > unbucketed_max && documents <= order_table_max; }
+    // The tables' bytes, 8-aligned: documents + 1 prefix sums, the order, and at most documents + 1
+    // bucket entries (build_buckets).
+    static void check_size(std::uint64_t documents) {
+        if (documents > (std::numeric_limits<std::size_t>::max() >> 5)) throw std::length_error("epoch_layout: too many documents");
+    }
+    static std::size_t table_bytes(std::uint64_t documents, shuffle_mode mode) noexcept {
+        const std::size_t n = static_cast<std::size_t>(documents);
+        std::size_t bytes = (n + 1) * sizeof(std::uint64_t);
+        if (ordered(documents, mode)) bytes += n * sizeof(std::uint32_t);
+        if (bucketed(documents)) bytes += (n + 1) * sizeof(std::uint32_t);
+        return (bytes + 7) & ~std::size_t{7};
     }
 
-    // Buckets of a power-of-two number of tokens at least the mean document length: at most one per
-    // document (plus one), 4 bytes each. One merge-like pass.
+    // Buckets of a power-of-two number of tokens at least the mean document length, rounded up: at
+    // most one per document (2^shift >= ceil(tokens / documents), so (tokens - 1) >> shift < documents),
+    // plus one, 4 bytes each, in the room table_bytes left. One merge-like pass.
     void build_buckets() {
-        if (documents_ > order_table_max) return;
-        const std::uint64_t tokens = prefix_[documents_], mean = documents_ ? std::max<std::uint64_t>(1, tokens / documents_) : 1;
-        bucket_shift_ = static_cast<unsigned>(std::bit_width(mean - 1));
+        if (bucket_ == nullptr) return;
+        const std::uint64_t tokens = prefix_[documents_], mean = std::max<std::uint64_t>(1, (tokens + documents_ - 1) / documents_);
+        bucket_shift_ = static_cast<std::uint8_t>(std::bit_width(mean - 1));
         const std::uint64_t buckets = tokens ? ((tokens - 1) >> bucket_shift_) + 1 : 0;
-        bucket_ = std::launder(reinterpret_cast<std::uint32_t*>(storage((buckets + 1) * sizeof(std::uint32_t), 1)));
         std::uint64_t k = 0;
         for (std::uint64_t b = 0; b < buckets; ++b) {
             const std::uint64_t t = b << bucket_shift_;
