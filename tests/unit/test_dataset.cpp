@@ -193,6 +193,18 @@ TEST_CASE("Dataset.Specs.MixedFormatsAreRefused") {
     CHECK_THROWS_AS(token_dataset(std::vector<std::string>{prefixes[0], shards[0]}), config_error);
 }
 
+TEST_CASE("Dataset.Specs.NoShardsIsAConfigErrorInEveryForm") {
+    // A spec resolved by hand can hold no shard; the dataset refuses it rather than answering
+    // document counts from an empty table.
+    for (const auto format : {dataset_format::megatron, dataset_format::llmc, dataset_format::raw}) {
+        CAPTURE(static_cast<int>(format));
+        detail::resolved_spec spec;
+        spec.format = format;
+        CHECK_THROWS_AS(token_dataset{spec}, config_error);
+    }
+    CHECK_THROWS_AS(token_dataset(std::vector<std::string>{}), config_error);
+}
+
 TEST_CASE("Dataset.Specs.MissingPathsAreIoErrors") {
     ft::scratch_dir dir;
     CHECK_THROWS_AS(token_dataset(dir / "nothing"), io_error);

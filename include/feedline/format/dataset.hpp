@@ -194,6 +194,8 @@ public:
     explicit token_dataset(const std::string& spec) : token_dataset(std::vector<std::string>{spec}) {}
     explicit token_dataset(detail::resolved_spec spec)
             : format_(spec.format), data_offset_(spec.format == dataset_format::llmc ? std::uint32_t{llmc_layout::header_bytes} : 0) {
+        // A spec resolved by hand may hold none (the resolvers refuse that): a dataset always has a shard.
+        if (spec.shards.empty()) throw config_error("dataset", "no dataset given (no shards)");
         // One descriptor per shard while it is used (+1 while a Megatron .idx is mapped); the pool
         // closes idle ones past the limit (detail/descriptor_pool.hpp).
         detail::raise_descriptor_limit(spec.shards.size());
@@ -424,7 +426,10 @@ private:
         return {shard, d - document_starts_[shard]};
     }
 
-    std::uint64_t megatron_documents() const noexcept { return shards_.size() == 1 ? shards_[0].documents : document_starts_.back(); }
+    std::uint64_t megatron_documents() const noexcept {
+        if (shards_.size() == 1) return shards_[0].documents;
+        return document_starts_.empty() ? 0 : document_starts_.back();
+    }
 
     void check_dtype(token_dtype t, const std::string& path) {
         if (shards_.empty()) {

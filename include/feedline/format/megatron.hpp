@@ -287,7 +287,7 @@ private:
     // The .idx is loaded (a local one mapped) and its source closed with `pair`: a shard holds one
     // descriptor, its .bin's.
     explicit megatron_shard(source_pair pair)
-            : bin_(std::move(pair.second)), idx_(load_index(*pair.first)), index_(index_bytes(), *bin_, bin_->size()) {
+            : bin_(std::move(pair.second)), idx_(whole_object::load(*pair.first)), index_(idx_.bytes(), *bin_, bin_->size()) {
         if (index_.data_end() != bin_->size())
             throw format_error(bin_->name(), index_.data_end(),
                                "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + index_.path() + ") ends at byte " +
@@ -322,27 +322,8 @@ private:
         }
     }
 
-    // The .idx's bytes, held here rather than behind a shared owner (load_whole's byte_view: a control
-    // block and a second span, 56 bytes a pair on the heap, and a mixture keeps a pair per domain): a
-    // local file's own mapping, or a copy of another source's object (or of a file the mapping budget
-    // has no room for).
-    using index_storage = std::variant<file_mapping, std::vector<std::byte>>;
-    static index_storage load_index(const byte_source& source) {
-        if (const file* f = source.local_file()) {
-            file_mapping mapped(*f, access_pattern::sequential);
-            if (!mapped.refused()) return index_storage(std::in_place_index<0>, std::move(mapped));
-        }
-        std::vector<std::byte> copy(source.size());
-        source.read_at(copy.data(), copy.size(), 0);
-        return index_storage(std::in_place_index<1>, std::move(copy));
-    }
-    std::span<const std::byte> index_bytes() const noexcept {
-        if (const auto* mapped = std::get_if<0>(&idx_)) return mapped->bytes();
-        return std::get<1>(idx_);
-    }
-
     std::unique_ptr<byte_source> bin_;
-    index_storage idx_;
+    whole_object idx_;  // held here (a mixture keeps a pair per domain)
     megatron_index_view index_;
 };
 

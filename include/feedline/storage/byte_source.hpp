@@ -107,10 +107,4 @@ inline void cached_views(std::span<const read_request> requests, std::span<std::
 
 }  // namespace detail
 
-// An object's bytes held in memory (a mapped file, or a downloaded object) and what keeps them alive.
-struct byte_view {
-    std::span<const std::byte> bytes;
-    std::shared_ptr<const void> owner;
-};
-
 }  // namespace feedline

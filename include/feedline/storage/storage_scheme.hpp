@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <feedline/detail/paths.hpp>
@@ -84,18 +85,34 @@ inline expanded_location expand_location(const std::string& location) {
     return {expanded_location::form::single, {location}};
 }
 
-// A whole object in memory, for what is read all over (an index): a local file is mapped (a mapping
-// of its own, with the pattern's readahead hint, kept by the view: the file may close first), another
-// source, or a file the mapping budget has no room for (detail/mapping_budget.hpp), read once into
-// memory.
-inline byte_view load_whole(const byte_source& source, access_pattern pattern = access_pattern::sequential) {
-    if (const file* f = source.local_file()) {
-        auto mapping = std::make_shared<const file_mapping>(*f, pattern);
-        if (!mapping->refused()) return {mapping->bytes(), mapping};
+// A whole object in memory, for what is read all over (an index), held by value: a local file's own
+// mapping (with the pattern's readahead hint; it outlives the file's descriptor), or a copy of another
+// source's object, or of a file the mapping budget has no room for (detail/mapping_budget.hpp), read
+// once. By value rather than behind a shared owner: a control block and a second span were 56 bytes
+// on the heap, and a mixture keeps an index per domain. Move-only; the bytes do not move with it.
+class whole_object {
+public:
+    // Throws io_error naming the source when it cannot be read.
+    static whole_object load(const byte_source& source, access_pattern pattern = access_pattern::sequential) {
+        if (const file* f = source.local_file()) {
+            file_mapping mapped(*f, pattern);
+            if (!mapped.refused()) return whole_object(held(std::in_place_index<0>, std::move(mapped)));
+        }
+        std::vector<std::byte> copy(source.size());
+        source.read_at(copy.data(), copy.size(), 0);
+        return whole_object(held(std::in_place_index<1>, std::move(copy)));
     }
-    auto buffer = std::make_shared<std::vector<std::byte>>(source.size());
-    source.read_at(buffer->data(), buffer->size(), 0);
-    return {std::span<const std::byte>(buffer->data(), buffer->size()), buffer};
-}
+
+    std::span<const std::byte> bytes() const noexcept {
+        if (const auto* mapped = std::get_if<0>(&held_)) return mapped->bytes();
+        return std::get<1>(held_);
+    }
+    bool mapped() const noexcept { return held_.index() == 0; }
+
+private:
+    using held = std::variant<file_mapping, std::vector<std::byte>>;
+    explicit whole_object(held h) : held_(std::move(h)) {}
+    held held_;
+};
 
 }  // namespace feedline
