@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -149,7 +150,7 @@ struct sampler_dataset {
 };
 
 // One dataset's sample stream: epoch layouts built on demand, samples permuted within each epoch.
-// Keeps a reference to the dataset: it must outlive the stream. Not thread-safe, except plan() and
+// May keep a reference to the dataset (past 64 documents): it must outlive the stream. Not thread-safe, except plan() and
 // plan_run() under planning_lock(), samples_in_epoch, samples_of_epoch and plan_one_document (the
 // last two without the lock, for one-document streams): those may run on several threads at once (a
 // blend's workers plan their steps' samples outside the shared planner's lock: sampler::plan_drawn).
@@ -180,11 +181,16 @@ public:
             samples_ = tokens_ > seq_len_ ? (tokens_ - 1) / seq_len_ : 0;  // as detail::gpt_windows::count
             epoch_key_.set(0, detail::permutation_key(seed_, 0, 0));
         } else {
-            many_ = std::make_unique<many_documents>(std::move(data.length));
+            // A few documents (a mixture's domain): every epoch's lengths from the layout before, so
+            // the stream keeps neither the dataset's length function nor a block for it (48 bytes a
+            // domain of a Megatron pair). Many: the function, since a copy of the lengths beside the
+            // old layout would add half a layout's bytes to the epoch's change.
+            if (documents_ > lengths_from_layout_max || mode() == sample_mode::packed)
+                many_ = std::make_unique<many_documents>(documents_ > lengths_from_layout_max ? std::move(data.length) : nullptr);
             // The shard blocks' starts go into the layout (shuffle_mode::shard_blocks), and each
             // epoch's from the one before: the stream keeps no copy (a mixture keeps a stream per
             // domain, and a vector apart cost a domain of a Megatron pair 24 bytes and an allocation).
-            select_epoch(0, data.block_starts);
+            select_epoch(0, data.block_starts, many_ && many_->lengths ? &many_->lengths : &data.length);
             tokens_ = layout_->tokens();
         }
         if (samples_ == 0)
@@ -367,8 +373,9 @@ private:
         std::uint64_t document_length(std::uint64_t i) const { return (*f)(i); }
     };
 
-    // Lengths select_epoch took from the epoch before (up to lengths_kept_max documents).
-    static constexpr std::uint64_t lengths_kept_max = 4;
+    // Up to this many documents, select_epoch takes an epoch's lengths from the layout before (on the
+    // stack: 512 bytes) and the stream keeps no length function.
+    static constexpr std::uint64_t lengths_from_layout_max = 64;
     struct kept_lengths {
         const std::uint64_t* lengths;
         std::uint64_t n;
@@ -384,37 +391,46 @@ private:
     bool one_document() const noexcept { return mode() == sample_mode::windows && documents_ == 1; }
     segment window_of_one_document(std::uint64_t s) const noexcept { return {0, s * seq_len_, seq_len_ + 1}; }
 
-    // `first_blocks`: the shard blocks' starts for the first layout (later ones take the layout's).
-    void select_epoch(std::uint64_t epoch, std::span<const std::uint64_t> first_blocks = {}) {
+    // `first_blocks`, `first_lengths`: the shard blocks' starts and the documents' lengths for the
+    // first layout (later ones take the layout's, and the lengths from it or from many_).
+    void select_epoch(std::uint64_t epoch, std::span<const std::uint64_t> first_blocks = {},
+                      const std::function<std::uint64_t(std::uint64_t)>* first_lengths = nullptr) {
         if (one_document()) {
             if (epoch != epoch_key_.epoch()) epoch_key_.set(epoch, detail::permutation_key(seed_, epoch, 0));
             return;
         }
         if (layout_ && epoch == epoch_key_.epoch()) return;
-        // A few documents (a mixture's domain of a few shards, laid out again every few windows): their
-        // lengths from the old epoch's layout, where the dataset's function went through its shard
-        // table, a cache miss a shard (perf, 10,000 domains of 3 shards: 25 ns a window).
-        std::array<std::uint64_t, lengths_kept_max> kept{};
-        bool keep = layout_ && documents_ <= lengths_kept_max;
-        for (std::uint64_t k = 0; keep && k < documents_; ++k) {
-            const std::uint64_t d = layout_->document_at(k);  // a permutation of [0, documents_): checked, not assumed
-            if (d < documents_)
-                kept[d] = layout_->length_at(k);
-            else
-                keep = false;
-        }
         std::vector<std::uint64_t> kept_blocks;
         if (layout_) {
             const auto b = layout_->block_starts();
             kept_blocks.assign(b.begin(), b.end());
         }
         const std::span<const std::uint64_t> blocks = layout_ ? std::span<const std::uint64_t>(kept_blocks) : first_blocks;
-        many_->rows.reset();
-        layout_.reset();  // free the old epoch before building the new one: peak stays one layout
         const auto order = static_cast<shuffle_mode>(shuffle_);
-        layout_.reset(
-            keep ? detail::epoch_layout::make(kept_lengths{kept.data(), documents_}, order, seed_, epoch, blocks)
-                 : detail::epoch_layout::make(length_source{&many_->lengths, documents_}, order, seed_, epoch, blocks));
+        std::unique_ptr<detail::epoch_layout> next;
+        if (!layout_) {
+            if (first_lengths == nullptr) throw std::logic_error("dataset_stream: no lengths for the first layout");
+            next = detail::epoch_layout::make(length_source{first_lengths, documents_}, order, seed_, epoch, blocks);
+        } else if (documents_ <= lengths_from_layout_max) {
+            // The lengths from the old epoch's layout, which stays until the new one is made (both
+            // small): a failure leaves the stream as it was. The dataset's function went through its
+            // shard table, a cache miss a shard (perf, 10,000 domains of 3 shards: 25 ns a window).
+            std::array<std::uint64_t, lengths_from_layout_max> kept;  // documents_ of them written below
+            std::fill_n(kept.begin(), documents_, 0);
+            for (std::uint64_t k = 0; k < documents_; ++k) {
+                const std::uint64_t d = layout_->document_at(k);  // a permutation of [0, documents_): checked, not assumed
+                if (d >= documents_) throw std::logic_error("dataset_stream: an epoch's order is not a permutation");
+                kept[d] = layout_->length_at(k);
+            }
+            next = detail::epoch_layout::make(kept_lengths{kept.data(), documents_}, order, seed_, epoch, blocks);
+        } else {
+            // Free the old epoch before building the new one: peak stays one layout.
+            many_->rows.reset();
+            layout_.reset();
+            next = detail::epoch_layout::make(length_source{&many_->lengths, documents_}, order, seed_, epoch, blocks);
+        }
+        if (many_) many_->rows.reset();
+        layout_.reset(std::move(next));
         if (mode() == sample_mode::windows) {
             // The same every epoch: set once (the constructor's layout), so samples_in_epoch reads it
             // without the lock. A dataset without one sample never gets past the constructor.
@@ -426,10 +442,10 @@ private:
         epoch_key_.set(epoch, detail::permutation_key(seed_, epoch, 0));
     }
 
-    // What only a stream that lays its epochs out needs (several documents, or packed rows): the
-    // documents' lengths and the epoch's rows (the shard blocks' first documents are in the layout).
-    // Behind one pointer, null for a one-document stream of windows: a mixture keeps a stream per
-    // domain (40 bytes, one of the allocator's 48-byte chunks).
+    // What only a stream of many documents or packed rows needs: the documents' lengths (past
+    // lengths_from_layout_max; empty below it) and the epoch's rows (the shard blocks' first documents
+    // are in the layout). Behind one pointer, null for windows over a few documents: a mixture keeps
+    // a stream per domain (40 bytes, one of the allocator's 48-byte chunks).
     struct many_documents {
         explicit many_documents(std::function<std::uint64_t(std::uint64_t)> l) : lengths(std::move(l)) {}
         std::function<std::uint64_t(std::uint64_t)> lengths;
