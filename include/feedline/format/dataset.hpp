@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <feedline/detail/descriptor_limit.hpp>
+#include <feedline/detail/one_in_place.hpp>
 #include <feedline/detail/paths.hpp>
 #include <feedline/detail/prefetch.hpp>
 #include <feedline/detail/published.hpp>
@@ -491,7 +492,7 @@ private:
     mutable std::atomic<bool> llmc_indexed_{false};
     std::uint32_t data_offset_ = 0;  // bytes before token 0 in every shard file (llm.c's header)
     std::uint64_t total_tokens_ = 0;
-    mutable std::vector<shard_info> shards_;
+    mutable detail::one_in_place<shard_info> shards_;  // a one-shard dataset's entry in place (a mixture's domain)
     // Megatron: the first global document of each shard, then the total (set at open; empty for one
     // shard). llm.c and raw:
     // where each document starts in the shards' concatenated stream (ensure_llmc_index). One vector

@@ -48,14 +48,15 @@ public:
     // is not a regular file: opened non-blocking, so a FIFO or device where data belongs is refused
     // at once instead of blocking the open forever (a directory is refused the same way).
     explicit file(std::string path, bool direct = false)
-            : path_(std::move(path)), state_(std::make_unique<shared_state>()), direct_(direct) {
+            : path_(std::move(path)), state_(std::make_unique<shared_state>()) {
+        state_->direct = direct;
         struct stat st {};
         const std::lock_guard lock(state_->mutex);
         const int fd = open_checked(st);
         size_ = static_cast<std::uint64_t>(st.st_size);
         device_ = st.st_dev;
         inode_ = st.st_ino;
-        modified_ = modified_ns(st);
+        state_->modified = modified_ns(st);
         listed(fd);
     }
 
@@ -65,18 +66,14 @@ public:
               path_(std::move(o.path_)),
               device_(o.device_),
               inode_(o.inode_),
-              modified_(o.modified_),
-              state_(std::move(o.state_)),
-              direct_(o.direct_) {}
+              state_(std::move(o.state_)) {}
     file& operator=(file&& o) noexcept {
         if (this != &o) {
             close();
             size_ = o.size_;
             path_ = std::move(o.path_);
-            direct_ = o.direct_;
             device_ = o.device_;
             inode_ = o.inode_;
-            modified_ = o.modified_;
             state_ = std::move(o.state_);
         }
         return *this;
@@ -126,7 +123,7 @@ public:
             const int fd = open_checked(st);
             // The inode alone does not tell: a file removed and another created may get its number
             // (ext4, XFS), so the modification time must match too.
-            const bool same = st.st_dev == device_ && st.st_ino == inode_ && modified_ns(st) == modified_;
+            const bool same = st.st_dev == device_ && st.st_ino == inode_ && modified_ns(st) == state_->modified;
             if (!same || static_cast<std::uint64_t>(st.st_size) < size_) {
                 ::close(fd);
                 throw io_error(path_, ESTALE,
@@ -171,7 +168,7 @@ public:
         const std::lock_guard lock(state_->mutex);
         return state_->fd >= 0;
     }
-    bool direct() const noexcept { return direct_; }
+    bool direct() const noexcept { return state_ && state_->direct; }
 
     // The one mapping of this file that every mmap reader shares, made on first use (with `pattern`'s
     // readahead hint). Shared because page-table entries belong to a mapping: per-reader mappings
@@ -207,12 +204,16 @@ private:
     }
 
     // The descriptor and what the pool knows of it, with the shared mapping (a separate lock: mapping
-    // takes a lease).
+    // takes a lease), and what the file was opened as (set by the constructor, then only read). 56
+    // bytes, and the file 72: a mixture keeps a file per domain, and the two were 64 and 88 (the
+    // allocator's 64- and 96-byte chunks; now 64 and 80).
     enum mapping_state : std::uint8_t { not_yet, made, refused };
     struct shared_state : detail::pooled_descriptor {
-        detail::spin_lock mapping_mutex;                // held while the mapping is made (one mmap)
-        std::atomic<mapping_state> mapped{not_yet};     // read without the lock
-        file_mapping mapping;                           // made: the file's; refused: empty
+        detail::spin_lock mapping_mutex;             // held while the mapping is made (one mmap)
+        std::atomic<mapping_state> mapped{not_yet};  // read without the lock
+        bool direct = false;                         // opened (and opened again) with O_DIRECT
+        std::uint64_t modified = 0;                  // st_mtim when opened (modified_ns): 8 bytes, not a timespec's 16
+        file_mapping mapping;                        // made: the file's; refused: empty
     };
 
     // Records `fd` as state_'s open descriptor (state_->mutex held) and lists it with the pool; closes
@@ -228,16 +229,17 @@ private:
         }
     }
 
-    // Opens path_ (O_DIRECT if direct_) and stats it, refusing what is not a regular file. On EMFILE,
+    // Opens path_ (O_DIRECT if direct) and stats it, refusing what is not a regular file. On EMFILE,
     // asks the pool to close idle descriptors and tries once more.
     int open_checked(struct stat& st) const {
-        const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (direct_ ? O_DIRECT : 0);
+        const bool direct = state_->direct;
+        const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (direct ? O_DIRECT : 0);
         int fd = ::open(path_.c_str(), flags);
         if (fd < 0 && errno == EMFILE && detail::descriptor_pool::instance().make_room(state_.get()) > 0) fd = ::open(path_.c_str(), flags);
         if (fd < 0) {
             const int err = errno;
             throw io_error(path_, err,
-                           std::string(direct_ ? "cannot open with O_DIRECT" : "cannot open") +
+                           std::string(direct ? "cannot open with O_DIRECT" : "cannot open") +
                                (err == EMFILE ? " (every descriptor this process may open is in use: raise ulimit -n)" : ""));
         }
         if (::fstat(fd, &st) != 0) {
@@ -273,10 +275,10 @@ private:
     std::string path_;
     dev_t device_ = 0;
     ino_t inode_ = 0;
-    std::uint64_t modified_ = 0;           // st_mtim when opened (modified_ns): 8 bytes, not a timespec's 16
     std::unique_ptr<shared_state> state_;  // null: default-constructed or moved from
-    bool direct_ = false;                  // last: a mixture keeps a file per domain, and padding is bytes
+    static_assert(sizeof(void*) != 8 || sizeof(shared_state) == 56, "a mixture keeps a file per domain (bench_mixture)");
 };
+static_assert(sizeof(void*) != 8 || sizeof(file) == 72, "a mixture keeps a file per domain (bench_mixture)");
 
 namespace detail {
 
