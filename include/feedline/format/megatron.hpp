@@ -86,6 +86,7 @@ public:
     // Number of entries in the document index, including its leading 0 (as Megatron stores it).
     std::uint64_t document_index_size() const noexcept { return documents_; }
     bool has_modes() const noexcept { return has_modes_; }
+    std::span<const std::byte> bytes() const noexcept { return bytes_; }
 
     // Sequence i's entries, for i < sequence_count() (unchecked). Throw format_error only when the mapped
     // file shrank under the view.
@@ -273,6 +274,9 @@ public:
     // to about two seconds, never paired across), and the index must cover the .bin exactly (a .bin
     // longer than its index says was not written with it).
     explicit megatron_shard(const std::string& prefix) : megatron_shard(open_pair(prefix)) {}
+    megatron_shard(const megatron_shard&) = delete;
+    megatron_shard& operator=(const megatron_shard&) = delete;
+    ~megatron_shard() { whole_object::free_taken(index_.bytes(), idx_mapped_); }
 
     // The prefix it was opened by (its .bin's name, less the suffix: a mixture holds a pair per domain,
     // and kept paths were a fifth of a domain's bytes).
@@ -286,13 +290,16 @@ private:
 
     // The .idx is loaded (a local one mapped) and its source closed with `pair`: a shard holds one
     // descriptor, its .bin's.
-    explicit megatron_shard(source_pair pair)
-            : bin_(std::move(pair.second)), idx_(whole_object::load(*pair.first)), index_(idx_.bytes(), *bin_, bin_->size()) {
+    explicit megatron_shard(source_pair pair) : megatron_shard(std::move(pair.second), whole_object::load(*pair.first)) {}
+    // `idx` holds the bytes until the pair is checked; then the index view's span is what holds them.
+    megatron_shard(std::unique_ptr<byte_source> bin, whole_object idx)
+            : bin_(std::move(bin)), index_(idx.bytes(), *bin_, bin_->size()), idx_mapped_(idx.mapped()) {
         if (index_.data_end() != bin_->size())
             throw format_error(bin_->name(), index_.data_end(),
                                "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + index_.path() + ") ends at byte " +
                                    std::to_string(index_.data_end()) +
                                    ": the two were not written together (a re-pack replaced one of them?)");
+        idx.take();
     }
 
     // Is the local file now at `path` the one `s` has open? (Other sources: nothing to check.)
@@ -323,9 +330,12 @@ private:
     }
 
     std::unique_ptr<byte_source> bin_;
-    whole_object idx_;  // held here (a mixture keeps a pair per domain)
+    // Over the .idx's bytes, which it holds (whole_object::take: their span kept once, 80 bytes a pair,
+    // one of the allocator's 96-byte chunks; a mixture keeps a pair per domain).
     megatron_index_view index_;
+    bool idx_mapped_;  // the bytes are a mapping (else a copy from new[])
 };
+static_assert(sizeof(void*) != 8 || sizeof(megatron_shard) == 80, "a mixture keeps a pair per domain (bench_mixture)");
 
 // Writes a Megatron dataset exactly as Megatron-LM's IndexedDatasetBuilder does: one sequence per
 // document, document index with its leading 0. Files appear under their final names only after

@@ -109,6 +109,20 @@ public:
         ::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_WILLNEED);
     }
 
+    // Hands the mapping over, with its place in the mapping budget: this is left empty, and the caller
+    // unmaps the bytes with unmap_taken (a holder that keeps their span anyway holds them once).
+    std::span<const std::byte> take() noexcept {
+        const std::span<const std::byte> taken{data_, size_};
+        data_ = nullptr;
+        size_ = 0;
+        return taken;
+    }
+    static void unmap_taken(std::span<const std::byte> taken) noexcept {
+        if (taken.data() == nullptr) return;
+        ::munmap(const_cast<std::byte*>(taken.data()), taken.size());
+        detail::mapping_budget::instance().give_back();
+    }
+
     // The pattern of the last advise() (readers with another pattern advise again).
     access_pattern advised() const noexcept { return advised_.load(std::memory_order_relaxed); }
 
