@@ -23,7 +23,7 @@ public:
     ~one_in_place() {
         T* first = data();
         for (std::uint32_t i = size_; i > 0; --i) first[i - 1].~T();
-        if (many_ != nullptr) ::operator delete(many_, std::align_val_t{alignof(T)});
+        if (spread()) ::operator delete(many_, std::align_val_t{alignof(T)});
     }
 
     // Room for `n` entries, before the first push_back: one stays in place, more take a block.
@@ -43,8 +43,8 @@ public:
 
     std::size_t size() const noexcept { return size_; }
     bool empty() const noexcept { return size_ == 0; }
-    T* data() noexcept { return many_ != nullptr ? many_ : &one_; }
-    const T* data() const noexcept { return many_ != nullptr ? many_ : &one_; }
+    T* data() noexcept { return spread() ? many_ : &one_; }
+    const T* data() const noexcept { return spread() ? many_ : &one_; }
     T& operator[](std::size_t i) noexcept { return data()[i]; }
     const T& operator[](std::size_t i) const noexcept { return data()[i]; }
     T& at(std::size_t i) {
@@ -58,10 +58,11 @@ public:
     const T* end() const noexcept { return data() + size_; }
 
 private:
+    bool spread() const noexcept { return capacity_ > 1; }
     union {
-        T one_;  // the entry when there is room for one (alive while size_ == 1 and many_ is null)
+        T one_;    // room for one (alive while size_ == 1)
+        T* many_;  // spread(): a block of room for capacity_
     };
-    T* many_ = nullptr;  // room for capacity_ entries, when more than one
     std::uint32_t size_ = 0, capacity_ = 0;
 };
 

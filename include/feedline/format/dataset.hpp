@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <feedline/detail/descriptor_limit.hpp>
+#include <feedline/detail/fixed_array.hpp>
 #include <feedline/detail/one_in_place.hpp>
 #include <feedline/detail/paths.hpp>
 #include <feedline/detail/prefetch.hpp>
@@ -232,9 +233,11 @@ public:
         all_local_ = std::all_of(shards_.begin(), shards_.end(), [](const shard_info& s) { return s.bin->local_file() != nullptr; });
         // A pair alone needs no table: its documents are its shard's (a mixture's domain, 32 bytes on the heap).
         if (format_ == dataset_format::megatron && shards_.size() > 1) {
-            document_starts_.reserve(shards_.size() + 1);
-            document_starts_.push_back(0);
-            for (auto& s : shards_) document_starts_.push_back(document_starts_.back() + s.documents);
+            std::vector<std::uint64_t> starts;
+            starts.reserve(shards_.size() + 1);
+            starts.push_back(0);
+            for (auto& s : shards_) starts.push_back(starts.back() + s.documents);
+            document_starts_ = starts;
         }
     }
 
@@ -293,7 +296,7 @@ public:
     }
     // Bytes held by llm.c's document index (0 for Megatron, whose .idx is mapped, or before it is built).
     std::uint64_t index_bytes() const noexcept {
-        return llmc_indexed_.load(std::memory_order_acquire) ? document_starts_.capacity() * sizeof(std::uint64_t) : 0;
+        return llmc_indexed_.load(std::memory_order_acquire) ? document_starts_.size() * sizeof(std::uint64_t) : 0;
     }
 
     // Tokens in document `d` (the sampler's view of a dataset). Megatron: its length entry alone.
@@ -476,7 +479,7 @@ private:
             }
         }
         starts.shrink_to_fit();  // growth by doubling would leave up to half again unused
-        document_starts_ = std::move(starts);
+        document_starts_ = starts;  // exactly its size
         for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].documents = counts[s];
         llmc_indexed_.store(true, std::memory_order_release);
     }
@@ -495,9 +498,9 @@ private:
     mutable detail::one_in_place<shard_info> shards_;  // a one-shard dataset's entry in place (a mixture's domain)
     // Megatron: the first global document of each shard, then the total (set at open; empty for one
     // shard). llm.c and raw:
-    // where each document starts in the shards' concatenated stream (ensure_llmc_index). One vector
-    // for either: a mixture holds a dataset per domain.
-    mutable std::vector<std::uint64_t> document_starts_;
+    // where each document starts in the shards' concatenated stream (ensure_llmc_index). One array
+    // for either, of exactly its entries (no vector's capacity): a mixture holds a dataset per domain.
+    mutable detail::fixed_array<std::uint64_t> document_starts_;
 };
 
 }  // namespace feedline
