@@ -105,11 +105,13 @@ std::string write_mixture(int n, domain_kind kind) {
         std::string data = name;
         if (kind == domain_kind::megatron_pair) {
             megatron_writer w(path, token_dtype::uint16);
-            for (std::uint32_t d = 0; d < 9; ++d) w.add_document(std::vector<std::uint32_t>(200 + 50 * d, static_cast<std::uint32_t>(k + d)));
+            for (std::uint32_t d = 0; d < 9; ++d)
+                w.add_document(std::vector<std::uint32_t>(200 + 50 * d, static_cast<std::uint32_t>(k + d)));
             w.finish();
         } else {
             llmc_writer w(path, token_dtype::uint16, /*delimiter=*/65535);
-            for (std::uint32_t d = 0; d < 9; ++d) w.add_document(std::vector<std::uint16_t>(200 + 50 * d, static_cast<std::uint16_t>(k + d + 1)));
+            for (std::uint32_t d = 0; d < 9; ++d)
+                w.add_document(std::vector<std::uint16_t>(200 + 50 * d, static_cast<std::uint16_t>(k + d + 1)));
             const auto shards = w.finish();
             REQUIRE(shards.size() == 1);
             data = std::filesystem::path(shards[0]).filename().string();

@@ -514,7 +514,7 @@ TEST_CASE("Faults.Resources.ShardsPastTheSoftDescriptorLimitOpenAndPastTheHardOn
     ft::scratch_dir dir;
     const int shards = 300;
     for (int k = 0; k < shards; ++k) {
-        megatron_writer w(dir / ("s" + std::to_string(1000 + k)), token_dtype::uint16);
+        megatron_writer w(dir / ft::numbered("s", 1000 + k), token_dtype::uint16);
         w.add_document(std::vector<std::uint32_t>(20, static_cast<std::uint32_t>(k + 1)));
         w.finish();
     }

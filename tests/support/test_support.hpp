@@ -89,6 +89,13 @@ inline std::string read_text(const std::string& path) {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// "f" and 12: "f12". Appended in place: GCC 12 reports `"f" + std::to_string(i)` as overlapping copies
+// (-Wrestrict, a false positive of its inlined std::string concatenation).
+inline std::string numbered(std::string prefix, std::uint64_t i) {
+    prefix += std::to_string(i);
+    return prefix;
+}
+
 // Bytes where byte i of file k is a hash of (k, i): any misplaced copy shows up as a mismatch.
 inline std::vector<std::byte> patterned_bytes(std::uint64_t n, std::uint64_t seed) {
     std::vector<std::byte> v(n);

@@ -200,9 +200,9 @@ TEST_CASE("Storage.Mmap.ManyFilesInRandomOrderEachReadFromItsOwnMapping") {
     std::vector<file> files;
     for (std::size_t i = 0; i < 40; ++i) {
         contents.push_back(ft::patterned_bytes(1000 + 37 * i, i + 1));
-        ft::write_bytes(dir / ("f" + std::to_string(i)), contents.back().data(), contents.back().size());
+        ft::write_bytes(dir / ft::numbered("f", i), contents.back().data(), contents.back().size());
     }
-    for (std::size_t i = 0; i < 40; ++i) files.emplace_back(dir / ("f" + std::to_string(i)));
+    for (std::size_t i = 0; i < 40; ++i) files.emplace_back(dir / ft::numbered("f", i));
     mmap_reader reader;
     std::mt19937_64 rng(5);
     for (int round = 0; round < 400; ++round) {

@@ -423,7 +423,8 @@ public:
 private:
     // Megatron document d's shard and its sequence there. Throws std::out_of_range for a bad index.
     std::pair<std::uint32_t, std::uint64_t> megatron_sequence(std::uint64_t d) const {
-        if (d >= megatron_documents()) throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(megatron_documents()));
+        if (d >= megatron_documents())
+            throw std::out_of_range("document " + std::to_string(d) + " of " + std::to_string(megatron_documents()));
         if (shards_.size() == 1) return {0, d};
         const auto it = std::upper_bound(document_starts_.begin(), document_starts_.end(), d);
         const auto shard = static_cast<std::uint32_t>(it - document_starts_.begin() - 1);

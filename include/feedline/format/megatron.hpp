@@ -296,8 +296,8 @@ private:
             : bin_(std::move(bin)), index_(idx.bytes(), *bin_, bin_->size()), idx_mapped_(idx.mapped()) {
         if (index_.data_end() != bin_->size())
             throw format_error(bin_->name(), index_.data_end(),
-                               "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + index_.path() + ") ends at byte " +
-                                   std::to_string(index_.data_end()) +
+                               "the .bin holds " + std::to_string(bin_->size()) + " bytes but its index (" + index_.path() +
+                                   ") ends at byte " + std::to_string(index_.data_end()) +
                                    ": the two were not written together (a re-pack replaced one of them?)");
         idx.take();
     }

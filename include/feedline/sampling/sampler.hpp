@@ -340,9 +340,9 @@ public:
     // Whether it lays its epochs out (several documents, or packed rows): one-document windows do not.
     bool lays_out_epochs() const noexcept { return !one_document(); }
     // Asks for the epoch layout's lines (its tables right after it, all of them up to about eight
-    // documents: a mixture's domains of a few shards or a Megatron pair), a few runs before plan_drawn plans this stream: its address is read
-    // without the lock, never what is there (another thread may be replacing it). After prefetch(), in
-    // time for the stream's line to have come.
+    // documents: a mixture's domains of a few shards or a Megatron pair), a few runs before plan_drawn
+    // plans this stream: its address is read without the lock, never what is there (another thread may
+    // be replacing it). After prefetch(), in time for the stream's line to have come.
     void prefetch_layout() const noexcept {
         if (const detail::epoch_layout* l = layout_.get_unlocked()) prefetch_lines(l, detail::epoch_layout::prefetched_bytes);
     }
