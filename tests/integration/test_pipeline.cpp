@@ -430,6 +430,14 @@ TEST_CASE("Pipeline.Placement.TheTrainerStopsSpinningOnlyWhenWorkersTakeEveryCpu
     CHECK(detail::trainer_spins_while_waiting(static_cast<int>(large) - 1, large - 1));  // a small host keeps spinning
     CHECK(detail::trainer_spins_while_waiting(2, 2));
     CHECK(detail::trainer_spins_while_waiting(0, 64));  // affinity unreadable: nothing known against spinning
+    // And it polls for its batch past the short spin only while the workers leave it a CPU.
+    const auto poll = defaults::trainer_poll_with_a_spare_cpu;
+    CHECK(poll > std::chrono::microseconds(0));
+    CHECK(detail::trainer_poll_while_waiting(2, 1) == poll);
+    CHECK(detail::trainer_poll_while_waiting(16, 15) == poll);
+    CHECK(detail::trainer_poll_while_waiting(2, 2) == std::chrono::microseconds(0));
+    CHECK(detail::trainer_poll_while_waiting(16, 20) == std::chrono::microseconds(0));
+    CHECK(detail::trainer_poll_while_waiting(0, 1) == std::chrono::microseconds(0));  // CPUs unknown: no poll
 
     // A real pipeline with a worker on every CPU of its affinity (confined to `large` CPUs where the
     // machine has more): next() sleeps at once, and workers_reason says one fewer worker is usually
@@ -468,10 +476,13 @@ TEST_CASE("Pipeline.Placement.TheTrainerStopsSpinningOnlyWhenWorkersTakeEveryCpu
     const run crowded = take(n);
     const bool sleeps = crowded.placement.find("next() sleeps at once while it waits") != std::string::npos;
     CHECK(sleeps == (n >= large));
+    CHECK(crowded.placement.find("next() polls up to") == std::string::npos);  // no CPU left to poll on
     CHECK((crowded.reason.find("as many workers as CPUs (" + std::to_string(n) + ")") != std::string::npos) == (n >= large));
     if (n < 2) return;
     const run spare = take(n - 1);
     CHECK(spare.placement.find("sleeps at once") == std::string::npos);
+    CHECK(spare.placement.find("next() polls up to " + std::to_string(defaults::trainer_poll_with_a_spare_cpu.count()) + " us") !=
+          std::string::npos);
     CHECK(spare.reason.find("as many workers as CPUs") == std::string::npos);
     CHECK(spare.inputs == crowded.inputs);
 }

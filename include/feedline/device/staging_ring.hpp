@@ -192,7 +192,7 @@ public:
         auto t0 = std::chrono::steady_clock::now();
         auto published = [&](std::uint64_t q) { return slots_[q % n_].stamp.load(std::memory_order_acquire) == 2 * q + 1; };
         auto ready = [&] { return stopped() || published(seq); };
-        if (!(consumer_spins() ? ready_.spin(ready) : ready())) {
+        if (!(consumer_spins() ? ready_.spin(ready) || poll_for(ready) : ready())) {
             consumer_sleeps_.fetch_add(1, std::memory_order_relaxed);
             const std::size_t burst = coalesce_.count() > 0 && outstanding() == 0 ? depth() / 2 : 1;
             if (burst > 1) {
@@ -233,6 +233,20 @@ public:
     // (docs/benchmarks.md). Set on the consumer's thread.
     void set_consumer_spins(bool on) noexcept { consumer_spins_.store(on, std::memory_order_relaxed); }
     bool consumer_spins() const noexcept { return consumer_spins_.load(std::memory_order_relaxed); }
+    // How long a spinning consumer goes on polling for its batch, past the short spin, before it
+    // sleeps (0, the default: not at all). For a consumer with a CPU of its own: the producer that
+    // publishes the batch then finds nobody to wake, where the futex wake-up of a sleeping consumer
+    // cost a worker about a tenth of its time on a 2-vCPU VM (a VM exit each; docs/benchmarks.md).
+    // The pipeline sets it only while its workers leave the trainer a CPU. At most 10 ms (the wait check
+    // runs only once it sleeps). Set on the consumer's thread.
+    void set_consumer_poll(std::chrono::microseconds t) noexcept {
+        consumer_poll_us_.store(
+            std::clamp<std::chrono::microseconds>(t, std::chrono::microseconds(0), std::chrono::milliseconds(10)).count(),
+            std::memory_order_relaxed);
+    }
+    std::chrono::microseconds consumer_poll() const noexcept {
+        return std::chrono::microseconds(consumer_poll_us_.load(std::memory_order_relaxed));
+    }
 
     // While the consumer sleeps in next(), `check` runs every `every`; when it returns true, next()
     // throws wait_interrupted and takes nothing. For a consumer thread that must notice other events
@@ -346,6 +360,20 @@ private:
     }
 
     bool stopped() const noexcept { return closed_.load(std::memory_order_acquire); }
+    // set_consumer_poll's phase: ready() polled, the clock read every 64 polls, until the time passes.
+    template <class Ready>
+    bool poll_for(Ready&& ready) const {
+        const std::chrono::microseconds poll = consumer_poll();
+        if (poll.count() == 0) return false;
+        const auto until = std::chrono::steady_clock::now() + poll;
+        for (;;) {
+            for (int i = 0; i < 64; ++i) {
+                if (ready()) return true;
+                detail::cpu_relax();
+            }
+            if (std::chrono::steady_clock::now() >= until) return ready();
+        }
+    }
     // Below full depth, seq may start only once all but depth - 1 of the batches before it were
     // released. At full depth the slot stamps alone decide (a consumer may release out of order).
     bool within_depth(std::uint64_t seq) const noexcept {
@@ -379,6 +407,7 @@ private:
     std::chrono::microseconds coalesce_;
     std::function<bool()> wait_check_;        // consumer only
     std::atomic<bool> consumer_spins_{true};  // set by the consumer, read by stats() too
+    std::atomic<std::int64_t> consumer_poll_us_{0};  // set_consumer_poll's; atomic like consumer_spins_, for any reader
     std::chrono::milliseconds wait_check_every_{100};
     std::atomic<std::uint64_t> wake_at_{UINT64_MAX};  // the batch a sleeping consumer waits for (written by it only)
     std::atomic<bool> closed_{false}, failing_{false}, failed_{false};

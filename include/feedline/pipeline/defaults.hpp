@@ -88,6 +88,11 @@ struct defaults {
     // gained nothing (0.86-0.94 against 0.82-1.06), so small machines keep spinning. 4 lies between the
     // two sizes measured (docs/benchmarks.md).
     static constexpr unsigned min_cpus_for_sleeping_trainer = 4;
+    // While the workers leave the trainer a CPU, its next() polls this long for the batch before it
+    // sleeps: a batch published meanwhile wakes nobody. On the 2-vCPU VM each futex wake-up of a
+    // sleeping trainer cost one worker about a tenth of its time (perf); a batch of 32 x 1024 tokens
+    // takes a worker about 25 us there. A slower pipeline costs the spare CPU this much a batch.
+    static constexpr std::chrono::microseconds trainer_poll_with_a_spare_cpu{100};
 
     // --- Keeping workers off a busy trainer's CPU (exec/trainer_cpu.hpp) ---
     // The trainer counts as busy when its time outside next() is at least this share of its time

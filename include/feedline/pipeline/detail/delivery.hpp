@@ -33,6 +33,12 @@ inline bool trainer_spins_while_waiting(int cpus, unsigned producers) noexcept {
     return cpus <= 0 || static_cast<unsigned>(cpus) > producers || static_cast<unsigned>(cpus) < defaults::min_cpus_for_sleeping_trainer;
 }
 
+// How long that trainer polls for its batch before it sleeps (staging_ring::set_consumer_poll): while
+// the producers leave it a CPU of its own, defaults::trainer_poll_with_a_spare_cpu; else 0.
+inline std::chrono::microseconds trainer_poll_while_waiting(int cpus, unsigned producers) noexcept {
+    return cpus > 0 && static_cast<unsigned>(cpus) > producers ? defaults::trainer_poll_with_a_spare_cpu : std::chrono::microseconds(0);
+}
+
 class delivery {
 public:
     bool started() const noexcept { return ring_ != nullptr; }
@@ -69,6 +75,7 @@ public:
         slot_states_.assign(m.slots, sampler_step_delta{});
         ring_->set_depth(m.depth);
         ring_->set_consumer_spins(trainer_spins_while_waiting(placement_.cpus(), producers));
+        ring_->set_consumer_poll(trainer_poll_while_waiting(placement_.cpus(), producers));
         if (wait_check_) ring_->set_wait_check(wait_check_, wait_check_every_);
         tuner_ = autotuner({.tune_workers = tune_workers,
                             .tune_depth = c.prefetch == 0 && m.depth < m.slots,
@@ -117,7 +124,10 @@ public:
         if (!tuner_.enabled() || delivered_ % autotuner::every != 0) return workers;
         const auto k = tuner_.after_batch(delivered_, ring_->stats(), {.workers = workers, .depth = ring_->depth()}, workers);
         if (k.depth != ring_->depth()) ring_->set_depth(k.depth);
-        if (k.workers != workers) ring_->set_consumer_spins(trainer_spins_while_waiting(placement_.cpus(), k.workers));
+        if (k.workers != workers) {
+            ring_->set_consumer_spins(trainer_spins_while_waiting(placement_.cpus(), k.workers));
+            ring_->set_consumer_poll(trainer_poll_while_waiting(placement_.cpus(), k.workers));
+        }
         return k.workers;
     }
 
@@ -146,6 +156,9 @@ public:
         s.worker_placement = started() ? placement_.describe() : "";
         if (started() && !ring_->consumer_spins())
             s.worker_placement += "; next() sleeps at once while it waits (no CPU to spare for spinning)";
+        else if (started() && ring_->consumer_poll().count() > 0)
+            s.worker_placement += "; next() polls up to " + std::to_string(ring_->consumer_poll().count()) +
+                                  " us for its batch before it sleeps (a CPU to spare)";
         s.trainer_cpu = placement_.trainer();
     }
 
