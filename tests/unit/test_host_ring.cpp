@@ -408,51 +408,58 @@ TEST_CASE("HostRing.Coalesce.AConsumerThatDoesNotSpinSleepsAtOnceAndEveryWayOutS
 
 TEST_CASE("HostRing.Coalesce.AConsumerThatPollsTakesBatchesPublishedMeanwhileWithoutSleeping") {
     // set_consumer_poll (the pipeline's choice while its workers leave the trainer a CPU): next() polls
-    // that long past the short spin, so a batch published within it wakes nobody. The producer here
-    // publishes each of 40 batches about 300 us after the consumer starts waiting for it, past the
-    // short spin and well within a 10 ms poll. Without the poll each wait would end in a sleep.
-    host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::milliseconds(1)});
-    ring.set_consumer_poll(std::chrono::milliseconds(10));
-    CHECK(ring.consumer_poll() == std::chrono::milliseconds(10));
-    constexpr int batches = 40;
-    std::atomic<int> waiting{-1}, taken{0};
-    std::vector<std::uint64_t> got;
-    std::thread consumer([&] {
-        for (int i = 0; i < batches; ++i) {
-            waiting = i;
-            auto h = ring.next();
-            if (!h || !holds(h->host(), 16, h->sequence())) return;
-            got.push_back(h->sequence());
-            h.reset();
-            ++taken;
+    // that long past the short spin, so a batch published within it wakes nobody.
+    SUBCASE("batches published within the poll: no sleeps") {
+        // Each of 40 batches is published about 300 us after the consumer starts waiting for it, past
+        // the short spin and well within a 10 ms poll. Without the poll each wait ends in a sleep (39
+        // of the 40 on an idle machine).
+        host_ring ring({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::milliseconds(1)});
+        ring.set_consumer_poll(std::chrono::milliseconds(10));
+        CHECK(ring.consumer_poll() == std::chrono::milliseconds(10));
+        constexpr int batches = 40;
+        std::atomic<int> waiting{-1}, taken{0};
+        std::vector<std::uint64_t> got;
+        std::thread consumer([&] {
+            for (int i = 0; i < batches; ++i) {
+                waiting = i;
+                auto h = ring.next();
+                if (!h || !holds(h->host(), 16, h->sequence())) return;
+                got.push_back(h->sequence());
+                h.reset();
+                ++taken;
+            }
+        });
+        for (int s = 0; s < batches; ++s) {
+            while (waiting.load() < s) std::this_thread::yield();
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+            while (std::chrono::steady_clock::now() < until) detail::cpu_relax();
+            fill(ring.acquire(static_cast<std::uint64_t>(s)), 16, static_cast<std::uint64_t>(s));
+            ring.publish(static_cast<std::uint64_t>(s), 16);
+            REQUIRE(until_taken(ring, taken, s + 1));
         }
-    });
-    for (int s = 0; s < batches; ++s) {
-        while (waiting.load() < s) std::this_thread::yield();
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
-        while (std::chrono::steady_clock::now() < until) detail::cpu_relax();
-        fill(ring.acquire(static_cast<std::uint64_t>(s)), 16, static_cast<std::uint64_t>(s));
-        ring.publish(static_cast<std::uint64_t>(s), 16);
-        REQUIRE(until_taken(ring, taken, s + 1));
+        consumer.join();
+        REQUIRE(got.size() == batches);
+        for (int s = 0; s < batches; ++s) CHECK(got[static_cast<std::size_t>(s)] == static_cast<std::uint64_t>(s));
+        // A poll that did nothing would leave (nearly) all 40 waits asleep; a few may still sleep on a
+        // loaded machine (the producer descheduled for the whole 10 ms).
+        CHECK(ring.stats().consumer_sleeps < batches / 2);
     }
-    consumer.join();
-    REQUIRE(got.size() == batches);
-    for (int s = 0; s < batches; ++s) CHECK(got[static_cast<std::size_t>(s)] == static_cast<std::uint64_t>(s));
-    // A poll that did nothing would leave all 40 waits asleep; a few may still sleep on a loaded machine
-    // (the producer descheduled for the whole 10 ms).
-    CHECK(ring.stats().consumer_sleeps < batches / 2);
-
-    SUBCASE("past the poll it still sleeps, and the publish wakes it") {
-        host_ring late({.slots = 4, .slot_bytes = 16, .coalesce_wakeups = std::chrono::milliseconds(1)});
+    SUBCASE("past the poll it sleeps, and the publish wakes it") {
+        // No coalescing and no time limit: once asleep, only the publish of its batch (or close)
+        // ends the wait. Bounded: a consumer not woken within 10 s is freed by close(), and fails.
+        host_ring late({.slots = 4, .slot_bytes = 16});
         late.set_consumer_poll(std::chrono::microseconds(200));
+        std::atomic<int> taken{0};
         std::atomic<bool> ok{false};
         std::thread c([&] {
             auto h = late.next();
             ok = h && h->sequence() == 0 && holds(h->host(), 16, 0);
+            ++taken;
         });
         until_consumer_sleeps(late, 1);
         fill(late.acquire(0), 16, 0);
         late.publish(0, 16);
+        CHECK(until_taken(late, taken, 1));
         c.join();
         CHECK(ok.load());
         CHECK(late.stats().consumer_sleeps == 1);

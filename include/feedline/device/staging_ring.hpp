@@ -178,8 +178,9 @@ public:
     // optional once the ring is closed and that batch was never published; rethrows a producer's
     // failure (with its type). One consumer thread.
     //
-    // Waiting spins, then sleeps (or sleeps at once: set_consumer_spins). A sleeping consumer is woken only by the publish of the batch it
-    // sleeps for. With coalesced wake-ups on and no batch held, it sleeps until the batch half the
+    // Waiting spins, then polls (set_consumer_poll: for a consumer with a CPU of its own), then sleeps
+    // (or sleeps at once: set_consumer_spins). A sleeping consumer is woken only by the publish of the
+    // batch it sleeps for. With coalesced wake-ups on and no batch held, it sleeps until the batch half the
     // depth ahead is published instead (or the ring closes, or coalesce_wakeups passes), then takes
     // its own: producers that run ahead wake it once per burst, not once per batch. A futex wake-up
     // costs the producer a system call and a context switch on some core; with batches tens of
