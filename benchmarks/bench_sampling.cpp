@@ -6,9 +6,11 @@
 // arrays a Megatron-style GPT dataset builds (document order, sample -> (document, offset) index,
 // shuffled sample order), built for the same 10^11 tokens (about 0.8 GiB).
 // Peak RSS per phase from VmHWM, reset between phases through /proc/self/clear_refs.
-// Then planning as a worker does it (256 x 128 windows in step order) with 6, 10^5 and 10^7 documents.
+// Then planning as a worker does it (256 x 128 windows in step order) with 6, 10^5 and 10^7 documents,
+// and the shuffle alone (feistel_permutation::map over short and long runs, map_each over a mixture's
+// step of 32 domains).
 // Last line: one JSON object with open_seconds, open_peak_rss_mib, lookup_ns, speedup_vs_index_array,
-// plan_ns_per_window_*.
+// plan_ns_per_window_*, map_ns_run*, map_each_ns_32.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -100,6 +102,54 @@ double plan_ns_per_window(std::uint64_t docs, std::uint64_t tokens) {
     return sink == 0 ? -1 : ns;
 }
 
+// The shuffle alone: ns per value of feistel_permutation::map over runs of `run` consecutive indices
+// (a stream's samples in one step: 16 of each dataset in a 2-dataset blend of 32, 256 in one of
+// 256 x 128), medians of 7 timings; on n just under 4^10 (its network holds ~n values: most walk
+// once) and just over (~4n: they walk four times on average, and the slowest of a run a dozen).
+double map_ns_per_value(std::uint64_t n, std::size_t run) {
+    const feistel_permutation p(n, detail::permutation_key(1, 0, n));
+    std::vector<std::uint64_t> out(run);
+    std::vector<std::uint32_t> pending;
+    std::vector<double> ns;
+    std::uint64_t sink = 0;
+    const std::uint64_t runs = 2'000'000 / run;
+    for (int t = 0; t < 7; ++t) {
+        const auto t0 = clock_type::now();
+        for (std::uint64_t i = 0; i < runs; ++i) {
+            p.map(i * run % (n - run), run, out.data(), pending);
+            sink += out[i % run];
+        }
+        ns.push_back(seconds_since(t0) * 1e9 / double(runs * run));
+    }
+    std::sort(ns.begin(), ns.end());
+    return sink == 0 ? -1 : ns[ns.size() / 2];
+}
+
+// The same for a mixture's step: `count` values, each of its own permutation (a domain each, sizes
+// 1,000-100,000 at random, so both kinds of network), through map_each.
+double map_each_ns_per_value(std::size_t count) {
+    std::mt19937_64 rng(3);
+    std::vector<feistel_permutation> perms;
+    for (std::size_t i = 0; i < count; ++i) perms.emplace_back(1000 + rng() % 99'000, rng());
+    std::vector<std::uint32_t> which(count), pending;
+    for (std::size_t i = 0; i < count; ++i) which[i] = static_cast<std::uint32_t>(i);
+    std::vector<std::uint64_t> in(count), out(count);
+    std::vector<double> ns;
+    std::uint64_t sink = 0;
+    const std::uint64_t steps = 2'000'000 / count;
+    for (int t = 0; t < 7; ++t) {
+        const auto t0 = clock_type::now();
+        for (std::uint64_t i = 0; i < steps; ++i) {
+            for (std::size_t k = 0; k < count; ++k) in[k] = (i + k) % perms[k].size();
+            feistel_permutation::map_each(perms.data(), which.data(), in.data(), count, out.data(), pending);
+            sink += out[i % count];
+        }
+        ns.push_back(seconds_since(t0) * 1e9 / double(steps * count));
+    }
+    std::sort(ns.begin(), ns.end());
+    return sink == 0 ? -1 : ns[ns.size() / 2];
+}
+
 }  // namespace
 
 int main() {
@@ -163,11 +213,18 @@ int main() {
                  plan_1e7 = plan_ns_per_window(10'000'000, 2'000'000'000);
     std::printf("planning 256 x 128 windows: %.1f ns per window with 6 documents, %.1f with 10^5, %.1f with 10^7\n", plan_few, plan_1e5,
                 plan_1e7);
+    const std::uint64_t tight = (std::uint64_t{1} << 20) - 3, loose = (std::uint64_t{1} << 20) + 3;
+    const double map16_tight = map_ns_per_value(tight, 16), map16_loose = map_ns_per_value(loose, 16),
+                 map256_tight = map_ns_per_value(tight, 256), map256_loose = map_ns_per_value(loose, 256), each32 = map_each_ns_per_value(32);
+    std::printf("shuffling, ns per value: runs of 16 %.1f (network ~n) %.1f (~4n), runs of 256 %.1f %.1f; 32 domains' own: %.1f\n", map16_tight,
+                map16_loose, map256_tight, map256_loose, each32);
     std::printf(
         "{\"open_seconds\": %.3f, \"open_peak_rss_mib\": %.0f, \"lookup_ns\": %.0f, \"speedup_vs_index_array\": %.2f, "
         "\"index_array_seconds\": %.2f, \"index_array_peak_rss_mib\": %.0f, \"packed_open_seconds\": %.3f, "
         "\"plan_ns_per_window_6_documents\": %.1f, \"plan_ns_per_window_1e5_documents\": %.1f, \"plan_ns_per_window_1e7_documents\": "
-        "%.1f}\n",
-        open_s + first_s, open_peak, lookup_ns, index_s / (open_s + first_s), index_s, index_peak, packed_s, plan_few, plan_1e5, plan_1e7);
+        "%.1f, \"map_ns_run16_tight\": %.1f, \"map_ns_run16_loose\": %.1f, \"map_ns_run256_tight\": %.1f, \"map_ns_run256_loose\": %.1f, "
+        "\"map_each_ns_32\": %.1f}\n",
+        open_s + first_s, open_peak, lookup_ns, index_s / (open_s + first_s), index_s, index_peak, packed_s, plan_few, plan_1e5, plan_1e7,
+        map16_tight, map16_loose, map256_tight, map256_loose, each32);
     return same ? 0 : 1;
 }

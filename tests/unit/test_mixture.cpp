@@ -23,6 +23,7 @@
 #include <feedline/sampling/state_io.hpp>
 
 #include "synthetic_lengths.hpp"
+#include "test_support.hpp"
 
 using namespace feedline;
 namespace ft = feedline::test;
@@ -31,7 +32,7 @@ namespace {
 
 std::vector<std::string> names(std::size_t n) {
     std::vector<std::string> r;
-    for (std::size_t i = 0; i < n; ++i) r.push_back("d" + std::to_string(i));
+    for (std::size_t i = 0; i < n; ++i) r.push_back(ft::numbered("d", i));
     return r;
 }
 
