@@ -118,45 +118,6 @@ public:
                 // Only the lanes in use: the values left to walk again are often a few (a mixture's
                 // small epochs walk rarely), and a full width for them cost a third more.
                 const std::size_t m = std::min(lanes, left - j);
-                if (m == lanes) {
-                    // A full group: each lane's widths and keys copied side by side first, so the rounds
-                    // run as vector code over all lanes (as encrypt_lanes), not lane by lane.
-                    constexpr std::size_t vectors = lanes / 4;
-                    alignas(32) std::uint64_t x[lanes], bits[lanes], mask[lanes], keys[rounds][lanes];
-                    for (std::size_t k = 0; k < lanes; ++k) {
-                        const std::uint32_t i = pending[j + k];
-                        const feistel_permutation& p = perms[which[i]];
-                        bits[k] = p.half_bits_;
-                        mask[k] = p.half_mask_;
-                        for (int round = 0; round < rounds; ++round) keys[round][k] = p.keys_[round];
-                        x[k] = out[i];
-                    }
-                    u64x4 l[vectors], r[vectors], shifts[vectors], masks[vectors];
-                    for (std::size_t v = 0; v < vectors; ++v) {
-                        u64x4 value;
-                        std::memcpy(&value, x + 4 * v, sizeof value);
-                        std::memcpy(&shifts[v], bits + 4 * v, sizeof shifts[v]);
-                        std::memcpy(&masks[v], mask + 4 * v, sizeof masks[v]);
-                        l[v] = value >> shifts[v];
-                        r[v] = value & masks[v];
-                    }
-                    for (int round = 0; round < rounds; ++round)
-                        for (std::size_t v = 0; v < vectors; ++v) {
-                            u64x4 key;
-                            std::memcpy(&key, keys[round] + 4 * v, sizeof key);
-                            u64x4 mixed = r[v] ^ key;
-                            mix64_lanes(mixed);
-                            const u64x4 next = l[v] ^ (mixed & masks[v]);
-                            l[v] = r[v];
-                            r[v] = next;
-                        }
-                    for (std::size_t v = 0; v < vectors; ++v) {
-                        const u64x4 value = (l[v] << shifts[v]) | r[v];
-                        std::memcpy(x + 4 * v, &value, sizeof value);
-                    }
-                    for (std::size_t k = 0; k < lanes; ++k) out[pending[j + k]] = x[k];
-                    continue;
-                }
                 const feistel_permutation* p[lanes];
                 std::uint64_t l[lanes], r[lanes];
                 for (std::size_t k = 0; k < m; ++k) {
