@@ -105,7 +105,7 @@ double plan_ns_per_window(std::uint64_t docs, std::uint64_t tokens) {
 // The shuffle alone: ns per value of feistel_permutation::map over runs of `run` consecutive indices
 // (a stream's samples in one step: 16 of each dataset in a 2-dataset blend of 32, 256 in one of
 // 256 x 128), medians of 7 timings; on n just under 4^10 (its network holds ~n values: most walk
-// once) and just over (~4n: they walk four times on average, and the slowest of a run a dozen).
+// once) and just over (~4n: they walk four times on average, the slowest of a run of 16 a dozen).
 double map_ns_per_value(std::uint64_t n, std::size_t run) {
     const feistel_permutation p(n, detail::permutation_key(1, 0, n));
     std::vector<std::uint64_t> out(run);
@@ -114,10 +114,12 @@ double map_ns_per_value(std::uint64_t n, std::size_t run) {
     std::uint64_t sink = 0;
     const std::uint64_t runs = 2'000'000 / run;
     for (int t = 0; t < 7; ++t) {
+        std::uint64_t first = 0;
         const auto t0 = clock_type::now();
         for (std::uint64_t i = 0; i < runs; ++i) {
-            p.map(i * run % (n - run), run, out.data(), pending);
+            p.map(first, run, out.data(), pending);
             sink += out[i % run];
+            first = first + 2 * run <= n ? first + run : 0;  // the next run, from 0 again at the end
         }
         ns.push_back(seconds_since(t0) * 1e9 / double(runs * run));
     }
@@ -126,11 +128,14 @@ double map_ns_per_value(std::uint64_t n, std::size_t run) {
 }
 
 // The same for a mixture's step: `count` values, each of its own permutation (a domain each, sizes
-// 1,000-100,000 at random, so both kinds of network), through map_each.
+// 1,000-99,999 at random, so both kinds of network), through map_each.
 double map_each_ns_per_value(std::size_t count) {
     std::mt19937_64 rng(3);
     std::vector<feistel_permutation> perms;
-    for (std::size_t i = 0; i < count; ++i) perms.emplace_back(1000 + rng() % 99'000, rng());
+    for (std::size_t i = 0; i < count; ++i) {
+        const std::uint64_t size = 1000 + rng() % 99'000;  // before the key: the same domains from any compiler
+        perms.emplace_back(size, rng());
+    }
     std::vector<std::uint32_t> which(count), pending;
     for (std::size_t i = 0; i < count; ++i) which[i] = static_cast<std::uint32_t>(i);
     std::vector<std::uint64_t> in(count), out(count);
@@ -138,9 +143,10 @@ double map_each_ns_per_value(std::size_t count) {
     std::uint64_t sink = 0;
     const std::uint64_t steps = 2'000'000 / count;
     for (int t = 0; t < 7; ++t) {
+        std::fill(in.begin(), in.end(), 0);
         const auto t0 = clock_type::now();
         for (std::uint64_t i = 0; i < steps; ++i) {
-            for (std::size_t k = 0; k < count; ++k) in[k] = (i + k) % perms[k].size();
+            for (std::size_t k = 0; k < count; ++k) in[k] = in[k] + 1 < perms[k].size() ? in[k] + 1 : 0;  // each domain's next sample
             feistel_permutation::map_each(perms.data(), which.data(), in.data(), count, out.data(), pending);
             sink += out[i % count];
         }
@@ -214,10 +220,11 @@ int main() {
     std::printf("planning 256 x 128 windows: %.1f ns per window with 6 documents, %.1f with 10^5, %.1f with 10^7\n", plan_few, plan_1e5,
                 plan_1e7);
     const std::uint64_t tight = (std::uint64_t{1} << 20) - 3, loose = (std::uint64_t{1} << 20) + 3;
-    const double map16_tight = map_ns_per_value(tight, 16), map16_loose = map_ns_per_value(loose, 16),
-                 map256_tight = map_ns_per_value(tight, 256), map256_loose = map_ns_per_value(loose, 256), each32 = map_each_ns_per_value(32);
-    std::printf("shuffling, ns per value: runs of 16 %.1f (network ~n) %.1f (~4n), runs of 256 %.1f %.1f; 32 domains' own: %.1f\n", map16_tight,
-                map16_loose, map256_tight, map256_loose, each32);
+    const double map16_tight = map_ns_per_value(tight, 16), map16_loose = map_ns_per_value(loose, 16);
+    const double map256_tight = map_ns_per_value(tight, 256), map256_loose = map_ns_per_value(loose, 256);
+    const double each32 = map_each_ns_per_value(32);
+    std::printf("shuffling, ns per value: runs of 16 %.1f (network ~n) %.1f (~4n), runs of 256 %.1f %.1f; 32 domains' own: %.1f\n",
+                map16_tight, map16_loose, map256_tight, map256_loose, each32);
     std::printf(
         "{\"open_seconds\": %.3f, \"open_peak_rss_mib\": %.0f, \"lookup_ns\": %.0f, \"speedup_vs_index_array\": %.2f, "
         "\"index_array_seconds\": %.2f, \"index_array_peak_rss_mib\": %.0f, \"packed_open_seconds\": %.3f, "

@@ -77,9 +77,11 @@ TEST_CASE("Permutation.Bijective.ExhaustiveForSmallSizes") {
 TEST_CASE("Permutation.Map.EqualsOneAtATimeForEveryRunAndSize") {
     // map() runs the network over many values at once (the planner's fast path): it must give the
     // very images operator() gives, for sizes where most values walk once and where they walk often
-    // (n just above a power of four: the domain is ~4n), from any first value, runs of 0 to 300.
+    // (n just above a power of four: the domain is ~4n), from any first value, runs of 0 to 300, up to
+    // the largest n (2^63: halves of 32 bits, the widest shifts of the vector rounds).
     std::vector<std::uint32_t> scratch;
-    for (std::uint64_t n : std::vector<std::uint64_t>{1, 2, 3, 6, 17, 1000, 65537, (1ull << 20) + 3, 1'000'000'000'039ull}) {
+    for (std::uint64_t n :
+         std::vector<std::uint64_t>{1, 2, 3, 6, 17, 1000, 65537, (1ull << 20) + 3, 1'000'000'000'039ull, std::uint64_t{1} << 63}) {
         const feistel_permutation p(n, detail::permutation_key(7, n, 0));
         for (std::uint64_t first : std::vector<std::uint64_t>{0, 1, n / 3, n > 300 ? n - 300 : 0}) {
             const std::size_t count = static_cast<std::size_t>(std::min<std::uint64_t>(300, n - first));

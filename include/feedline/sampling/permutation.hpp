@@ -66,8 +66,9 @@ public:
     // dependent multiplies (6 rounds, 1-2 walks on average), so the CPU waits on each multiply's
     // latency; here every pass runs the network over all values still outside [0, n), `lanes` of them
     // round by round (encrypt_lanes), so the chains are independent and the multiplies overlap (or
-    // vectorise). A batch of 256 short windows spent ~40 ns per window in the permutation before,
-    // most of its planning (bench_end_to_end). `pending` is scratch (reused: no allocation once warm).
+    // vectorise); a last group of fewer values goes through just those (encrypt_some). A batch of 256
+    // short windows spent ~40 ns per window in the permutation before, most of its planning
+    // (bench_end_to_end). `pending` is scratch (reused: no allocation once warm).
     // Throws std::out_of_range unless [first, first + count) lies in [0, size()).
     void map(std::uint64_t first, std::size_t count, std::uint64_t* out, std::vector<std::uint32_t>& pending) const {
         check_range(first, count);
@@ -79,8 +80,8 @@ public:
         while (left > 0) {
             for (std::size_t j = 0; j < left; j += lanes) {
                 // A last group short of the lanes' width only through those in it: where the network
-                // is ~4n, most passes after the first few are a handful of values walking again, and
-                // a full 16-lane pass for each took a run of 16 from 85 to 55 ns a value (bench_sampling).
+                // is ~4n, most passes after the first few are a handful of values walking again; a
+                // full 16-lane pass for each cost runs of 16 ~85 ns a value, these ~55 (bench_sampling).
                 if (const std::size_t m = left - j; m < lanes) {
                     encrypt_some(out, pending.data() + j, m);
                     continue;
