@@ -183,7 +183,8 @@ private:
     // or as scalar code depending on what the caller around them looked like (1.3-1.8x apart, perf).
     static constexpr std::size_t lanes = 16;
     using u64x4 = std::uint64_t __attribute__((vector_size(32)));
-    // mix64 of each lane, in place (a vector by reference: no vector crosses a call's ABI).
+    // mix64 of each lane, in place (a vector by reference: no vector crosses a call's ABI). Its steps
+    // are mix64's, written again for vectors: Permutation.Map.* checks map() against operator().
     [[gnu::always_inline]] static void mix64_lanes(u64x4& x) noexcept {
         x += 0x9E3779B97F4A7C15ull;
         x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
