@@ -182,8 +182,9 @@ private:
 
     // Domain d's pending sample may be drawn from now on: onto the due wheel at its deadline's slot
     // (in domain order once that list has been drawn from) if that is less than a wheel ahead, else into ready_. No
-    // deadline is before the current slot: EDF meets them all.
-    void make_ready(std::uint32_t d) {
+    // deadline is before the current slot: EDF meets them all. Inlined, as schedule_next's line: at
+    // 10,000 domains the two calls were a tenth of a draw's time (a mixer-alone loop, 47 to 42 ns).
+    [[gnu::always_inline]] void make_ready(std::uint32_t d) {
         const std::uint64_t deadline = deadline_of(d);
         if (deadline < drawn_ || deadline - drawn_ >= slots_.size()) {  // none (never due) too
             ready_.make_room_for_one();
@@ -286,9 +287,9 @@ private:
     // division and the domain's own record, where the general path took two targets in 128 bits, a
     // search over the segments and two more cache lines (the quota's and the prefix's). Bresenham's
     // line, with the same answers, while the line lasts: to the segment's end.
-    void schedule_next(std::uint32_t d) {
+    [[gnu::always_inline]] void schedule_next(std::uint32_t d) {
         domain& m = domains_[d];
-        if (m.excess != no_excess) {
+        if (m.excess != no_excess) [[likely]] {
             // target(reached) = taken + excess / (2 quantum), 0 <= excess < 2 quota: the target
             // passes taken at reached unless it lands on it, and reaches taken + 1 `steps` later.
             const std::uint32_t two_a = 2 * m.quota, need = 2 * quantum - m.excess;
@@ -302,6 +303,12 @@ private:
             }
             m.excess = no_excess;  // past the line: the general path from here (never, past what a schedule serves)
         }
+        schedule_by_targets(d);
+    }
+    // schedule_next's general path (a ramp, a segment's first deadline): the targets themselves.
+    // Out of line: the line above is most draws.
+    [[gnu::noinline]] void schedule_by_targets(std::uint32_t d) {
+        domain& m = domains_[d];
         // Where the target passes the count is usually where it reached it (the previous sample's
         // deadline, kept): one target instead of a search, unless it landed exactly on the count.
         std::optional<std::uint64_t> may;
