@@ -1005,3 +1005,42 @@ TEST_CASE("Mixture.Sampler.MixedStatesRoundTripAndEditsAreRefused") {
     CHECK_THROWS_AS(fresh.restore(wrong_step), config_error);
     CHECK_THROWS_AS(with_global_batch(st, 24), config_error);
 }
+
+// The pipeline's writers take each step's rows in plan_drawn's order when it holds every row once, by
+// dataset and then by row: batches of up to 64 rows a rank are ordered by counting, longer ones by a sort.
+// Both, over 150 domains whose draws mostly differ within a step and a few heavy ones that repeat
+// (runs of one dataset), for the whole batch and for one rank's slice of it.
+TEST_CASE("Mixture.Sampler.EachStepsRowsComeInOrderOfDatasetThenRow") {
+    const std::size_t D = 150;
+    std::vector<ft::synthetic_lengths> sets;
+    for (std::size_t d = 0; d < D; ++d) sets.push_back(ft::hashed_lengths(20 + d % 7, 60, d + 1));
+    std::vector<sampler_dataset> datasets;
+    for (const auto& s : sets) datasets.push_back({s.document_count(), [&s](std::uint64_t i) { return s.document_length(i); }, {}, false});
+    std::vector<double> weights(D, 1.0);
+    weights[3] = weights[77] = 60;  // about a third of every step between them
+    const auto schedule = std::make_shared<const mixture_schedule>(names(D), std::vector<mixture_stage>{{0, weights, 0, ""}});
+    for (const std::uint64_t batch : {std::uint64_t{12}, std::uint64_t{64}, std::uint64_t{130}, std::uint64_t{200}}) {  // 64 and 65 a rank at 2
+        for (const int world : {1, 2}) {
+            INFO("batch ", batch, ", world ", world);
+            sampler s(datasets, schedule, {.seq_len = 16, .global_batch = batch, .seed = 9, .rank = world - 1, .world_size = world});
+            bool repeats = false;
+            for (int step = 0; step < 25; ++step) {
+                const batch_plan b = s.next();
+                const auto& order = b.by_dataset;
+                REQUIRE(order.size() == b.samples.size());
+                std::vector<bool> seen(order.size(), false);
+                for (std::size_t i = 0; i < order.size(); ++i) {
+                    REQUIRE(order[i] < b.samples.size());
+                    CHECK_FALSE(seen[order[i]]);
+                    seen[order[i]] = true;
+                    if (i == 0) continue;
+                    const auto before = std::pair{b.samples[order[i - 1]].dataset, order[i - 1]};
+                    const auto here = std::pair{b.samples[order[i]].dataset, order[i]};
+                    CHECK(before < here);
+                    repeats = repeats || before.first == here.first;
+                }
+            }
+            CHECK(repeats);  // runs of one dataset were ordered too
+        }
+    }
+}
